@@ -1,0 +1,28 @@
+"""gradcheck-bi: prove a batch-invariant RMSNorm's hand-written backward right or wrong.
+
+The public API; everything else is internal.
+
+>>> from gradcheck_bi import Sweep, run_sweep
+>>> results = run_sweep(Sweep(kernels=["after"], targets=[("cpu", "fp64")], checks=["dx"]))
+>>> all(r.as_expected for r in results)
+True
+"""
+
+from gradcheck_bi._version import __version__
+from gradcheck_bi.checks import Config, Measurement
+from gradcheck_bi.kernels import BUNDLED, KernelSpec
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.sweep import run as run_sweep
+from gradcheck_bi.verdict import Result, exit_code
+
+__all__ = [
+    "BUNDLED",
+    "Config",
+    "KernelSpec",
+    "Measurement",
+    "Result",
+    "Sweep",
+    "__version__",
+    "exit_code",
+    "run_sweep",
+]

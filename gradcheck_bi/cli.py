@@ -1,0 +1,283 @@
+"""The ``gradcheck-bi`` command: parse options, build a sweep, run it, render, exit.
+
+A thin layer: everything it does is a call into the library. Results go to stdout (or
+``--output``), progress and diagnostics to stderr, so ``--format json | jq`` works.
+Errors are one line on stderr with the contract's exit code; ``--debug`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+try:  # typer >= 0.24 vendors click; older releases (e.g. on GPU images) depend on it
+    from typer._click.exceptions import UsageError as ClickUsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef]
+
+
+from gradcheck_bi.checks import DTYPES
+from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelLoadError
+from gradcheck_bi.report.render import render_markdown, render_rich, to_json
+from gradcheck_bi.report.tables import build_tables, summarize
+from gradcheck_bi.sweep import Sweep, resolve_kernels, run, with_overrides
+from gradcheck_bi.verdict import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    Result,
+    exit_code,
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Prove a batch-invariant RMSNorm's hand-written backward right or wrong.",
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Prove a batch-invariant RMSNorm's hand-written backward right or wrong."""
+
+
+class UsageError(Exception):
+    """Bad usage or input: one line on stderr, exit 2."""
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+DType = Enum("DType", {k: k for k in DTYPES}, type=str)  # type: ignore[misc]
+Check = Enum("Check", {k: k for k in CHECKS}, type=str)  # type: ignore[misc]
+Weight = Enum("Weight", {k: k for k in WEIGHTS}, type=str)  # type: ignore[misc]
+
+
+class Zcg(str, Enum):
+    off = "off"
+    on = "on"
+    both = "both"
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+class Expect(str, Enum):
+    pass_ = "pass"
+    fail = "fail"
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"2,8,256"`` → ``(2, 8, 256)``; every dim a positive integer."""
+    try:
+        dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+    except ValueError:
+        raise UsageError(
+            f"--shape {text!r}: expected comma-separated integers, e.g. 2,8,256") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"--shape {text!r}: every dimension must be a positive integer")
+    return dims
+
+
+def parse_memory(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1048576"`` → bytes."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().rstrip("ib")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise UsageError(f"--max-memory {text!r}: expected bytes, e.g. 512M or 2G") from None
+
+
+def _targets(device: Device | None, dtype: Any) -> list[tuple[str, str]] | None:
+    if device is None and dtype is None:
+        return None
+    dev = device.value if device is not None else "cpu"
+    dt = dtype.value if dtype is not None else ("fp64" if dev == "cpu" else "fp32")
+    return [(dev, dt)]
+
+
+def environment() -> dict[str, Any]:
+    """What ran the checks (stable from run to run on one machine)."""
+    import platform
+
+    import torch
+
+    from gradcheck_bi.kernels.reduction import triton_available
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "reduction": {"cpu": os.environ.get("GRADCHECK_BI_BACKEND") or "torch",
+                      "cuda": os.environ.get("GRADCHECK_BI_BACKEND") or "triton (compiled)"},
+    }
+    if triton_available():
+        import triton
+
+        env["triton"] = triton.__version__
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"--output {path}: folder {folder} does not exist")
+    fd_, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd_, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _progress(enabled: bool) -> tuple[Any, Any]:
+    if not enabled:
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), console=Console(stderr=True), transient=True)
+    task = progress.add_task("checking", total=None)
+
+    def on_result(r: Result, done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total,
+                        description=f"{r.kernel} {r.check} {r.device}/{r.dtype}")
+
+    return progress, on_result
+
+
+@app.command("run")
+def run_command(
+    kernel: Annotated[list[str] | None, typer.Option(
+        "--kernel", help="Bundled name (before, after, fixed-forward, fixed-dx), PATH.py:ATTR "
+        "or package.module:ATTR. Repeatable. Default: before and after.")] = None,
+    device: Annotated[Device | None, typer.Option(help="Default: cpu (+ cuda if present).")] = None,
+    dtype: Annotated[DType | None, typer.Option(  # type: ignore[valid-type]
+        help="Default: fp64 on cpu, fp32 on cuda.")] = None,
+    shape: Annotated[str | None, typer.Option(help="e.g. 2,8,256 (the default).")] = None,
+    eps: Annotated[float | None, typer.Option(help="RMSNorm eps (> 0). Default 1e-6.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the random x, g, γ.")] = None,
+    check: Annotated[list[Check] | None, typer.Option(  # type: ignore[valid-type]
+        help="forward, dx, dw, batch_invariance. Repeatable. Default: all.")] = None,
+    weight: Annotated[list[Weight] | None, typer.Option(  # type: ignore[valid-type]
+        help="γ control: randn, ones, zeros. Repeatable. Default: all.")] = None,
+    zcg: Annotated[Zcg | None, typer.Option(help="zero_centered_gamma. Default: both.")] = None,
+    atol: Annotated[float | None, typer.Option(
+        help="Replace the derived tolerance with this absolute one.")] = None,
+    rtol: Annotated[float | None, typer.Option(
+        help="Add rtol × max|reference| to the tolerance.")] = None,
+    expect: Annotated[Expect | None, typer.Option(
+        help="What non-bundled kernels are expected to do everywhere. Default: pass.")] = None,
+    max_memory: Annotated[str | None, typer.Option(
+        help="Memory budget for batched finite differences, e.g. 2G. Default 1G.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.table,
+    output: Annotated[Path | None, typer.Option(help="Write the report here (atomically).")
+                      ] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress on stderr (TTY only).")] = True,
+    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+) -> int:
+    """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
+    started = time.perf_counter()
+    sweep = Sweep()
+    if eps is not None and not (math.isfinite(eps) and eps > 0):
+        raise UsageError(f"--eps {eps}: must be a finite number > 0")
+    for name, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{name} {value}: must be a finite number >= 0")
+    targets = _targets(device, dtype)
+    sweep = with_overrides(
+        sweep,
+        kernels=list(kernel) if kernel else None,
+        targets=targets,
+        shapes=[parse_shape(shape)] if shape else None,
+        eps=[eps] if eps is not None else None,
+        seeds=[seed] if seed is not None else None,
+        checks=[c.value for c in check] if check else None,
+        weights=[w.value for w in weight] if weight else None,
+        zcg={"off": [False], "on": [True], "both": [False, True]}[zcg.value] if zcg else None,
+        atol=atol,
+        rtol=rtol,
+        expect=expect.value if expect else None,
+        max_memory=parse_memory(max_memory) if max_memory else None,
+    )
+    specs = resolve_kernels(sweep.kernels)
+    bar, on_result = _progress(progress and sys.stderr.isatty())
+    if bar is not None:
+        with bar:
+            results = run(sweep, specs, on_result)
+    else:
+        results = run(sweep, specs)
+    code = exit_code(results)
+    summary = summarize(results)
+    elapsed = time.perf_counter() - started
+    if fmt is Format.json:
+        text = to_json(results, code == 0, environment(), {"seconds": round(elapsed, 3)})
+    elif fmt is Format.markdown:
+        text = render_markdown(build_tables(results), summary)
+    else:
+        text = ""
+    if output is not None:
+        if fmt is Format.table:
+            console = Console(record=True, width=160, no_color=True, file=open(os.devnull, "w"))
+            render_rich(build_tables(results), summary, console)
+            text = console.export_text()
+        write_atomically(output, text)
+        Console(stderr=True).print(f"wrote {output} — exit {code}")
+    elif fmt is Format.table:
+        render_rich(build_tables(results), summary, Console())
+    else:
+        sys.stdout.write(text)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the Typer app and map every failure to one line and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    err = Console(stderr=True, highlight=False)
+    try:
+        rv = app(args=args, prog_name="gradcheck-bi", standalone_mode=False)
+    except ClickUsageError as exc:
+        err.print(f"gradcheck-bi: error: {exc.format_message()}", markup=False)
+        return EXIT_USAGE
+    except (UsageError, KernelLoadError) as exc:
+        if debug:
+            raise
+        err.print(f"gradcheck-bi: error: {exc}", markup=False)
+        return EXIT_USAGE
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("gradcheck-bi: interrupted; partial results discarded", markup=False)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if debug:
+            raise
+        err.print(f"gradcheck-bi: error: {type(exc).__name__}: {exc}", markup=False)
+        return EXIT_USAGE
+    return rv if isinstance(rv, int) else 0
+
+
+

@@ -1,0 +1,109 @@
+"""Kernel names → autograd Functions, with the defects each bundled kernel declares.
+
+A :class:`KernelSpec` is what the rest of the tool checks: a Function with Megatron's
+signature ``apply(x, weight, eps, zero_centered_gamma)`` and, for the bundled defective
+kernels, where each defect must show. A defect shows at a set of (check, zcg, γ control)
+points; everywhere else the kernel must pass — that is what makes γ=ones a *blind control*
+rather than a measurement.
+
+>>> resolve("after").name
+'after'
+>>> resolve("before").expected("dx", zcg=False, weight="randn")
+'fail'
+>>> resolve("before").expected("dx", zcg=False, weight="ones")
+'pass'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradcheck_bi.kernels import rmsnorm
+
+CHECKS = ("forward", "dx", "dw", "batch_invariance")
+WEIGHTS = ("randn", "ones", "zeros")
+
+
+@dataclass(frozen=True)
+class Defect:
+    """A known defect and the (check, zcg, γ control) points where it must be detected."""
+
+    name: str
+    summary: str
+    checks: frozenset[str]
+    zcg: frozenset[bool]
+    weights: frozenset[str]
+
+    def shows(self, check: str, zcg: bool, weight: str) -> bool:
+        return check in self.checks and zcg in self.zcg and weight in self.weights
+
+
+FORWARD_IGNORES_ZCG = Defect(
+    name="forward-ignores-zcg",
+    summary="forward scales by raw w under zero_centered_gamma; the backward applies w + 1",
+    # The forward is wrong by x·r for every γ, and the analytic dx (built for w + 1) no
+    # longer matches the derivative of that forward. dw is blind: ∂y/∂w is x·r either way.
+    checks=frozenset({"forward", "dx"}),
+    zcg=frozenset({True}),
+    weights=frozenset(WEIGHTS),
+)
+DX_DOUBLE_WEIGHT = Defect(
+    name="dx-double-weight",
+    summary="dx multiplies the variance term by γ twice",
+    # Error (γ_k - 1) r³ x_k s / D: zero at γ = ones (blind control), zero at γ = zeros
+    # (s = 0 there), O(1) at γ = randn.
+    checks=frozenset({"dx"}),
+    zcg=frozenset({False, True}),
+    weights=frozenset({"randn"}),
+)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel under test: its name, its Function and the defects it declares."""
+
+    name: str
+    fn: Any
+    defects: tuple[Defect, ...] = ()
+    description: str = ""
+    source: str = "bundled"
+    expect_fail_everywhere: bool = field(default=False)
+
+    def expected(self, check: str, zcg: bool, weight: str) -> str:
+        """``"fail"`` where a declared defect must show, else ``"pass"``."""
+        if self.expect_fail_everywhere:
+            return "fail"
+        return "fail" if any(d.shows(check, zcg, weight) for d in self.defects) else "pass"
+
+
+BUNDLED: dict[str, KernelSpec] = {
+    "before": KernelSpec(
+        "before", rmsnorm.Before, (FORWARD_IGNORES_ZCG, DX_DOUBLE_WEIGHT), "both defects"
+    ),
+    "after": KernelSpec("after", rmsnorm.After, (), "both defects fixed"),
+    "fixed-forward": KernelSpec(
+        "fixed-forward", rmsnorm.FixedForward, (DX_DOUBLE_WEIGHT,), "only defect 1 fixed"
+    ),
+    "fixed-dx": KernelSpec(
+        "fixed-dx", rmsnorm.FixedDx, (FORWARD_IGNORES_ZCG,), "only defect 2 fixed"
+    ),
+}
+
+
+class KernelLoadError(Exception):
+    """A kernel reference could not be resolved or loaded (exit code 2)."""
+
+
+def resolve(ref: str) -> KernelSpec:
+    """A bundled name, ``PATH.py:ATTR`` or ``package.module:ATTR`` → :class:`KernelSpec`."""
+    if ref in BUNDLED:
+        return BUNDLED[ref]
+    if ":" in ref:
+        from gradcheck_bi.kernels.loader import load
+
+        return load(ref)
+    raise KernelLoadError(
+        f"unknown kernel {ref!r}: expected one of {', '.join(BUNDLED)}, "
+        "PATH.py:ATTR or package.module:ATTR"
+    )

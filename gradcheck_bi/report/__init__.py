@@ -1,0 +1,1 @@
+"""Verdicts → reports: tables as data, then Rich, Markdown, JSON (and JUnit, baselines)."""

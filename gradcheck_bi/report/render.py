@@ -1,0 +1,149 @@
+"""Tables and verdicts → Rich terminal output, Markdown, and the contract's JSON.
+
+Rich and Markdown show the same tables: rows kernel × device/dtype, columns γ = randn |
+ones (control) | zeros, each cell the max abs error and its status, then the tolerance,
+where the worst γ=randn element is, and the discrimination ratio (randn / ones). JSON is
+every result; anything that varies from run to run goes under ``"timing"`` only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from gradcheck_bi._version import __version__
+from gradcheck_bi.kernels.registry import WEIGHTS
+from gradcheck_bi.report.tables import (
+    COLUMN_TITLES,
+    Summary,
+    Table,
+    describe,
+    format_index,
+    format_ratio,
+    format_tolerance,
+    verdict_line,
+)
+from gradcheck_bi.verdict import Result
+
+TOLERANCE_NOTES = {
+    "forward": "tolerance: output rounding + fp64/fp32 summation bound, × max|ref|",
+    "dx": "tolerance: 4 × the FD noise floor estimated from the forward alone "
+    "(rounding + truncation); 4th-order central stencil, step per row",
+    "dw": "tolerance: 4 × the FD noise floor estimated from the forward alone; "
+    "4th-order central stencil",
+    "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
+}
+
+
+def _steps(table: Table) -> str:
+    found = [r.details for row in table.rows for c in row.cells.values() for r in c.results
+             if "step_min" in r.details]
+    lo = [float(d["step_min"]) for d in found]
+    hi = [float(d["step_max"]) for d in found]
+    if not lo:
+        return ""
+    a, b = min(lo), max(hi)
+    return f"step h = {a:.3g}" if a == b else f"step h ∈ [{a:.3g}, {b:.3g}]"
+
+
+def method_line(table: Table) -> str:
+    parts = [TOLERANCE_NOTES[table.check]]
+    step = _steps(table)
+    if step:
+        parts.append(step)
+    return " · ".join(parts)
+
+
+def ratio_line(table: Table) -> str:
+    return "discrimination ratio (γ=randn error / γ=ones error): " + " · ".join(
+        f"{row.kernel} {row.target} {format_ratio(row.ratio)}" for row in table.rows
+    )
+
+
+def render_rich(tables: list[Table], summary: Summary, console: Console) -> None:
+    """Print the tables, ratio lines and the closing verdict to ``console``."""
+    for table in tables:
+        t = RichTable(title=table.title, caption=method_line(table), title_justify="left",
+                      caption_justify="left")
+        t.add_column("kernel")
+        t.add_column("device dtype")
+        for w in WEIGHTS:
+            t.add_column(COLUMN_TITLES[w], justify="right")
+        t.add_column("tolerance", justify="right")
+        t.add_column("worst γ=randn [..., col]", justify="right")
+        for row in table.rows:
+            cells = []
+            for w in WEIGHTS:
+                cell = row.cells[w]
+                style = "green" if cell.as_expected else "bold red"
+                cells.append(Text(cell.text(), style=style))
+            t.add_row(row.kernel, row.target, *cells, format_tolerance(row.tolerance),
+                      format_index(row.worst_randn))
+        console.print(Text(table.subtitle, style="dim"))
+        console.print(t)
+        console.print(ratio_line(table))
+        console.print()
+    for r in summary.unexpected:
+        console.print(Text("✗ " + describe(r), style="red"))
+    for r in summary.unsupported:
+        console.print(Text("· " + describe(r), style="yellow"))
+    style = "bold green" if summary.ok else ("bold yellow" if not summary.unexpected
+                                             else "bold red")
+    console.print(Text(verdict_line(summary), style=style))
+
+
+def _md_cell(table: Table, row: Any, w: str) -> str:
+    cell = row.cells[w]
+    text = cell.text()
+    if cell.worst is None:
+        return text
+    return text if cell.as_expected else f"**{text} ✗ (unexpected)**"
+
+
+def render_markdown(tables: list[Table], summary: Summary, plot: str | None = None) -> str:
+    """The same tables as GitHub-flavoured Markdown, ready to paste into a pull request."""
+    out = []
+    for table in tables:
+        out.append(f"#### {table.title}")
+        out.append("")
+        out.append(f"_{table.subtitle}; {method_line(table)}_")
+        out.append("")
+        out.append("| kernel | device dtype | " + " | ".join(COLUMN_TITLES[w] for w in WEIGHTS)
+                   + " | tolerance | worst γ=randn |")
+        out.append("| --- | --- | " + " | ".join("---:" for _ in WEIGHTS) + " | ---: | ---: |")
+        for row in table.rows:
+            out.append(f"| {row.kernel} | {row.target} | "
+                       + " | ".join(_md_cell(table, row, w) for w in WEIGHTS)
+                       + f" | {format_tolerance(row.tolerance)}"
+                       + f" | {format_index(row.worst_randn)} |")
+        out.append("")
+        out.append(ratio_line(table))
+        out.append("")
+    if plot:
+        out.append(f"![finite-difference error against step size]({plot})")
+        out.append("")
+    for r in summary.unexpected + summary.unsupported:
+        out.append(f"- {describe(r)}")
+    if summary.unexpected or summary.unsupported:
+        out.append("")
+    out.append(f"**{verdict_line(summary)}**")
+    return "\n".join(out) + "\n"
+
+
+def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
+            timing: dict[str, Any] | None = None) -> str:
+    """The contract's JSON: tool, version, ok, environment, results; timing kept apart."""
+    doc: dict[str, Any] = {
+        "tool": "gradcheck-bi",
+        "version": __version__,
+        "ok": ok,
+        "environment": environment,
+        "results": [r.to_dict() for r in results],
+    }
+    if timing is not None:
+        doc["timing"] = timing
+    return json.dumps(doc, indent=2) + "\n"

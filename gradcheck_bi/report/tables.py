@@ -1,0 +1,209 @@
+"""Verdicts → the before/after tables, as plain data (no Rich, no Markdown).
+
+One :class:`Table` per (check, zero_centered_gamma): rows are kernel × device/dtype,
+columns are the γ controls randn | ones (control) | zeros, and a cell holds the largest
+error over every result that falls in it (several shapes, seeds or scales fold into one
+cell; the cell counts them). Each table carries the discrimination ratio per row —
+randn error / ones error — the number that says the sensitive control moved and the
+blind one did not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS
+from gradcheck_bi.verdict import Result, discrimination_ratio
+
+CHECK_TITLES = {
+    "forward": "forward: y vs an independent fp64 reference with the effective weight γ",
+    "dx": "dx: analytic vs central finite differences of the kernel's own forward",
+    "dw": "dw: analytic vs central finite differences of the kernel's own forward",
+    "batch_invariance": "batch invariance: rows alone vs in batches, bitwise (y, dx); "
+    "run to run (y, dx, dw)",
+}
+T = TypeVar("T")
+COLUMN_TITLES = {"randn": "γ=randn", "ones": "γ=ones (control)", "zeros": "γ=zeros"}
+
+
+@dataclass
+class Cell:
+    """The worst of the results that share a (table, row, γ) cell."""
+
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def worst(self) -> Result | None:
+        def key(r: Result) -> tuple[int, float]:
+            err = r.max_abs_err if r.max_abs_err is not None else -1.0
+            return (0 if r.as_expected else 1, err if not math.isnan(err) else math.inf)
+
+        return max(self.results, key=key) if self.results else None
+
+    @property
+    def max_err(self) -> float | None:
+        errs = [r.max_abs_err for r in self.results if r.max_abs_err is not None]
+        return max(errs) if errs else None
+
+    @property
+    def as_expected(self) -> bool:
+        return all(r.as_expected for r in self.results)
+
+    def text(self) -> str:
+        """``1.117e+00 fail`` — the error and the status of the worst result."""
+        w = self.worst
+        if w is None:
+            return "—"
+        if w.status in ("error", "unsupported"):
+            return w.status
+        err = self.max_err
+        number = "—" if err is None else ("0" if err == 0 else f"{err:.3e}")
+        return f"{number} {w.status}"
+
+
+@dataclass
+class Row:
+    kernel: str
+    target: str  # "cpu fp64"
+    cells: dict[str, Cell]
+
+    @property
+    def ratio(self) -> float | None:
+        return discrimination_ratio(self.cells["randn"].max_err, self.cells["ones"].max_err)
+
+    @property
+    def tolerance(self) -> float | None:
+        tols = [r.tolerance for c in self.cells.values() for r in c.results
+                if r.tolerance is not None]
+        return max(tols) if tols else None
+
+    @property
+    def worst_randn(self) -> list[int] | None:
+        w = self.cells["randn"].worst
+        return w.worst if w is not None else None
+
+
+@dataclass
+class Table:
+    check: str
+    zcg: bool
+    rows: list[Row]
+    shapes: list[list[int]]
+    eps: list[float]
+    seeds: list[int]
+
+    @property
+    def title(self) -> str:
+        return f"{CHECK_TITLES[self.check]} · zero_centered_gamma={'on' if self.zcg else 'off'}"
+
+    @property
+    def subtitle(self) -> str:
+        shapes = ", ".join("×".join(str(d) for d in s) for s in self.shapes)
+        n = sum(len(c.results) for row in self.rows for c in row.cells.values())
+        eps = ", ".join(f"{e:g}" for e in self.eps)
+        seeds = ", ".join(str(s) for s in self.seeds)
+        return f"shape {shapes} · eps {eps} · seed {seeds} · {n} results"
+
+    @property
+    def as_expected(self) -> bool:
+        return all(c.as_expected for row in self.rows for c in row.cells.values())
+
+
+def build_tables(results: list[Result]) -> list[Table]:
+    """Group results into tables in check order, zcg off before on, rows in first-seen order."""
+    tables = []
+    for check in CHECKS:
+        for zcg in (False, True):
+            mine = [r for r in results if r.check == check and r.zero_centered_gamma == zcg]
+            if not mine:
+                continue
+            rows: dict[tuple[str, str], Row] = {}
+            for r in mine:
+                key = (r.kernel, f"{r.device} {r.dtype}")
+                if key not in rows:
+                    rows[key] = Row(key[0], key[1], {w: Cell() for w in WEIGHTS})
+                rows[key].cells[r.weight].results.append(r)
+            tables.append(Table(
+                check, zcg, list(rows.values()),
+                _unique(r.shape for r in mine), _unique(r.eps for r in mine),
+                _unique(r.seed for r in mine),
+            ))
+    return tables
+
+
+def _unique(values: Iterable[T]) -> list[T]:
+    seen: list[T] = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def format_ratio(ratio: float | None) -> str:
+    if ratio is None:
+        return "n/a"
+    if math.isinf(ratio):
+        return "∞ (control exactly 0)"
+    return f"{ratio:.2e}"
+
+
+def format_tolerance(tol: float | None) -> str:
+    return "—" if tol is None else ("0 (bitwise)" if tol == 0 else f"{tol:.1e}")
+
+
+def format_index(idx: list[int] | None) -> str:
+    return "—" if not idx else "[" + ",".join(str(i) for i in idx) + "]"
+
+
+@dataclass
+class Summary:
+    total: int
+    as_expected: int
+    unexpected: list[Result]
+    unsupported: list[Result]
+    defects_found: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.unexpected and not self.unsupported
+
+
+def summarize(results: list[Result]) -> Summary:
+    unexpected = [r for r in results if not r.as_expected and r.status != "unsupported"]
+    unsupported = [r for r in results if r.status == "unsupported"]
+    found = sum(1 for r in results if r.expected == "fail" and r.status == "fail")
+    return Summary(len(results), sum(r.as_expected for r in results), unexpected,
+                   unsupported, found)
+
+
+def verdict_line(s: Summary) -> str:
+    """The closing sentence of every report."""
+    if s.unexpected:
+        return (f"VERDICT: NOT AS EXPECTED — {len(s.unexpected)} of {s.total} results differ "
+                f"from what the kernels declare")
+    if s.unsupported:
+        return (f"VERDICT: nothing wrong found, but {len(s.unsupported)} of {s.total} results "
+                f"could not run here (unsupported)")
+    return (f"VERDICT: all {s.total} results as expected; {s.defects_found} declared defect "
+            f"results detected, every other result passes")
+
+
+def describe(r: Result) -> str:
+    """One line naming a result and what went wrong with it."""
+    where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
+             f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'} seed {r.seed}")
+    if r.status in ("error", "unsupported"):
+        return f"{where}: {r.status}: {r.message}"
+    err = "—" if r.max_abs_err is None else f"{r.max_abs_err:.3e}"
+    tol = "—" if r.tolerance is None else f"{r.tolerance:.3e}"
+    text = (f"{where}: {r.status} (expected {r.expected}), max |err| {err} > tol {tol}"
+            if r.status == "fail" else
+            f"{where}: {r.status} (expected {r.expected}), max |err| {err} ≤ tol {tol}")
+    if r.worst:
+        text += f" at {format_index(r.worst)}"
+    if r.message:
+        text += f" — {r.message}"
+    return text
