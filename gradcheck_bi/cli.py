@@ -85,7 +85,7 @@ class Expect(str, Enum):
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"2,8,256"`` → ``(2, 8, 256)``; every dim a positive integer."""
     try:
-        dims = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+        dims = tuple(int(p) for p in text.split(","))
     except ValueError:
         raise UsageError(
             f"--shape {text!r}: expected comma-separated integers, e.g. 2,8,256") from None
@@ -197,6 +197,8 @@ def run_command(
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.table,
     output: Annotated[Path | None, typer.Option(help="Write the report here (atomically).")
                       ] = None,
+    plot: Annotated[str | None, typer.Option(
+        help="Markdown only: embed this image (from `gradcheck-bi plot --output`).")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr (TTY only).")] = True,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> int:
@@ -208,6 +210,8 @@ def run_command(
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{name} {value}: must be a finite number >= 0")
+    if plot is not None and fmt is not Format.markdown:
+        raise UsageError("--plot embeds an image in --format markdown only")
     targets = _targets(device, dtype)
     sweep = with_overrides(
         sweep,
@@ -237,7 +241,7 @@ def run_command(
     if fmt is Format.json:
         text = to_json(results, code == 0, environment(), {"seconds": round(elapsed, 3)})
     elif fmt is Format.markdown:
-        text = render_markdown(build_tables(results), summary)
+        text = render_markdown(build_tables(results), summary, plot=plot)
     else:
         text = ""
     if output is not None:
@@ -258,26 +262,31 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the Typer app and map every failure to one line and an exit code."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
-    err = Console(stderr=True, highlight=False)
+
+    def err_line(text: str) -> None:  # one line, never wrapped to the terminal width
+        sys.stderr.write(" ".join(text.split()) + "\n")
+
     try:
         rv = app(args=args, prog_name="gradcheck-bi", standalone_mode=False)
     except ClickUsageError as exc:
-        err.print(f"gradcheck-bi: error: {exc.format_message()}", markup=False)
+        err_line(f"gradcheck-bi: error: {exc.format_message()}")
         return EXIT_USAGE
     except (UsageError, KernelLoadError) as exc:
         if debug:
             raise
-        err.print(f"gradcheck-bi: error: {exc}", markup=False)
+        err_line(f"gradcheck-bi: error: {exc}")
         return EXIT_USAGE
     except (KeyboardInterrupt, typer.Abort):
-        err.print("gradcheck-bi: interrupted; partial results discarded", markup=False)
+        err_line("gradcheck-bi: interrupted; partial results discarded")
         return EXIT_INTERRUPTED
     except Exception as exc:
         if debug:
             raise
-        err.print(f"gradcheck-bi: error: {type(exc).__name__}: {exc}", markup=False)
+        err_line(f"gradcheck-bi: error: {type(exc).__name__}: {exc}")
         return EXIT_USAGE
     return rv if isinstance(rv, int) else 0
 
 
+from gradcheck_bi.cli_plot import plot_command  # noqa: E402  (it imports nothing from here)
 
+app.command("plot")(plot_command)

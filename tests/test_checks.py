@@ -1,0 +1,123 @@
+"""The four checks on the bundled kernels: the pattern the fix was argued with."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradcheck_bi.checks import Config, make_inputs, run_check
+from gradcheck_bi.kernels.registry import BUNDLED
+from gradcheck_bi.sweep import Sweep, run
+
+FN = {name: spec.fn for name, spec in BUNDLED.items()}
+
+
+def measure(kernel: str, check: str, weight: str, zcg: bool = False, dtype: str = "fp64",
+            **kw: object) -> float:
+    m = run_check(FN[kernel], Config(check=check, weight=weight, zcg=zcg, dtype=dtype, **kw))  # type: ignore[arg-type]
+    return m.max_abs_err
+
+
+@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+def test_dx_controls_discriminate_the_double_weight_defect(dtype: str) -> None:
+    before = {w: measure("before", "dx", w, dtype=dtype) for w in ("randn", "ones", "zeros")}
+    after = {w: measure("after", "dx", w, dtype=dtype) for w in ("randn", "ones", "zeros")}
+    floor = {"fp64": 1e-10, "fp32": 3e-5}[dtype]
+    assert before["randn"] > 1e-2, before
+    assert after["randn"] <= floor, after
+    assert before["ones"] == after["ones"] <= floor, (before, after)  # the blind control
+    assert before["zeros"] == after["zeros"] == 0.0
+    ratio = before["randn"] / before["ones"]
+    assert ratio >= {"fp64": 1e8, "fp32": 1e4}[dtype], f"discrimination ratio {ratio:.2e}"
+
+
+def test_forward_defect_shows_only_with_zcg() -> None:
+    assert measure("before", "forward", "randn", zcg=True) > 1.0
+    assert measure("before", "forward", "ones", zcg=True) > 1.0
+    assert measure("before", "forward", "randn", zcg=False) < 1e-13
+    assert measure("after", "forward", "randn", zcg=True) < 1e-13
+
+
+def test_dw_is_right_in_every_kernel() -> None:
+    for kernel in FN:
+        for zcg in (False, True):
+            m = run_check(FN[kernel], Config(check="dw", zcg=zcg))
+            assert m.passed, (kernel, zcg, m.max_abs_err, m.tolerance)
+
+
+def test_measurements_carry_what_a_reviewer_needs() -> None:
+    m = run_check(FN["before"], Config(check="dx", weight="randn"))
+    assert not m.passed
+    assert m.worst is not None and len(m.worst) == 3  # [batch, seq, col] in the (2, 8, 256) input
+    assert m.details["stencil"] == "central-4"
+    assert 0 < m.details["step_min"] <= m.details["step_max"]
+    assert 0 < m.details["noise_floor"] < m.tolerance < 1e-9
+
+
+def test_tolerance_is_overridable() -> None:
+    m = run_check(FN["after"], Config(check="dx", atol=1e-20))
+    assert m.tolerance == 1e-20 and not m.passed
+    m = run_check(FN["before"], Config(check="dx", atol=10.0))
+    assert m.passed
+
+
+def test_batch_invariance_catches_a_batch_dependent_backward() -> None:
+    import torch
+
+    from gradcheck_bi.kernels.registry import KernelSpec
+    from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.sweep import run_point
+
+    class BatchDependent(torch.autograd.Function):
+        """`after`'s forward; the backward's s is shifted by a batch-wide constant and back."""
+
+        @staticmethod
+        def forward(ctx, x, w, eps, zcg):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(x, w)
+            ctx.eps, ctx.zcg = eps, zcg
+            return After.apply(x, w, eps, zcg)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            x, w = ctx.saved_tensors
+            gamma = w + 1 if ctx.zcg else w
+            r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + ctx.eps)
+            p = g * x * gamma
+            shift = p.abs().mean()  # depends on every row in the batch
+            s = ((p + shift).sum(-1, keepdim=True) - shift * x.shape[-1])
+            dx = g * gamma * r - r**3 * x * s / x.shape[-1]
+            dw = (g * x * r).reshape(-1, x.shape[-1]).sum(0)
+            return dx, dw, None, None
+
+    spec = KernelSpec("batch-dependent", BatchDependent, source="test")
+    dx = run_point(spec, Config(check="dx"), Sweep(), None)
+    assert dx.status == "pass", dx  # the math is right ...
+    bi = run_point(spec, Config(check="batch_invariance"), Sweep(), None)
+    assert bi.status == "fail" and "dx row" in bi.message, bi  # ... the bits are not
+    assert bi.worst is not None
+
+
+def test_inputs_are_shared_across_kernels_and_controls() -> None:
+    x1, _, g1 = make_inputs(Config(check="dx", weight="randn"))
+    x2, w2, g2 = make_inputs(Config(check="forward", weight="ones", zcg=True))
+    assert x1.equal(x2) and g1.equal(g2)
+    assert (w2 == 0).all()  # zcg stores γ − 1: the ones control is still γ = 1
+
+
+def test_half_precision_gradients_are_unsupported_not_wrong() -> None:
+    s = Sweep(kernels=["after"], targets=[("cpu", "bf16")], checks=["dx"], weights=["randn"],
+              zcg=[False])
+    (r,) = run(s)
+    assert r.status == "unsupported" and "noise floor" in r.message
+    s = Sweep(kernels=["after"], targets=[("cpu", "bf16")], weights=["randn"], zcg=[True])
+    assert {r.check for r in run(s)} == {"forward", "batch_invariance"}
+    assert all(r.status == "pass" for r in run(s))
+
+
+def test_every_bundled_kernel_meets_its_declared_expectations() -> None:
+    results = run(Sweep(kernels=list(FN), targets=[("cpu", "fp64")]))
+    wrong = [(r.kernel, r.check, r.weight, r.zero_centered_gamma, r.status) for r in results
+             if not r.as_expected]
+    assert not wrong, wrong
+    fails = {(r.kernel, r.check) for r in results if r.status == "fail"}
+    assert ("fixed-forward", "dx") in fails and ("fixed-forward", "forward") not in fails
+    assert ("fixed-dx", "forward") in fails and ("after", "dx") not in fails

@@ -1,0 +1,115 @@
+"""The `run` command end to end: exit codes, the tables, JSON, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradcheck_bi.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "gradcheck_bi", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def test_reviewer_command_shows_the_before_after_pattern() -> None:
+    p = cli("run", "--dtype", "fp64", "--device", "cpu", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["tool"] == "gradcheck-bi" and doc["ok"] is True
+    res = {(r["kernel"], r["check"], r["weight"], r["zero_centered_gamma"]): r
+           for r in doc["results"]}
+    err = {k: v["max_abs_err"] for k, v in res.items()}
+    assert err["before", "dx", "randn", False] > 1e-2
+    assert err["after", "dx", "randn", False] <= 1e-9
+    assert err["before", "dx", "ones", False] == err["after", "dx", "ones", False]
+    assert err["before", "dx", "zeros", False] == err["after", "dx", "zeros", False] == 0.0
+    assert err["before", "forward", "randn", True] > 1.0
+    assert err["after", "forward", "randn", True] < 1e-13
+    for r in doc["results"]:
+        for key in ("kernel", "check", "device", "dtype", "shape", "eps", "seed", "weight",
+                    "zero_centered_gamma", "max_abs_err", "tolerance", "status", "expected",
+                    "as_expected"):
+            assert key in r, key
+        assert r["device"] == "cpu" and r["dtype"] == "fp64" and r["shape"] == [2, 8, 256]
+
+
+def test_table_output_names_controls_ratio_and_verdict() -> None:
+    p = cli("run", "--dtype", "fp64", "--device", "cpu", "--check", "dx")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "γ=ones (control)" in out and "discrimination ratio" in out
+    assert "VERDICT: all 12 results as expected" in out
+    assert "\x1b[" not in out  # no colour codes when not a terminal / NO_COLOR
+
+
+def test_markdown_is_a_pasteable_table() -> None:
+    p = cli("run", "--device", "cpu", "--check", "dx", "--zcg", "off", "--format", "markdown")
+    assert p.returncode == 0, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| before")]
+    assert len(rows) == 1 and "fail" in rows[0] and "pass" in rows[0]
+
+
+def test_a_defect_where_none_is_expected_exits_1(tmp_path: Path) -> None:
+    # A bundled defective kernel run with --atol loose enough hides its defect: the declared
+    # defect is then no longer detected, which is not as expected.
+    out = tmp_path / "r.json"
+    code = main(["run", "--kernel", "before", "--check", "dx", "--weight", "randn",
+                 "--zcg", "off", "--atol", "100", "--format", "json", "--output", str(out)])
+    assert code == 1
+    doc = json.loads(out.read_text())
+    assert doc["ok"] is False and doc["results"][0]["status"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--eps", "0"], "--eps"),
+        (["run", "--eps", "nan"], "--eps"),
+        (["run", "--shape", "2,-1"], "--shape"),
+        (["run", "--shape", "2,x"], "--shape"),
+        (["run", "--dtype", "fp8"], "fp8"),
+        (["run", "--kernel", "nope"], "unknown kernel"),
+        (["run", "--bogus"], "--bogus"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "never.json"
+    code = main([*args, "--output", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_cuda_without_gpu_is_unsupported_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code = main(["run", "--device", "cuda", "--check", "forward", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 3
+    assert {r["status"] for r in doc["results"]} == {"unsupported"}
+    assert all("no CUDA GPU" in r["message"] for r in doc["results"])
+
+
+def test_output_file_is_written_whole(tmp_path: Path) -> None:
+    out = tmp_path / "report.md"
+    code = main(["run", "--check", "forward", "--device", "cpu", "--format", "markdown",
+                 "--output", str(out)])
+    assert code == 0
+    text = out.read_text()
+    assert text.startswith("#### forward") and text.rstrip().endswith("**")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]  # no temporary left behind
