@@ -106,8 +106,9 @@ def test_y_and_dx_bitwise_batch_invariant(fn: type, backend: str, dtype: torch.d
         y_all, dx_all, _ = grads(fn, x, w, g, True)
         for size in (1, 3, 8, 64):
             y_b, dx_b, _ = grads(fn, x[:size], w, g[:size], True)
-            assert torch.equal(y_b, y_all[:size]), f"y, batch {size}: {where_differs(y_b, y_all[:size])}"
-            assert torch.equal(dx_b, dx_all[:size]), f"dx, batch {size}: {where_differs(dx_b, dx_all[:size])}"
+            for name, part, whole in (("y", y_b, y_all), ("dx", dx_b, dx_all)):
+                assert torch.equal(part, whole[:size]), (
+                    f"{name}, batch {size}: {where_differs(part, whole[:size])}")
 
 
 def test_dw_is_deterministic_run_to_run() -> None:
@@ -128,7 +129,8 @@ def test_interpreter_and_torch_paths_agree_through_the_kernel(dtype: torch.dtype
     u = torch.finfo(dtype).eps
     for name, ta, tb in zip(("y", "dx", "dw"), a, b, strict=True):
         tol = 64 * u * max(1.0, ta.abs().max().item())
-        assert (ta.double() - tb.double()).abs().max().item() <= tol, f"{name}: {where_differs(ta, tb)}"
+        err = (ta.double() - tb.double()).abs().max().item()
+        assert err <= tol, f"{name}: {where_differs(ta, tb)}"
 
 
 @pytest.mark.parametrize(
