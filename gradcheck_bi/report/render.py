@@ -74,7 +74,7 @@ def render_rich(tables: list[Table], summary: Summary, console: Console) -> None
         for w in WEIGHTS:
             t.add_column(COLUMN_TITLES[w], justify="right")
         t.add_column("tolerance", justify="right")
-        t.add_column("worst γ=randn [..., col]", justify="right")
+        t.add_column("worst γ=randn", justify="right")
         for row in table.rows:
             cells = []
             for w in WEIGHTS:
@@ -101,7 +101,7 @@ def _md_cell(table: Table, row: Any, w: str) -> str:
     text = cell.text()
     if cell.worst is None:
         return text
-    return text if cell.as_expected else f"**{text} ✗ (unexpected)**"
+    return text if cell.as_expected else f"**{text}**"
 
 
 def render_markdown(tables: list[Table], summary: Summary, plot: str | None = None) -> str:

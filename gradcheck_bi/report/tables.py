@@ -53,15 +53,23 @@ class Cell:
         return all(r.as_expected for r in self.results)
 
     def text(self) -> str:
-        """``1.117e+00 fail`` — the error and the status of the worst result."""
+        """``1.117e+00 fail (expected)`` — the error and the verdict of the worst result.
+
+        Readable without colour: an expected failure says so, anything not as expected is
+        in capitals (``FAIL (unexpected)``, ``PASS (defect missed)``).
+        """
         w = self.worst
         if w is None:
             return "—"
         if w.status in ("error", "unsupported"):
-            return w.status
+            return w.status.upper() if not w.as_expected and w.status == "error" else w.status
         err = self.max_err
         number = "—" if err is None else ("0" if err == 0 else f"{err:.3e}")
-        return f"{number} {w.status}"
+        if not self.as_expected:
+            verdict = "FAIL (unexpected)" if w.status == "fail" else "PASS (defect missed)"
+        else:
+            verdict = "fail (expected)" if w.status == "fail" else "pass"
+        return f"{number} {verdict}"
 
 
 @dataclass
