@@ -1,0 +1,432 @@
+"""Finite-difference error against step size: the picture that shows a verdict is the method's.
+
+For ``L = Σ g·y`` and the kernel's analytic ``dx``, sweep the finite-difference step and record
+``max |analytic dx − FD dx|``. With a stencil of order ``p`` (2 or 4) and unit roundoff ``u``:
+
+    error(h) ≈ C_round · u / h  +  C_trunc · h^p
+
+so a correct backward traces a V on log-log axes — slope −1 where rounding dominates (small
+``h``), slope ``p`` where truncation does (large ``h``), the bottom near ``h* ~ u^(1/(p+1))``,
+which is where ``run`` puts its step (:data:`gradcheck_bi.fd.STEP_REL`). A defective backward
+sits on a plateau: the error is the defect, and no step moves it.
+
+The abscissa is the *relative* step ``h/ℓ`` with ``ℓ = sqrt(Σx² + D·eps)`` per row, the same
+``step_rel`` that :func:`gradcheck_bi.fd.input_grad` takes. Steps go by powers of two: each
+row's step is rounded to one anyway, so finer sampling would only repeat points.
+
+Numbers only here; :func:`save_png` imports matplotlib when called, and :func:`render_text`
+draws in plain characters, so the base install needs neither.
+
+>>> from gradcheck_bi.kernels.registry import resolve
+>>> sw = step_sweep([resolve("after")], weights=["randn"], shape=(2, 32),
+...                 steps=[2.0**e for e in range(-24, -1)])
+>>> c = sw.curves[0]
+>>> round(c.truncation.slope), round(c.rounding.slope)
+(4, -1)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi._version import __version__
+from gradcheck_bi.checks import (
+    HALF_DTYPES,
+    Config,
+    Unsupported,
+    _apply,
+    analytic_grads,
+    make_inputs,
+)
+from gradcheck_bi.kernels.registry import KernelSpec
+from gradcheck_bi.sweep import probe
+
+# Smallest step exponent per dtype: at 2^lo the rounding error u/h is still well below |dx|
+# (fp64 ~1e-7, fp32 ~6e-2). Below that, x + h rounds back to x for most elements and the
+# curve leaves the slope −1 line.
+STEP_EXPONENTS = {"fp64": (-30, 0), "fp32": (-20, 0)}
+# A point belongs to a side of the V when it is this far above the bottom: the other error
+# term then contributes about a tenth or less.
+DOMINANCE = 10.0
+# Truncation follows h^p only while h/ℓ is small: the Taylor series of r(x) in h/ℓ has ratio
+# ~25 (h/ℓ)² between consecutive error terms (see fd.py), small for h ≤ ℓ/16.
+TRUNCATION_MAX_STEP = 2.0**-4
+MIN_FIT_POINTS = 3
+
+
+class PlotDependencyError(ImportError):
+    """A drawing backend (matplotlib) is not installed."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A least-squares slope of log10(error) against log10(h/ℓ) over one side of the V."""
+
+    slope: float
+    theory: float
+    step_lo: float
+    step_hi: float
+    points: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slope": round(self.slope, 4), "theory": self.theory, "step_lo": self.step_lo,
+                "step_hi": self.step_hi, "points": self.points}
+
+
+@dataclass
+class Curve:
+    """One kernel × γ control × zcg: the error at every step, and the fitted slopes."""
+
+    kernel: str
+    weight: str
+    zcg: bool
+    step_rel: list[float]
+    max_abs_err: list[float]
+    max_abs_dx: float
+    rounding: Fit | None = None
+    truncation: Fit | None = None
+
+    @property
+    def label(self) -> str:
+        blind = " (blind control)" if self.weight == "ones" else ""
+        return f"{self.kernel} γ={self.weight}{blind}" + (" zcg" if self.zcg else "")
+
+    @property
+    def argmin(self) -> int:
+        return min(range(len(self.max_abs_err)), key=lambda i: _finite(self.max_abs_err[i]))
+
+    @property
+    def min_step(self) -> float:
+        return self.step_rel[self.argmin]
+
+    @property
+    def min_err(self) -> float:
+        return self.max_abs_err[self.argmin]
+
+    @property
+    def plateau(self) -> float:
+        """The median error: for a flat curve, the level it sits on."""
+        s = sorted(_finite(e) for e in self.max_abs_err)
+        return s[len(s) // 2]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "weight": self.weight,
+            "zero_centered_gamma": self.zcg,
+            "step_rel": self.step_rel,
+            "max_abs_err": self.max_abs_err,
+            "max_abs_dx": self.max_abs_dx,
+            "min_step_rel": self.min_step,
+            "min_err": self.min_err,
+            "plateau": self.plateau,
+            "slope_rounding": self.rounding.to_dict() if self.rounding else None,
+            "slope_truncation": self.truncation.to_dict() if self.truncation else None,
+        }
+
+
+@dataclass
+class StepSweep:
+    """Every curve of one plot, with what produced it."""
+
+    device: str
+    dtype: str
+    shape: tuple[int, ...]
+    eps: float
+    seed: int
+    stencil: fd.Stencil
+    run_step_rel: float
+    unit_roundoff: float
+    curves: list[Curve] = field(default_factory=list)
+
+    @property
+    def reference_floor(self) -> float:
+        """``u^(2/3)``: the best a central-2 difference can do at unit scale."""
+        return self.unit_roundoff ** (2 / 3)
+
+    @property
+    def title(self) -> str:
+        shape = "×".join(str(d) for d in self.shape)
+        kernels = ", ".join(dict.fromkeys(c.kernel for c in self.curves))
+        return (f"dx finite-difference error vs step — {kernels} · {self.device}/{self.dtype}"
+                f" · shape {shape} · {self.stencil.name}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": "gradcheck-bi",
+            "version": __version__,
+            "plot": "dx error against relative step h/ℓ",
+            "device": self.device,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "eps": self.eps,
+            "seed": self.seed,
+            "stencil": self.stencil.name,
+            "order": self.stencil.order,
+            "run_step_rel": self.run_step_rel,
+            "unit_roundoff": self.unit_roundoff,
+            "reference_floor": self.reference_floor,
+            "curves": [c.to_dict() for c in self.curves],
+        }
+
+
+def _finite(v: float) -> float:
+    return v if math.isfinite(v) else math.inf
+
+
+def default_steps(dtype: str) -> list[float]:
+    """Powers of two ``2^lo … 2^hi`` of the relative step for ``dtype``."""
+    lo, hi = STEP_EXPONENTS.get(dtype, (-20, 0))
+    return [2.0**e for e in range(lo, hi + 1)]
+
+
+def _lstsq_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    lx = [math.log10(v) for v in xs]
+    ly = [math.log10(v) for v in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    sxx = sum((a - mx) ** 2 for a in lx)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sxx
+
+
+def fit_slopes(steps: Sequence[float], errs: Sequence[float], order: int
+               ) -> tuple[Fit | None, Fit | None]:
+    """(rounding, truncation) least-squares slopes on either side of the minimum.
+
+    A side keeps the points at least ``DOMINANCE`` × the minimum error (one term dominates
+    there); the truncation side also stops at ``h/ℓ = TRUNCATION_MAX_STEP``. A side with
+    fewer than ``MIN_FIT_POINTS`` such points — a flat curve has none — gives ``None``.
+
+    >>> hs = [2.0**e for e in range(-20, -3)]
+    >>> r, t = fit_slopes(hs, [1e-16 / h + h**4 for h in hs], order=4)
+    >>> round(r.slope, 2), round(t.slope, 2)
+    (-1.0, 4.0)
+    """
+    good = [i for i, e in enumerate(errs) if math.isfinite(e) and e > 0]
+    if not good:
+        return None, None
+    i_min = min(good, key=lambda i: errs[i])
+    level = DOMINANCE * errs[i_min]
+    left = [i for i in good if i < i_min and errs[i] >= level]
+    right = [i for i in good
+             if i > i_min and errs[i] >= level and steps[i] <= TRUNCATION_MAX_STEP]
+
+    def fit(idx: list[int], theory: float) -> Fit | None:
+        if len(idx) < MIN_FIT_POINTS:
+            return None
+        xs, ys = [steps[i] for i in idx], [errs[i] for i in idx]
+        return Fit(_lstsq_slope(xs, ys), theory, min(xs), max(xs), len(idx))
+
+    return fit(left, -1.0), fit(right, float(order))
+
+
+def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
+                  stencil: fd.Stencil) -> Curve:
+    """The dx error of one kernel at one config for every relative step in ``steps``."""
+    x, w, g = make_inputs(cfg)
+    _, dx, _ = analytic_grads(spec.fn, x, w, g, cfg)
+    dx64 = dx.to(torch.float64)
+    errs = []
+    for step in steps:
+        est = fd.input_grad(lambda t: _apply(spec.fn, t, w, cfg), x, g, cfg.eps, stencil,
+                            step, cfg.max_memory)
+        err = (dx64 - est.grad).abs().max()
+        errs.append(float(torch.nan_to_num(err, nan=math.inf)))
+    rounding, truncation = fit_slopes(steps, errs, stencil.order)
+    return Curve(spec.name, cfg.weight, cfg.zcg, list(steps), errs,
+                 float(dx64.abs().max()), rounding, truncation)
+
+
+def step_sweep(
+    kernels: Sequence[KernelSpec],
+    weights: Sequence[str] = ("randn", "ones"),
+    zcg: Sequence[bool] = (False,),
+    device: str = "cpu",
+    dtype: str = "fp64",
+    shape: tuple[int, ...] = (2, 8, 256),
+    eps: float = 1e-6,
+    seed: int = 0,
+    stencil: str = "central-4",
+    steps: Sequence[float] | None = None,
+    max_memory: int = fd.DEFAULT_MAX_MEMORY,
+) -> StepSweep:
+    """Sweep the step for every kernel × zcg × γ control; raises ``Unsupported`` where it can't.
+
+    Data are drawn exactly as ``run`` draws them (:func:`gradcheck_bi.checks.make_inputs`), so
+    a curve's point at ``run_step_rel`` is the error ``run`` reports for the same options.
+    """
+    if dtype in HALF_DTYPES:
+        raise Unsupported(f"finite differences of a {dtype} forward sit on a noise floor near "
+                          "1e-1; plot fp32 or fp64")
+    if stencil not in fd.STENCILS:
+        raise ValueError(f"unknown stencil {stencil!r}: expected one of {', '.join(fd.STENCILS)}")
+    st = fd.STENCILS[stencil]
+    steps = list(steps) if steps is not None else default_steps(dtype)
+    if not steps or any(not (math.isfinite(s) and s > 0) for s in steps):
+        raise ValueError("steps must be finite numbers > 0")
+    torch_dtype = Config(check="dx", dtype=dtype).torch_dtype
+    out = StepSweep(device, dtype, tuple(shape), eps, seed, st,
+                    fd.STEP_REL.get(torch_dtype, 2.0**-5), fd.unit_roundoff(torch_dtype))
+    for spec in kernels:
+        refused = probe(spec, device, dtype)
+        if refused is not None:
+            raise Unsupported(f"{spec.name}: {refused}")
+    for z in zcg:
+        for spec in kernels:
+            for weight in weights:
+                cfg = Config(check="dx", device=device, dtype=dtype, shape=tuple(shape), eps=eps,
+                             seed=seed, weight=weight, zcg=z, stencil=stencil,
+                             max_memory=max_memory)
+                out.curves.append(measure_curve(spec, cfg, steps, st))
+    return out
+
+
+def to_json(sweep: StepSweep) -> str:
+    """The numbers behind the plot; byte-identical for the same arguments."""
+    return json.dumps(sweep.to_dict(), indent=2) + "\n"
+
+
+# ---- drawing ---------------------------------------------------------------------------
+
+X_LABEL = "relative step h/ℓ  (ℓ = √(Σx² + D·eps) per row; dimensionless)"
+Y_LABEL = "max |analytic dx − FD dx|  (units of dL/dx)"
+MARKERS = "o*+x#@%&"
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def _log_span(values: Sequence[float]) -> tuple[int, int]:
+    logs = [math.log10(v) for v in values if math.isfinite(v) and v > 0]
+    return math.floor(min(logs)), math.ceil(max(logs))
+
+
+def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
+    """The plot in plain characters: one marker per curve, ``|`` at the run step, ``-`` at
+    ``u^(2/3)``. Log-log axes: a column per octave of step or less, a row per fraction of a
+    decade of error."""
+    steps = sorted({s for c in sweep.curves for s in c.step_rel})
+    errs = [e for c in sweep.curves for e in c.max_abs_err] + [sweep.reference_floor]
+    y_lo, y_hi = _log_span(errs)
+    y_hi = max(y_hi, y_lo + 1)
+    x_lo, x_hi = math.log2(steps[0]), math.log2(steps[-1])
+    x_hi = max(x_hi, x_lo + 1)
+    grid = [[" "] * width for _ in range(height)]
+
+    def col(step: float) -> int:
+        return round((math.log2(step) - x_lo) / (x_hi - x_lo) * (width - 1))
+
+    def row(err: float) -> int:
+        frac = (math.log10(err) - y_lo) / (y_hi - y_lo)
+        return height - 1 - round(min(max(frac, 0.0), 1.0) * (height - 1))
+
+    floor_row = row(sweep.reference_floor)
+    for c in range(width):
+        grid[floor_row][c] = "-"
+    if steps[0] <= sweep.run_step_rel <= steps[-1]:
+        run_col = col(sweep.run_step_rel)
+        for r in range(height):
+            grid[r][run_col] = "|"
+    for k, curve in enumerate(sweep.curves):
+        mark = MARKERS[k % len(MARKERS)]
+        for s, e in zip(curve.step_rel, curve.max_abs_err, strict=True):
+            if math.isfinite(e) and e > 0:
+                grid[row(e)][col(s)] = mark
+
+    lines = [sweep.title, ""]
+    label_w = 7
+    ticks_y: dict[int, str] = {}
+    for d in range(y_hi, y_lo - 1, -1):
+        ticks_y.setdefault(row(10.0**d), f"1e{d:+03d}")
+    for r in range(height):
+        lines.append(f"{ticks_y.get(r, ''):>{label_w}} ┤" + "".join(grid[r]))
+    lines.append(" " * label_w + " └" + "─" * width)
+    ticks = [" "] * (width + 8)
+    first = math.ceil(x_lo / 5) * 5
+    for e in range(first, math.floor(x_hi) + 1, 5):
+        text = f"2^{e}"
+        c0 = min(col(2.0**e), width - len(text))
+        ticks[c0:c0 + len(text)] = list(text)
+    lines.append(" " * (label_w + 2) + "".join(ticks).rstrip())
+    lines.append(" " * (label_w + 2) + "x: " + X_LABEL)
+    lines.append(" " * (label_w + 2) + "y: " + Y_LABEL)
+    lines.append("")
+    for k, curve in enumerate(sweep.curves):
+        lines.append(f"  {MARKERS[k % len(MARKERS)]}  {curve.label:<30} {_summary(curve)}")
+    lines.append(f"  |  step run uses: h/ℓ = 2^{round(math.log2(sweep.run_step_rel))}")
+    lines.append(f"  -  u^(2/3) = {sweep.reference_floor:.2e} ({sweep.dtype} reference floor)")
+    return "\n".join(lines) + "\n"
+
+
+def _summary(curve: Curve) -> str:
+    if all(e == 0 for e in curve.max_abs_err):
+        return "exactly 0 at every step"
+    if curve.rounding is None and curve.truncation is None:
+        return f"flat near {curve.plateau:.2e} (no V)"
+    parts = [f"min {curve.min_err:.2e} at 2^{round(math.log2(curve.min_step))}"]
+    if curve.rounding:
+        parts.append(f"slope {curve.rounding.slope:+.2f} (theory −1)")
+    if curve.truncation:
+        parts.append(f"{curve.truncation.slope:+.2f} (theory +{curve.truncation.theory:.0f})")
+    return " · ".join(parts)
+
+
+def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
+    """The sweep as a matplotlib ``Figure``: log-log, one line per kernel × control, the run
+    step and the ``u^(2/3)`` reference marked, the legend below the axes."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotDependencyError(
+            "drawing a PNG needs matplotlib: pip install 'gradcheck-bi[plot]'") from None
+
+    # A bare Figure (no pyplot): no global backend or figure registry is touched.
+    fig = Figure(figsize=(8.0, 6.0), dpi=dpi, layout="constrained")
+    ax = fig.add_subplot()
+    kernels = list(dict.fromkeys(c.kernel for c in sweep.curves))
+    controls = list(dict.fromkeys((c.weight, c.zcg) for c in sweep.curves))
+    for curve in sweep.curves:
+        k = kernels.index(curve.kernel)
+        # Colour per kernel, line style per control; earlier kernels wider and paler, so a
+        # curve hidden under another (before and after agree at γ=ones) still shows.
+        width = 1.2 + 2.2 * (len(kernels) - 1 - k)
+        ax.loglog(curve.step_rel, curve.max_abs_err, color=f"C{k}",
+                  linestyle=LINE_STYLES[controls.index((curve.weight, curve.zcg))
+                                        % len(LINE_STYLES)],
+                  linewidth=width, alpha=1.0 if width < 2 else 0.45,
+                  marker="o", markersize=2 + width, label=f"{curve.label}: {_summary(curve)}")
+    ax.axvline(sweep.run_step_rel, color="0.3", linestyle=":", linewidth=1.2,
+               label=f"step run uses (h/ℓ = 2^{round(math.log2(sweep.run_step_rel))})")
+    ax.axhline(sweep.reference_floor, color="0.5", linestyle="-.", linewidth=1.0,
+               label=f"u^(2/3) = {sweep.reference_floor:.1e} ({sweep.dtype})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel(Y_LABEL)
+    shape = "×".join(str(d) for d in sweep.shape)
+    ax.set_title(f"dx finite-difference error vs step — {', '.join(kernels)}\n"
+                 f"{sweep.device} · {sweep.dtype} · shape {shape} · {sweep.stencil.name} "
+                 f"stencil · eps {sweep.eps:g} · seed {sweep.seed}", fontsize=10)
+    ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
+    fig.legend(fontsize=7.5, loc="outside lower center", ncols=1, frameon=False)
+    return fig
+
+
+def save_png(sweep: StepSweep, path: str | os.PathLike[str], dpi: int = 110) -> None:
+    """Draw the sweep with matplotlib and write a PNG to ``path`` (atomically)."""
+    fig = build_figure(sweep, dpi)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd_, tmp = tempfile.mkstemp(dir=folder, prefix=".plot.", suffix=".png")
+    os.close(fd_)
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,186 @@
+"""Step-size sweeps (plot.py) and the `plot` command: the V of a correct backward, the
+plateau of a defective one, and a picture a reviewer can read."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi.cli import main
+from gradcheck_bi.kernels.registry import resolve
+from gradcheck_bi.plot import Curve, StepSweep, build_figure, render_text, step_sweep
+
+SHAPE = (4, 64)
+
+
+@pytest.fixture(scope="module")
+def fp64_central4() -> StepSweep:
+    return step_sweep([resolve("before"), resolve("after")], weights=["randn", "ones"],
+                      dtype="fp64", shape=SHAPE)
+
+
+@pytest.fixture(scope="module")
+def fp64_central2() -> StepSweep:
+    return step_sweep([resolve("after")], weights=["randn"], dtype="fp64", shape=SHAPE,
+                      stencil="central-2")
+
+
+def curve(sweep: StepSweep, kernel: str, weight: str) -> Curve:
+    return next(c for c in sweep.curves if c.kernel == kernel and c.weight == weight)
+
+
+def decades(a: float, b: float) -> float:
+    return abs(math.log10(a / b))
+
+
+def points(c: Curve) -> str:
+    return ", ".join(f"2^{round(math.log2(s))}: {e:.2e}" for s, e in
+                     zip(c.step_rel, c.max_abs_err, strict=True))
+
+
+@pytest.mark.parametrize("weight", ["randn", "ones"])
+def test_after_traces_the_v_of_the_central4_stencil(fp64_central4: StepSweep,
+                                                    weight: str) -> None:
+    c = curve(fp64_central4, "after", weight)
+    assert c.rounding is not None and c.truncation is not None, points(c)
+    assert c.rounding.points >= 5 and c.truncation.points >= 4, (c.rounding, c.truncation)
+    assert abs(c.rounding.slope - (-1)) <= 0.5, f"rounding slope {c.rounding}; {points(c)}"
+    assert abs(c.truncation.slope - 4) <= 0.5, f"truncation slope {c.truncation}; {points(c)}"
+    # The bottom of the V is where `run` puts its step, near u^(1/5) for a 4th-order stencil.
+    assert fp64_central4.run_step_rel == fd.STEP_REL[torch.float64]
+    assert decades(c.min_step, fp64_central4.run_step_rel) <= 1, points(c)
+    assert decades(c.min_step, fd.unit_roundoff(torch.float64) ** (1 / 5)) <= 1
+    assert c.min_err < fp64_central4.reference_floor, points(c)
+
+
+def test_central2_has_truncation_slope_2_and_its_bottom_near_u_cube_root(
+        fp64_central2: StepSweep) -> None:
+    c = fp64_central2.curves[0]
+    assert c.rounding is not None and c.truncation is not None, points(c)
+    assert abs(c.rounding.slope - (-1)) <= 0.5, f"{c.rounding}; {points(c)}"
+    assert abs(c.truncation.slope - 2) <= 0.5, f"{c.truncation}; {points(c)}"
+    u = fp64_central2.unit_roundoff
+    assert decades(c.min_step, u ** (1 / 3)) <= 1, points(c)
+    # The central-2 floor is about u^(2/3) at unit scale: the reference line means what it says.
+    assert decades(c.min_err, fp64_central2.reference_floor) <= 1, points(c)
+
+
+def test_before_at_randn_sits_on_a_plateau_far_above_the_floor(
+        fp64_central4: StepSweep) -> None:
+    c = curve(fp64_central4, "before", "randn")
+    finite = [e for e in c.max_abs_err if math.isfinite(e)]
+    assert len(finite) == len(c.max_abs_err), points(c)
+    assert max(finite) <= 10 * c.plateau and min(finite) >= c.plateau / 10, points(c)
+    assert c.rounding is None and c.truncation is None, (c.rounding, c.truncation)
+    after = curve(fp64_central4, "after", "randn")
+    assert c.plateau > 1e6 * after.min_err, (c.plateau, after.min_err)
+
+
+def test_blind_control_before_and_after_agree(fp64_central4: StepSweep) -> None:
+    b, a = curve(fp64_central4, "before", "ones"), curve(fp64_central4, "after", "ones")
+    for s, eb, ea in zip(b.step_rel, b.max_abs_err, a.max_abs_err, strict=True):
+        assert eb <= 2 * ea and ea <= 2 * eb, f"γ=ones at h/ℓ=2^{math.log2(s):.0f}: {eb} vs {ea}"
+
+
+def test_fp32_bottom_is_the_run_step() -> None:
+    sw = step_sweep([resolve("after")], weights=["randn"], dtype="fp32", shape=SHAPE)
+    c = sw.curves[0]
+    assert c.rounding is not None and abs(c.rounding.slope + 1) <= 0.5, points(c)
+    assert decades(c.min_step, sw.run_step_rel) <= 1, points(c)
+
+
+def test_zeros_control_is_exactly_zero_at_every_step() -> None:
+    sw = step_sweep([resolve("after")], weights=["zeros"], shape=SHAPE,
+                    steps=[2.0**e for e in range(-20, -4, 5)])
+    assert sw.curves[0].max_abs_err == [0.0] * 4
+    assert "exactly 0" in render_text(sw)
+
+
+def test_figure_is_labelled(fp64_central4: StepSweep) -> None:
+    fig = build_figure(fp64_central4)
+    ax = fig.axes[0]
+    assert "h/ℓ" in ax.get_xlabel() and "dimensionless" in ax.get_xlabel()
+    assert "dx" in ax.get_ylabel() and "units of dL/dx" in ax.get_ylabel()
+    for part in ("before", "after", "cpu", "fp64", "4×64", "central-4"):
+        assert part in ax.get_title(), (part, ax.get_title())
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(labels) == 6, labels  # 4 curves, the run step, the u^(2/3) reference
+    assert any("step run uses" in t for t in labels) and any("u^(2/3)" in t for t in labels)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+
+
+def test_terminal_drawing_marks_the_run_step_and_reference(fp64_central4: StepSweep) -> None:
+    text = render_text(fp64_central4, width=62, height=16)
+    assert text.splitlines()[0] == fp64_central4.title
+    assert "step run uses: h/ℓ = 2^-11" in text and "u^(2/3) = 2.31e-11" in text
+    assert "flat near" in text and "(theory +4)" in text
+    plot_rows = [ln for ln in text.splitlines() if "┤" in ln]
+    assert len(plot_rows) == 16 and all(len(ln.split("┤", 1)[1]) == 62 for ln in plot_rows)
+
+
+ARGS = ["plot", "--kernel", "after", "--weight", "randn", "--shape", "2,32", "--steps", "-24:-2"]
+
+
+def test_cli_json_gives_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tool"] == "gradcheck-bi" and doc["stencil"] == "central-4"
+    assert doc["run_step_rel"] == 2.0**-11 and doc["shape"] == [2, 32]
+    (c,) = doc["curves"]
+    assert len(c["step_rel"]) == len(c["max_abs_err"]) == 23
+    assert abs(c["slope_truncation"]["slope"] - 4) <= 0.5
+    assert abs(c["slope_rounding"]["slope"] + 1) <= 0.5
+
+
+def test_cli_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep.png"
+    assert main([*ARGS, "--output", str(out)]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 200_000
+    assert f"wrote {out}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--format", "png"], "--format png needs --output"),
+    (["--steps", "0:-3"], "--steps '0:-3'"),
+    (["--shape", "4,x"], "--shape"),
+    (["--eps", "-1"], "--eps"),
+    (["--output", "/no/such/folder/p.png"], "does not exist"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(extra: list[str], message: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradcheck-bi: error: ") and message in err, err
+
+
+def test_cli_without_matplotlib_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert main([*ARGS, "--steps", "-8:-2", "--output", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "needs matplotlib" in err and "pip install" in err, err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_cli_cuda_without_gpu_is_unsupported(capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main([*ARGS, "--device", "cuda"]) == 3
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_run_markdown_embeds_the_plot(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["run", "--kernel", "after", "--check", "forward", "--weight", "randn", "--zcg", "off",
+            "--device", "cpu", "--dtype", "fp64", "--shape", "2,32", "--format", "markdown",
+            "--no-progress"]
+    assert main([*args, "--plot", "docs/img/step_sweep.png"]) == 0
+    assert "(docs/img/step_sweep.png)" in capsys.readouterr().out
+    assert main([*args[:-3], "--no-progress", "--plot", "x.png"]) == 2
+    assert "--plot" in capsys.readouterr().err
