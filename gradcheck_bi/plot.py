@@ -300,6 +300,7 @@ X_LABEL = "relative step h/ℓ  (ℓ = √(Σx² + D·eps) per row; dimensionles
 Y_LABEL = "max |analytic dx − FD dx|  (units of dL/dx)"
 MARKERS = "o*+x#@%&"
 LINE_STYLES = ("-", "--", "-.", ":")
+COLOURS = ("tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive")
 
 
 def _log_span(values: Sequence[float]) -> tuple[int, int]:
@@ -370,10 +371,10 @@ def _summary(curve: Curve) -> str:
     if curve.rounding is None and curve.truncation is None:
         return f"flat near {curve.plateau:.2e} (no V)"
     parts = [f"min {curve.min_err:.2e} at 2^{round(math.log2(curve.min_step))}"]
-    if curve.rounding:
-        parts.append(f"slope {curve.rounding.slope:+.2f} (theory −1)")
-    if curve.truncation:
-        parts.append(f"{curve.truncation.slope:+.2f} (theory +{curve.truncation.theory:.0f})")
+    fits = [f for f in (curve.rounding, curve.truncation) if f is not None]
+    if fits:
+        parts.append("slopes " + " / ".join(f"{f.slope:+.2f}" for f in fits) + " (theory "
+                     + " / ".join(f"{f.theory:+.0f}" for f in fits) + ")")
     return " · ".join(parts)
 
 
@@ -396,7 +397,7 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
         # Colour per kernel, line style per control; earlier kernels wider and paler, so a
         # curve hidden under another (before and after agree at γ=ones) still shows.
         width = 1.2 + 2.2 * (len(kernels) - 1 - k)
-        ax.loglog(curve.step_rel, curve.max_abs_err, color=f"C{k}",
+        ax.loglog(curve.step_rel, curve.max_abs_err, color=COLOURS[k % len(COLOURS)],
                   linestyle=LINE_STYLES[controls.index((curve.weight, curve.zcg))
                                         % len(LINE_STYLES)],
                   linewidth=width, alpha=1.0 if width < 2 else 0.45,

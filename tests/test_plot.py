@@ -119,7 +119,7 @@ def test_terminal_drawing_marks_the_run_step_and_reference(fp64_central4: StepSw
     text = render_text(fp64_central4, width=62, height=16)
     assert text.splitlines()[0] == fp64_central4.title
     assert "step run uses: h/ℓ = 2^-11" in text and "u^(2/3) = 2.31e-11" in text
-    assert "flat near" in text and "(theory +4)" in text
+    assert "flat near" in text and "(theory -1 / +4)" in text
     plot_rows = [ln for ln in text.splitlines() if "┤" in ln]
     assert len(plot_rows) == 16 and all(len(ln.split("┤", 1)[1]) == 62 for ln in plot_rows)
 
