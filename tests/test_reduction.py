@@ -39,7 +39,8 @@ def test_row_bits_do_not_depend_on_batch_size(backend: str, n_cols: int) -> None
     full = row_sum(x, backend)
     for size in (1, 2, 3, 64, 257):
         part = row_sum(x[:size], backend)
-        assert torch.equal(part, full[:size]), f"batch of {size}: {where_differs(part, full[:size])}"
+        assert torch.equal(part, full[:size]), (
+            f"batch of {size}: {where_differs(part, full[:size])}")
     for r in (0, 150, 299):
         alone = row_sum(x[r : r + 1], backend)
         assert torch.equal(alone, full[r : r + 1]), f"row {r} alone differs"
