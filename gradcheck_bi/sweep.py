@@ -34,6 +34,28 @@ def default_targets() -> list[tuple[str, str]]:
     return targets
 
 
+@dataclass(frozen=True)
+class Expectation:
+    """A case's rule: at every point it matches (``None`` matches anything) expect ``status``.
+
+    Rules outrank both ``expect`` and a bundled kernel's declared defects.
+    """
+
+    status: str
+    kernel: str | None = None
+    check: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    weight: str | None = None
+    zcg: bool | None = None
+    reason: str = ""
+
+    def matches(self, kernel: str, cfg: Config) -> bool:
+        wanted = (self.kernel, self.check, self.device, self.dtype, self.weight, self.zcg)
+        actual = (kernel, cfg.check, cfg.device, cfg.dtype, cfg.weight, cfg.zcg)
+        return all(w is None or w == a for w, a in zip(wanted, actual, strict=True))
+
+
 @dataclass
 class Sweep:
     """The axes of a sweep. Every list is an axis; the grid is their product."""
@@ -54,6 +76,8 @@ class Sweep:
     step_rel: float | None = None
     max_memory: int = fd.DEFAULT_MAX_MEMORY
     expect: str | None = None  # "fail": every result of every kernel is expected to fail
+    # A case's [[expect]] rules; the last one that matches a point decides (see Expectation).
+    expectations: list[Expectation] = field(default_factory=list)
 
     def checks_for(self, dtype: str) -> list[str]:
         if self.checks is not None:
@@ -84,6 +108,9 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
 
 
 def _expected(spec: KernelSpec, cfg: Config, sweep: Sweep) -> str:
+    for rule in reversed(sweep.expectations):
+        if rule.matches(spec.name, cfg):
+            return rule.status
     # --expect overrides only kernels that declare nothing: bundled ones know their defects.
     if sweep.expect is not None and spec.source != "bundled":
         return sweep.expect
@@ -106,6 +133,8 @@ def probe(spec: KernelSpec, device: str, dtype: str) -> str | None:
         x, w, _ = make_inputs(cfg)
         with torch.no_grad():
             spec.fn.apply(x, w, 1e-6, False)
+    except Unsupported as exc:  # e.g. a user kernel whose module could not be imported here
+        return str(exc)
     except Exception as exc:  # a kernel may raise anything; it is reported, not re-raised
         return f"kernel refuses {device}/{dtype}: {_first_line(exc)}"
     return None

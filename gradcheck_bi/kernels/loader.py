@@ -1,0 +1,164 @@
+"""User kernels: ``PATH.py:ATTR`` or ``package.module:ATTR`` → a :class:`KernelSpec`.
+
+Any object with Megatron's ``apply(x, weight, eps, zero_centered_gamma) -> y`` qualifies,
+usually a ``torch.autograd.Function`` subclass. ``ATTR`` may be dotted (``module:Outer.Fn``).
+A path is loaded as a module of its own (Megatron-Core's ``batch_invariant_kernels.py``
+loads straight from a checkout, with no ``megatron`` package installed); the file's folder
+is on ``sys.path`` while it runs, so it may import its neighbours.
+
+Three ways a kernel can go wrong here, three outcomes:
+
+* it cannot be found or loaded at all (no such file or module, a syntax error, an
+  exception at import, a missing or unusable ``ATTR``) → :class:`KernelLoadError`, exit 2;
+* its module imports something this machine lacks (``ImportError``) → a placeholder
+  kernel whose every result is ``unsupported``, with the import's own message;
+* its forward or backward raises → the sweep reports ``error`` (or ``unsupported`` when
+  it refuses a device or dtype), per result, with the kernel's own message.
+
+>>> spec = load("gradcheck_bi.kernels.rmsnorm:After")
+>>> spec.name, spec.source, spec.defects
+('gradcheck_bi.kernels.rmsnorm:After', 'gradcheck_bi.kernels.rmsnorm:After', ())
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gradcheck_bi.checks import Unsupported
+from gradcheck_bi.kernels.registry import KernelLoadError, KernelSpec
+
+# Modules loaded from paths, by resolved path: two attributes of one file share one module.
+_FILE_MODULES: dict[Path, ModuleType] = {}
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``"a/b.py:Fn"`` → ``("a/b.py", "Fn")``; the last ``:`` separates (``C:\\`` paths work)."""
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr:
+        raise KernelLoadError(f"kernel {ref!r}: expected PATH.py:ATTR or package.module:ATTR")
+    return target, attr
+
+
+def is_path(target: str) -> bool:
+    """A file path (ends in ``.py`` or has a path separator), not a dotted module name."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def _where(exc: BaseException, path: Path | None) -> str:
+    """`` (file.py line N)`` for the innermost frame in the kernel's own file, if any."""
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        return f" (line {exc.lineno})"
+    if path is None:
+        return ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(frame.filename).resolve() == path:
+            return f" (line {frame.lineno})"
+    return ""
+
+
+def _message(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+class _Unimportable:
+    """Stands in for a kernel whose module needs something missing here: every point of it
+    is ``unsupported`` with the import's message (nothing wrong was shown about the kernel)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def apply(self, *args: Any) -> Any:
+        raise Unsupported(self.reason)
+
+
+def _load_file(target: str) -> ModuleType:
+    path = Path(target).expanduser()
+    if not path.is_file():
+        raise KernelLoadError(f"kernel file {target} not found")
+    path = path.resolve()
+    if path in _FILE_MODULES:
+        return _FILE_MODULES[path]
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    name = f"gradcheck_bi_user_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"kernel file {target}: not a loadable Python file")
+    module = importlib.util.module_from_spec(spec)
+    # Registered before running: dataclasses, pickling and Triton's source lookup need it.
+    sys.modules[name] = module
+    folder = str(path.parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:
+        del sys.modules[name]
+        raise
+    except Exception as exc:
+        del sys.modules[name]
+        raise KernelLoadError(
+            f"kernel file {target} failed to import: {_message(exc)}{_where(exc, path)}"
+        ) from exc
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+    _FILE_MODULES[path] = module
+    return module
+
+
+def _load_module(target: str) -> ModuleType:
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        # The module itself (or its package) missing means the ref is wrong: exit 2.
+        if exc.name is not None and (target == exc.name or target.startswith(exc.name + ".")):
+            raise KernelLoadError(f"kernel module {target} not found") from exc
+        raise
+    except ImportError:
+        raise
+    except Exception as exc:
+        raise KernelLoadError(
+            f"kernel module {target} failed to import: {_message(exc)}"
+        ) from exc
+
+
+def _attribute(module: ModuleType, attr: str, target: str) -> Any:
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(module) if not n.startswith("_")
+                            and callable(getattr(getattr(module, n), "apply", None)))
+            hint = f" (it defines {', '.join(public)})" if public else ""
+            raise KernelLoadError(f"kernel {target} has no attribute {attr!r}{hint}")
+        obj = getattr(obj, part)
+    if not callable(getattr(obj, "apply", None)):
+        raise KernelLoadError(
+            f"kernel {target}:{attr} is a {type(obj).__name__}, not an autograd Function: "
+            "expected an object with apply(x, weight, eps, zero_centered_gamma)"
+        )
+    return obj
+
+
+def load(ref: str) -> KernelSpec:
+    """Load ``PATH.py:ATTR`` or ``package.module:ATTR`` as a kernel with no declared defects.
+
+    Raises :class:`KernelLoadError` (exit 2) when the kernel cannot be loaded at all; an
+    ``ImportError`` inside the kernel's module gives a kernel whose results are all
+    ``unsupported`` with that message.
+    """
+    target, attr = split_ref(ref)
+    try:
+        module = _load_file(target) if is_path(target) else _load_module(target)
+    except ImportError as exc:
+        reason = f"kernel {ref} cannot be imported here: {_message(exc)}"
+        return KernelSpec(ref, _Unimportable(reason), (), "import failed", source=ref)
+    fn = _attribute(module, attr, target)
+    doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
+    return KernelSpec(ref, fn, (), doc[0] if doc else "", source=ref)
