@@ -184,3 +184,14 @@ def test_run_markdown_embeds_the_plot(capsys: pytest.CaptureFixture[str]) -> Non
     assert "(docs/img/step_sweep.png)" in capsys.readouterr().out
     assert main([*args[:-3], "--no-progress", "--plot", "x.png"]) == 2
     assert "--plot" in capsys.readouterr().err
+
+
+def test_point_at_the_run_step_is_the_error_run_reports() -> None:
+    from gradcheck_bi.checks import Config, check_dx
+
+    sw = step_sweep([resolve("after"), resolve("before")], weights=["randn"], shape=(2, 32),
+                    steps=[2.0**e for e in range(-13, -8)])
+    for c in sw.curves:
+        at_run = dict(zip(c.step_rel, c.max_abs_err, strict=True))[sw.run_step_rel]
+        measured = check_dx(resolve(c.kernel).fn, Config(check="dx", shape=(2, 32))).max_abs_err
+        assert at_run == measured, f"{c.kernel}: plot {at_run!r} vs run {measured!r}"
