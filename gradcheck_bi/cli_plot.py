@@ -15,7 +15,6 @@ from typing import Annotated
 import typer
 
 from gradcheck_bi.checks import Unsupported
-from gradcheck_bi.fd import DEFAULT_MAX_MEMORY
 from gradcheck_bi.kernels.registry import WEIGHTS
 from gradcheck_bi.plot import (
     STEP_EXPONENTS,
@@ -133,7 +132,7 @@ def plot_command(
             specs,
             weights=[w.value for w in weight] if weight else ["randn", "ones"],
             zcg=zcg_values, device=device.value, dtype=dtype.value, shape=dims, eps=eps,
-            seed=seed, stencil=stencil.value, steps=step_list, max_memory=DEFAULT_MAX_MEMORY,
+            seed=seed, stencil=stencil.value, steps=step_list,
         )
     except Unsupported as exc:
         sys.stderr.write(f"gradcheck-bi: unsupported here: {exc}\n")

@@ -32,7 +32,7 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -256,7 +256,7 @@ def step_sweep(
     seed: int = 0,
     stencil: str = "central-4",
     steps: Sequence[float] | None = None,
-    max_memory: int = fd.DEFAULT_MAX_MEMORY,
+    max_memory: int | None = None,
 ) -> StepSweep:
     """Sweep the step for every kernel × zcg × γ control; raises ``Unsupported`` where it can't.
 
@@ -283,8 +283,9 @@ def step_sweep(
         for spec in kernels:
             for weight in weights:
                 cfg = Config(check="dx", device=device, dtype=dtype, shape=tuple(shape), eps=eps,
-                             seed=seed, weight=weight, zcg=z, stencil=stencil,
-                             max_memory=max_memory)
+                             seed=seed, weight=weight, zcg=z, stencil=stencil)
+                if max_memory is not None:  # else run's default budget
+                    cfg = replace(cfg, max_memory=max_memory)
                 out.curves.append(measure_curve(spec, cfg, steps, st))
     return out
 
