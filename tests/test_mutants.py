@@ -1,0 +1,113 @@
+"""The mutation suite: single-defect RMSNorms (tests/mutants/) must each be caught.
+
+Default suite: every mutant fails at its one ``fast`` point (the check and γ control that
+should see it), hides at its ``blind`` points (the controls that cannot see it), and the
+correct kernels pass all those points. ``-m slow``: every mutant through the shipped sweep,
+``gradcheck-bi run --case cases/ci.toml --kernel tests/mutants/X.py:Mutant`` in fp64 on CPU,
+must exit 1 with its primary check among the catchers. ``tests/mutants/make_table.py``
+writes the resulting table to docs/mutants.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "mutants"))
+import catalog
+
+from gradcheck_bi.kernels.rmsnorm import After
+
+STEMS = [m.stem for m in catalog.MUTANTS]
+
+
+def _describe(results: list) -> str:
+    return "; ".join(
+        f"{r.check} γ={r.weight} zcg={r.zero_centered_gamma} {tuple(r.shape)}: {r.status} "
+        f"err {catalog.fmt(r.max_abs_err)} tol {catalog.fmt(r.tolerance)} {r.message}"
+        for r in results
+    )
+
+
+def test_catalog_covers_every_mutant_file() -> None:
+    files = {p.stem for p in catalog.HERE.glob("m[0-9][0-9]_*.py")}
+    assert files == set(STEMS), f"catalog and tests/mutants/ differ: {files ^ set(STEMS)}"
+    assert len(STEMS) >= 12
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_mutant_caught_by_its_check(stem: str) -> None:
+    m = catalog.BY_STEM[stem]
+    results = catalog.run_points(catalog.load(stem), stem, [m.fast])
+    assert all(r.status == "fail" for r in results), (
+        f"{stem} escaped its {m.primary} check: {_describe(results)}")
+
+
+@pytest.mark.parametrize("stem", [m.stem for m in catalog.MUTANTS if m.blind])
+def test_mutant_hidden_at_its_blind_controls(stem: str) -> None:
+    """A blind control passes a mutant whose defect vanishes there: the discriminator."""
+    m = catalog.BY_STEM[stem]
+    results = catalog.run_points(catalog.load(stem), stem, list(m.blind))
+    assert all(r.status == "pass" for r in results), (
+        f"{stem} was flagged where its defect cannot show: {_describe(results)}")
+
+
+@pytest.mark.parametrize("name", ["after", "independent"])
+def test_correct_kernels_pass_every_mutant_point(name: str) -> None:
+    fn = After if name == "after" else catalog.load("rmsnorm_ref", "IndependentRMSNorm")
+    points = sorted({m.fast for m in catalog.MUTANTS} | {p for m in catalog.MUTANTS
+                                                           for p in m.blind})
+    results = catalog.run_points(fn, name, points)
+    bad = [r for r in results if r.status != "pass"]
+    assert not bad, f"correct kernel {name} flagged: {_describe(bad)}"
+
+
+@pytest.mark.parametrize(("stem", "zcg", "verdict"), [
+    ("m01_dx_double_weight", False, "fails (d/dx)"),
+    ("m02_forward_ignores_zcg", False, "passes"),  # a wrong forward is not its business
+    ("m14_dw_fp32_accumulation", False, "passes"),  # 1e-6 relative < its rtol 1e-3
+    ("m15_eps_outside_sqrt", False, "passes"),
+    ("m16_backward_recomputes_r_without_eps", False, "passes"),
+    ("m17_batch_dependent_order", False, "passes"),  # never looks at batch invariance
+])
+def test_torch_gradcheck_verdicts_quoted_in_readme(stem: str, zcg: bool, verdict: str) -> None:
+    assert catalog.torch_gradcheck(catalog.load(stem), zcg) == verdict
+
+
+def _ci_ready() -> str | None:
+    if not catalog.CI_CASE.exists():
+        return "cases/ci.toml not present yet (issue 4)"
+    try:
+        import gradcheck_bi.kernels.loader  # noqa: F401
+    except ImportError:
+        return "gradcheck_bi.kernels.loader not present yet (issue 4)"
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", STEMS)
+def test_ci_sweep_catches_mutant(stem: str) -> None:
+    why = _ci_ready()
+    if why:
+        pytest.skip(why)
+    m = catalog.BY_STEM[stem]
+    code, doc = catalog.run_ci(m.ref)
+    assert code == 1, f"{stem}: gradcheck-bi exited {code}, expected 1 (defect found)"
+    caught = catalog.caught_by(doc["results"])
+    assert m.primary in caught, f"{stem}: caught by {sorted(caught)}, not by {m.primary}"
+    errors = [r for r in doc["results"] if r["status"] == "error"]
+    assert not errors, f"{stem}: the tool errored instead of measuring: {errors[0]['message']}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["after", "independent"])
+def test_ci_sweep_passes_correct_kernels(name: str) -> None:
+    why = _ci_ready()
+    if why:
+        pytest.skip(why)
+    ref = "after" if name == "after" else "tests/independent/rmsnorm_ref.py:IndependentRMSNorm"
+    code, doc = catalog.run_ci(ref)
+    bad = [r for r in doc["results"] if not r["as_expected"]]
+    assert code == 0 and not bad, f"{name}: exit {code}; {bad[:3]}"
