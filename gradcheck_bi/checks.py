@@ -110,6 +110,10 @@ def _apply(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config) -> torch.Tens
         raise TypeError(f"forward returned {type(y).__name__}, expected a tensor")
     if y.shape != x.shape:
         raise ValueError(f"forward returned shape {tuple(y.shape)} for x of {tuple(x.shape)}")
+    # The contract is y in x.dtype. A y in another dtype would be measured against a noise
+    # floor computed for x.dtype: half the points fail, half pass, and no message says why.
+    if y.dtype != x.dtype:
+        raise TypeError(f"forward returned {y.dtype} for x of {x.dtype}; expected y in x.dtype")
     return y
 
 

@@ -217,7 +217,7 @@ def run_command(
         sweep,
         kernels=list(kernel) if kernel else None,
         targets=targets,
-        shapes=[parse_shape(shape)] if shape else None,
+        shapes=[parse_shape(shape)] if shape is not None else None,
         eps=[eps] if eps is not None else None,
         seeds=[seed] if seed is not None else None,
         checks=[c.value for c in check] if check else None,
@@ -284,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         err_line(f"gradcheck-bi: error: {type(exc).__name__}: {exc}")
         return EXIT_USAGE
+    if rv == EXIT_INTERRUPTED:
+        # Typer >= 0.2x turns Ctrl-C inside a command into a silent Exit(130) that returns
+        # here (older releases raise Abort, handled above); no command returns 130 itself.
+        err_line("gradcheck-bi: interrupted; partial results discarded")
     return rv if isinstance(rv, int) else 0
 
 
