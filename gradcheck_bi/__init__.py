@@ -9,6 +9,7 @@ True
 """
 
 from gradcheck_bi._version import __version__
+from gradcheck_bi.api import GradcheckFailure, Report, check
 from gradcheck_bi.checks import Config, Measurement
 from gradcheck_bi.kernels import BUNDLED, KernelSpec
 from gradcheck_bi.sweep import Sweep
@@ -18,11 +19,14 @@ from gradcheck_bi.verdict import Result, exit_code
 __all__ = [
     "BUNDLED",
     "Config",
+    "GradcheckFailure",
     "KernelSpec",
     "Measurement",
+    "Report",
     "Result",
     "Sweep",
     "__version__",
+    "check",
     "exit_code",
     "run_sweep",
 ]

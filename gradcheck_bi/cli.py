@@ -25,13 +25,17 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef]
 
 
+from gradcheck_bi.cases import CaseError, load_case, run_sweeps
 from gradcheck_bi.checks import DTYPES
 from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelLoadError
+from gradcheck_bi.report import baseline as baselines
+from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, render_rich, to_json
 from gradcheck_bi.report.tables import build_tables, summarize
-from gradcheck_bi.sweep import Sweep, resolve_kernels, run, with_overrides
+from gradcheck_bi.sweep import Sweep, resolve_kernels, with_overrides
 from gradcheck_bi.verdict import (
     EXIT_INTERRUPTED,
+    EXIT_UNEXPECTED,
     EXIT_USAGE,
     Result,
     exit_code,
@@ -75,6 +79,7 @@ class Format(str, Enum):
     table = "table"
     markdown = "markdown"
     json = "json"
+    junit = "junit"
 
 
 class Expect(str, Enum):
@@ -197,6 +202,12 @@ def run_command(
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.table,
     output: Annotated[Path | None, typer.Option(help="Write the report here (atomically).")
                       ] = None,
+    case: Annotated[Path | None, typer.Option(
+        help="A TOML sweep (see cases/README.md); the options above override it.")] = None,
+    baseline: Annotated[Path | None, typer.Option(
+        help="Compare every result with this recorded run; drift exits 1.")] = None,
+    update_baseline: Annotated[bool, typer.Option(
+        help="Record this run as --baseline FILE (atomically) instead of comparing.")] = False,
     plot: Annotated[str | None, typer.Option(
         help="Markdown only: embed this image (from `gradcheck-bi plot --output`).")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr (TTY only).")] = True,
@@ -204,7 +215,6 @@ def run_command(
 ) -> int:
     """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
     started = time.perf_counter()
-    sweep = Sweep()
     if eps is not None and not (math.isfinite(eps) and eps > 0):
         raise UsageError(f"--eps {eps}: must be a finite number > 0")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
@@ -212,8 +222,16 @@ def run_command(
             raise UsageError(f"{name} {value}: must be a finite number >= 0")
     if plot is not None and fmt is not Format.markdown:
         raise UsageError("--plot embeds an image in --format markdown only")
+    if update_baseline and baseline is None:
+        raise UsageError("--update-baseline needs --baseline FILE (where to record the run)")
+    try:
+        sweeps = load_case(case).sweeps if case is not None else [Sweep()]
+        recorded = (baselines.load(baseline)
+                    if baseline is not None and not update_baseline else None)
+    except (CaseError, baselines.BaselineError) as exc:
+        raise UsageError(str(exc)) from None
     targets = _targets(device, dtype)
-    sweep = with_overrides(
+    sweeps = [with_overrides(
         sweep,
         kernels=list(kernel) if kernel else None,
         targets=targets,
@@ -227,34 +245,51 @@ def run_command(
         rtol=rtol,
         expect=expect.value if expect else None,
         max_memory=parse_memory(max_memory) if max_memory else None,
-    )
-    specs = resolve_kernels(sweep.kernels)
+        expectations=[] if expect else None,  # --expect outranks a case's rules
+    ) for sweep in sweeps]
+    refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
+    specs = resolve_kernels(refs)
     bar, on_result = _progress(progress and sys.stderr.isatty())
     if bar is not None:
         with bar:
-            results = run(sweep, specs, on_result)
+            results = run_sweeps(sweeps, specs, on_result)
     else:
-        results = run(sweep, specs)
+        results = run_sweeps(sweeps, specs)
     code = exit_code(results)
+    drifts = baselines.compare(results, recorded) if recorded is not None else []
+    if drifts:
+        code = EXIT_UNEXPECTED
+    if update_baseline and baseline is not None:
+        baselines.write(baseline, baselines.Baseline.from_results(results))
+        Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
     summary = summarize(results)
     elapsed = time.perf_counter() - started
     if fmt is Format.json:
         text = to_json(results, code == 0, environment(), {"seconds": round(elapsed, 3)})
+        text = baselines.add_to_json(text, drifts, baseline) if recorded is not None else text
     elif fmt is Format.markdown:
         text = render_markdown(build_tables(results), summary, plot=plot)
+        text += baselines.render_markdown(drifts, baseline) if recorded is not None else ""
+    elif fmt is Format.junit:
+        text = to_junit(results, drifts)
     else:
         text = ""
     if output is not None:
         if fmt is Format.table:
             console = Console(record=True, width=160, no_color=True, file=open(os.devnull, "w"))
             render_rich(build_tables(results), summary, console)
+            baselines.render_rich(drifts, baseline, recorded is not None, console)
             text = console.export_text()
         write_atomically(output, text)
         Console(stderr=True).print(f"wrote {output} — exit {code}")
     elif fmt is Format.table:
         render_rich(build_tables(results), summary, Console())
+        baselines.render_rich(drifts, baseline, recorded is not None, Console())
     else:
         sys.stdout.write(text)
+    if fmt is not Format.table or output is not None:
+        for d in drifts:  # the CI log shows drift whatever the report format
+            sys.stderr.write(f"gradcheck-bi: {d.line}\n")
     return code
 
 

@@ -1,0 +1,344 @@
+"""Case files: TOML data → a list of :class:`~gradcheck_bi.sweep.Sweep`, validated strictly.
+
+A case is data, never code: it is parsed with ``tomllib`` and every key is checked against
+the schema below. An unknown key or a wrong type is a :class:`CaseError` naming the file
+and the key (the CLI turns it into one line and exit 2). ``cases/README.md`` documents the
+schema for users; this module is its executable form.
+
+Layout of a case file::
+
+    description = "what this case is for"          # optional text
+    skip_missing_devices = true                    # drop cuda targets when no GPU is seen
+    kernels = ["after"]                            # any sweep key: the defaults of every block
+    targets = ["cpu/fp64", "cuda/fp32"]
+
+    [[sweep]]                                      # zero or more blocks; none = one sweep
+    name = "awkward shapes"                        # from the top-level keys alone
+    shapes = [[1, 1], [2, 3, 1000]]
+
+    [[expectation]]                                # optional rules, last match wins
+    kernel = "after"
+    check = "batch_invariance"
+    status = "pass"
+
+Every block is the top-level keys overridden by the block's own, then one :class:`Sweep`;
+the case runs its blocks in order, and a point two blocks share runs once.
+
+>>> case = parse_case('kernels = ["after"]\\n[[sweep]]\\nshapes = [[4, 1]]', "demo.toml")
+>>> case.sweeps[0].kernels, case.sweeps[0].shapes
+(['after'], [(4, 1)])
+>>> parse_case("shape = [2, 8]", "demo.toml")
+Traceback (most recent call last):
+...
+gradcheck_bi.cases.CaseError: demo.toml: unknown key 'shape' at top level (did you mean 'shapes'?)
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from gradcheck_bi import fd
+from gradcheck_bi.checks import DTYPES, Config
+from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelSpec
+from gradcheck_bi.sweep import Expectation, Sweep, grid, probe, resolve_kernels, run_point
+from gradcheck_bi.verdict import Result
+
+DEVICES = ("cpu", "cuda")
+STATUSES = ("pass", "fail")
+
+
+class CaseError(Exception):
+    """A case file that cannot be used: missing, not TOML, or not the schema (exit 2)."""
+
+
+# --- value validators: each returns the converted value or raises _Bad(what was expected) ---
+
+
+class _Bad(Exception):
+    pass
+
+
+def _number(v: Any, what: str, ok: Callable[[float], bool]) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(float(v)):
+        raise _Bad(what)
+    return float(v)
+
+
+def _positive(v: Any) -> float:
+    return _number(v, "a finite number > 0", lambda f: math.isfinite(f) and f > 0)
+
+
+def _nonnegative(v: Any) -> float:
+    return _number(v, "a finite number >= 0", lambda f: math.isfinite(f) and f >= 0)
+
+
+def _list_of(item: Callable[[Any], Any], what: str) -> Callable[[Any], list[Any]]:
+    def convert(v: Any) -> list[Any]:
+        if not isinstance(v, list) or not v:
+            raise _Bad(f"a non-empty list of {what}")
+        try:
+            return [item(x) for x in v]
+        except _Bad:
+            raise _Bad(f"a non-empty list of {what}") from None
+
+    return convert
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(v: Any) -> str:
+        if not isinstance(v, str) or v not in options:
+            raise _Bad("one of " + ", ".join(repr(o) for o in options))
+        return v
+
+    return convert
+
+
+def _string(v: Any) -> str:
+    if not isinstance(v, str):
+        raise _Bad("a string")
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _Bad("true or false")
+    return v
+
+
+def _seed(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _Bad("an integer >= 0")
+    return v
+
+
+def _kernel(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise _Bad("a kernel name, PATH.py:ATTR or package.module:ATTR")
+    return v
+
+
+def _shape(v: Any) -> tuple[int, ...]:
+    if (not isinstance(v, list) or not v
+            or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in v)):
+        raise _Bad("a shape: a list of positive integers")
+    return tuple(v)
+
+
+def _target(v: Any) -> tuple[str, str]:
+    what = "a target 'device/dtype' (device cpu or cuda; dtype " + ", ".join(DTYPES) + ")"
+    if not isinstance(v, str) or v.count("/") != 1:
+        raise _Bad(what)
+    device, dtype = v.split("/")
+    if device not in DEVICES or dtype not in DTYPES:
+        raise _Bad(what)
+    return device, dtype
+
+
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def _memory(v: Any) -> int:
+    what = "bytes: a positive integer or a string such as '512M' or '2G'"
+    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+        return v
+    if isinstance(v, str):
+        t = v.strip().lower().removesuffix("ib").removesuffix("b")
+        try:
+            n = int(float(t[:-1]) * _UNITS[t[-1]]) if t and t[-1] in _UNITS else int(t)
+        except (ValueError, KeyError):
+            raise _Bad(what) from None
+        if n > 0:
+            return n
+    raise _Bad(what)
+
+
+# Keys of a sweep (top level or a [[sweep]] block): name → (validator, Sweep field).
+SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
+    "kernels": _list_of(_kernel, "kernel references"),
+    "targets": _list_of(_target, "'device/dtype' strings, e.g. 'cpu/fp64'"),
+    "shapes": _list_of(_shape, "shapes (lists of positive integers)"),
+    "input_scales": _list_of(_positive, "finite numbers > 0"),
+    "weight_scales": _list_of(_positive, "finite numbers > 0"),
+    "eps": _list_of(_positive, "finite numbers > 0"),
+    "seeds": _list_of(_seed, "integers >= 0"),
+    "checks": _list_of(_choice(CHECKS), "checks (" + ", ".join(CHECKS) + ")"),
+    "weights": _list_of(_choice(WEIGHTS), "γ controls (" + ", ".join(WEIGHTS) + ")"),
+    "zcg": _list_of(_bool, "booleans"),
+    "atol": _nonnegative,
+    "rtol": _nonnegative,
+    "stencil": _choice(tuple(fd.STENCILS)),
+    "step_rel": _positive,
+    "max_memory": _memory,
+    "expect": _choice(STATUSES),
+}
+# Keys that shape how a block becomes a sweep, not a Sweep field.
+BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {
+    "name": _string,
+    "skip_missing_devices": _bool,
+}
+TOP_KEYS: dict[str, Callable[[Any], Any]] = {"description": _string}
+EXPECT_KEYS: dict[str, Callable[[Any], Any]] = {
+    "status": _choice(STATUSES),
+    "kernel": _kernel,
+    "check": _choice(CHECKS),
+    "device": _choice(DEVICES),
+    "dtype": _choice(tuple(DTYPES)),
+    "weight": _choice(WEIGHTS),
+    "zcg": _bool,
+    "reason": _string,
+}
+assert set(SWEEP_KEYS) <= {f.name for f in fields(Sweep)}
+
+
+@dataclass
+class Case:
+    """A parsed case: its sweeps in order, and where it came from."""
+
+    path: str
+    description: str = ""
+    sweeps: list[Sweep] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+    def kernel_refs(self) -> list[str]:
+        """Every kernel the case names, first-seen order."""
+        refs: list[str] = []
+        for s in self.sweeps:
+            refs += [k for k in s.kernels if k not in refs]
+        return refs
+
+
+def _check_table(table: dict[str, Any], allowed: dict[str, Callable[[Any], Any]],
+                 where: str, source: str) -> dict[str, Any]:
+    out = {}
+    for key, value in table.items():
+        if key not in allowed:
+            close = difflib.get_close_matches(key, list(allowed), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else (
+                " (known: " + ", ".join(allowed) + ")")
+            raise CaseError(f"{source}: unknown key {key!r} {where}{hint}")
+        try:
+            out[key] = allowed[key](value)
+        except _Bad as exc:
+            raise CaseError(
+                f"{source}: key {key!r} {where}: expected {exc}, got {value!r}") from None
+    return out
+
+
+def _missing_devices() -> set[str]:
+    import torch
+
+    return set() if torch.cuda.is_available() else {"cuda"}
+
+
+def _to_sweep(values: dict[str, Any], source: str, where: str) -> Sweep:
+    kwargs = {k: v for k, v in values.items() if k in SWEEP_KEYS}
+    if values.get("skip_missing_devices") and "targets" in kwargs:
+        missing = _missing_devices()
+        kwargs["targets"] = [t for t in kwargs["targets"] if t[0] not in missing]
+        if not kwargs["targets"]:
+            raise CaseError(f"{source}: {where}: no target is available on this machine")
+    return Sweep(**kwargs)
+
+
+def parse_case(text: str, source: str) -> Case:
+    """Validate a case file's text (``source`` names it in errors) and build its sweeps."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CaseError(f"{source}: not valid TOML: {exc}") from None
+    blocks = doc.pop("sweep", None)
+    rules = doc.pop("expectation", None)
+    top = _check_table(doc, {**SWEEP_KEYS, **BLOCK_KEYS, **TOP_KEYS}, "at top level", source)
+    if blocks is None:
+        blocks = [{}]
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise CaseError(f"{source}: 'sweep' must be an array of tables ([[sweep]] blocks)")
+    if rules is None:
+        rules = []
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise CaseError(f"{source}: 'expectation' must be an array of tables "
+                        "([[expectation]] rules)")
+    expectations = []
+    for i, rule in enumerate(rules, 1):
+        where = f"in [[expectation]] #{i}"
+        checked = _check_table(rule, EXPECT_KEYS, where, source)
+        if "status" not in checked:
+            raise CaseError(f"{source}: {where}: missing key 'status' (\"pass\" or \"fail\")")
+        expectations.append(Expectation(**checked))
+    case = Case(source, top.pop("description", ""))
+    for i, block in enumerate(blocks, 1):
+        where = f"in [[sweep]] #{i}" + (f" ({block['name']})" if isinstance(
+            block.get("name"), str) else "")
+        values = {**top, **_check_table(block, {**SWEEP_KEYS, **BLOCK_KEYS}, where, source)}
+        sweep = _to_sweep(values, source, where)
+        sweep.expectations = list(expectations)
+        case.sweeps.append(sweep)
+        case.names.append(values.get("name", f"sweep {i}"))
+    return case
+
+
+def load_case(path: str | Path) -> Case:
+    """Read and validate a case file. Raises :class:`CaseError` naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CaseError(f"case file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaseError(f"case file {path}: cannot read: {exc}") from None
+    return parse_case(text, str(path))
+
+
+def _specs_for(sweep: Sweep, specs: list[KernelSpec]) -> list[KernelSpec]:
+    by_ref = dict(zip(_refs(specs), specs, strict=True))
+    return [by_ref[k] for k in sweep.kernels]
+
+
+def _refs(specs: list[KernelSpec]) -> list[str]:
+    return [s.source if s.source != "bundled" else s.name for s in specs]
+
+
+def run_sweeps(
+    sweeps: list[Sweep],
+    specs: list[KernelSpec] | None = None,
+    on_result: Callable[[Result, int, int], None] | None = None,
+) -> list[Result]:
+    """Run several sweeps as one: block order, each shared point once, one probe per target.
+
+    ``specs`` are the kernels of every sweep, loaded up front (see
+    :func:`~gradcheck_bi.sweep.resolve_kernels`); ``on_result(result, done, total)``
+    reports progress over all of them.
+    """
+    if specs is None:
+        refs: list[str] = []
+        for s in sweeps:
+            refs += [k for k in s.kernels if k not in refs]
+        specs = resolve_kernels(refs)
+    points = []
+    seen: set[tuple[str, Config]] = set()
+    for s in sweeps:
+        for spec, cfg in grid(s, _specs_for(s, specs)):
+            if (spec.name, cfg) not in seen:
+                seen.add((spec.name, cfg))
+                points.append((spec, cfg, s))
+    refusals: dict[tuple[str, str, str], str | None] = {}
+    results = []
+    for i, (spec, cfg, s) in enumerate(points):
+        key = (spec.name, cfg.device, cfg.dtype)
+        if key not in refusals:
+            refusals[key] = probe(spec, cfg.device, cfg.dtype)
+        results.append(run_point(spec, cfg, s, refusals[key]))
+        if on_result is not None:
+            on_result(results[-1], i + 1, len(points))
+    return results
