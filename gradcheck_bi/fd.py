@@ -40,6 +40,7 @@ torch.Size([4, 16])
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,10 +77,48 @@ STEP_REL = {torch.float64: 2.0**-11, torch.float32: 2.0**-5}
 K_ROUND = 2.0
 K_TRUNC = 5.0
 
-# Bytes held per perturbed element in one chunk: the input, the forward's intermediates
-# (a handful of compute-dtype temporaries) and our fp64 copy of the output.
+# Bytes held per perturbed element in one chunk: the perturbed input, the forward's
+# intermediates (a handful of compute-dtype temporaries) and our fp64 differences.
 BYTES_PER_ELEMENT = {torch.float64: 8 * 8, torch.float32: 4 * 8 + 8}
-DEFAULT_MAX_MEMORY = 1 << 30
+# Bytes per element of x held for the whole check, outside the chunks: x, g, y, the analytic
+# dx and w-grad copies in the input dtype, and fp64 copies of g, |g|, the estimate, its two
+# floor parts and the error.
+FIXED_BYTES_PER_ELEMENT = 6 * 8 + 8 * 8
+# On CPU a chunk is sized to stay in cache, not to fill the budget: measured on the
+# benchmark machine (docs/benchmarks.md), elementwise ops on 4 MiB tensors run ~10x faster
+# than on 32 MiB ones, and fresh large allocations cost page faults on every call.
+CPU_CHUNK_ELEMENTS = 1 << 19
+MEMORY_FRACTION = 0.25
+_MIN_DEFAULT_MEMORY = 256 << 20
+
+
+class MemoryBudgetError(ValueError):
+    """A check cannot run inside the memory budget; the message carries the estimate."""
+
+
+def _available_host_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_max_memory() -> int:
+    """``MEMORY_FRACTION`` of the host memory available now (1 GiB if it cannot be read)."""
+    avail = _available_host_memory()
+    if avail is None:
+        return 1 << 30
+    return max(_MIN_DEFAULT_MEMORY, int(avail * MEMORY_FRACTION))
+
+
+DEFAULT_MAX_MEMORY = default_max_memory()
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
@@ -109,16 +148,73 @@ def row_steps(x2: torch.Tensor, eps: float, step_rel: float) -> torch.Tensor:
     return _pow2(step_rel * scale)
 
 
+def _bytes_per_element(dtype: torch.dtype) -> int:
+    return BYTES_PER_ELEMENT.get(dtype, 64)
+
+
+def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
+                max_memory: int, device: torch.device | str = "cpu") -> tuple[int, int]:
+    """``(columns, rows)`` perturbed in one batched forward call.
+
+    A chunk holds ``stencil.points × columns × rows`` perturbed rows of length ``n_cols``.
+    Its size is capped by what ``max_memory`` leaves after the arrays held for the whole
+    check (:func:`memory_estimate`) and, on CPU, by ``CPU_CHUNK_ELEMENTS`` (cache);
+    rows are split only when one column of every row does not fit. Any chunk gives the
+    same bits for a batch-invariant kernel, so this is purely a speed/memory choice.
+    """
+    spare = max_memory - FIXED_BYTES_PER_ELEMENT * n_rows * n_cols  # see memory_estimate
+    budget = max(1, spare // _bytes_per_element(dtype))
+    if torch.device(device).type == "cpu":
+        budget = min(budget, CPU_CHUNK_ELEMENTS)
+    per_row = stencil.points * n_cols  # one perturbed column of one row
+    rows = max(1, min(n_rows, budget // per_row))
+    cols = max(1, min(n_cols, budget // (per_row * rows))) if rows == n_rows else 1
+    return cols, rows
+
+
 def columns_per_chunk(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
                       max_memory: int) -> int:
     """How many perturbed columns fit in one batched call under ``max_memory`` bytes."""
-    per_column = stencil.points * n_rows * n_cols * BYTES_PER_ELEMENT.get(dtype, 64)
-    return max(1, min(n_cols, max_memory // max(1, per_column)))
+    return chunk_shape(n_rows, n_cols, stencil, dtype, max_memory)[0]
 
 
 def memory_estimate(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype) -> int:
-    """Bytes one perturbed column needs: the floor under any memory budget."""
-    return stencil.points * n_rows * n_cols * BYTES_PER_ELEMENT.get(dtype, 64)
+    """Bytes a finite-difference check of an ``(n_rows, n_cols)`` input needs at least.
+
+    The floor under any memory budget: the arrays held for the whole check plus the
+    smallest chunk (one perturbed column of one row, at every stencil point).
+    """
+    fixed = FIXED_BYTES_PER_ELEMENT * n_rows * n_cols
+    return fixed + stencil.points * n_cols * _bytes_per_element(dtype)
+
+
+def check_budget(shape: tuple[int, ...], stencil: Stencil, dtype: torch.dtype,
+                 max_memory: int) -> None:
+    """Raise :class:`MemoryBudgetError` (with the estimate) if ``shape`` cannot fit."""
+    n_cols = shape[-1] if shape else 1
+    n_rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+    need = memory_estimate(n_rows, n_cols, stencil, dtype)
+    if need > max_memory:
+        raise MemoryBudgetError(
+            f"a finite-difference check of shape {tuple(shape)} in {str(dtype).split('.')[-1]} "
+            f"needs at least {_fmt_bytes(need)}, over the memory budget of "
+            f"{_fmt_bytes(max_memory)}; raise --max-memory or check a smaller shape"
+        )
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _combine_sums(sums: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, torch.Tensor]:
+    """(stencil numerator, 2nd-order numerator at h) from per-offset sums ``Σ g·Δ_o y``."""
+    num = stencil.weights[0] * sums[0]
+    for j in range(1, len(stencil.offsets)):
+        num = num + stencil.weights[j] * sums[j]
+    return num, 0.5 * sums[0]
 
 
 def _combine(ys: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,6 +226,34 @@ def _combine(ys: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, torch.Te
     return num, 0.5 * (ys[0] - ys[n])
 
 
+def _signed_offsets(stencil: Stencil) -> torch.Tensor:
+    return torch.tensor([*stencil.offsets, *(-o for o in stencil.offsets)], dtype=torch.float64)
+
+
+def _differences(ys: torch.Tensor, g: torch.Tensor, g_abs: torch.Tensor,
+                 n_offsets: int, owned: bool) -> torch.Tensor:
+    """Row sums ``[Σ_i g_i (y_i(+o) - y_i(-o)) for o..., Σ_i |g_i| max_o |y_i(±o)|]``.
+
+    ``ys`` is ``(points, ..., D)`` with the ``+o`` outputs first; the differences are taken
+    elementwise in fp64 (exact for nearby values) before the dot with ``g``.
+    """
+    work = torch.empty((n_offsets + 1, *ys.shape[1:]), dtype=torch.float64, device=ys.device)
+    if ys.dtype == torch.float64:
+        torch.sub(ys[:n_offsets], ys[n_offsets:], out=work[:n_offsets])
+    else:
+        work[:n_offsets].copy_(ys[:n_offsets])
+        work[:n_offsets].sub_(ys[n_offsets:])
+    work[:n_offsets].mul_(g)
+    # ``owned``: ys shares no memory with the perturbed inputs, so |y| may overwrite it.
+    mags = ys.abs_() if owned else ys.abs()
+    if mags.dtype == torch.float64:
+        torch.amax(mags, 0, out=work[n_offsets])
+    else:
+        work[n_offsets].copy_(torch.amax(mags, 0))
+    work[n_offsets].mul_(g_abs)
+    return row_sum(work)
+
+
 def input_grad(
     forward: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
@@ -138,45 +262,163 @@ def input_grad(
     stencil: Stencil = CENTRAL4,
     step_rel: float | None = None,
     max_memory: int = DEFAULT_MAX_MEMORY,
+    *,
+    chunk: tuple[int, int] | None = None,
 ) -> FDEstimate:
-    """Central-difference ``dL/dx`` for ``L = Σ g·forward(x)``, every element, row-coloured."""
+    """Central-difference ``dL/dx`` for ``L = Σ g·forward(x)``, every element, row-coloured.
+
+    Chunk by chunk, ``points × columns × rows`` copies of the rows are perturbed in one
+    column each and pushed through ``forward`` in one call; per row ``k`` and column ``c``::
+
+        S_o = Σ_i g_i (y_i(x + o h e_c) - y_i(x - o h e_c))      (fixed-order row sum)
+        dL/dx_c ≈ Σ_o w_o S_o / h,     2nd order: S_1 / (2h)
+
+    The perturbed copies live in one buffer filled once per row block; only the perturbed
+    elements are written and restored per chunk. ``chunk = (columns, rows)`` overrides
+    :func:`chunk_shape` (for tests and benchmarks: the result's bits never depend on it,
+    for a batch-invariant kernel). Raises :class:`MemoryBudgetError` when
+    even the smallest chunk does not fit ``max_memory``.
+    """
     n_cols = x.shape[-1]
+    check_budget(tuple(x.shape), stencil, x.dtype, max_memory)
     x2 = x.detach().reshape(-1, n_cols)
     n_rows = x2.shape[0]
+    dev = x.device
+    g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
+    g2_abs = g2.abs()
+    rel = step_rel if step_rel is not None else STEP_REL.get(x.dtype, 2.0**-5)
+    h = row_steps(x2, eps, rel)
+    u = unit_roundoff(x.dtype)
+    signed = _signed_offsets(stencil).to(dev)
+    n_off, points = len(stencil.offsets), stencil.points
+    # delta[p, r]: the step at stencil point p for row r, rounded to x's dtype once.
+    delta = (signed[:, None] * h[None, :]).to(x.dtype)
+    sums = torch.empty(n_off + 1, n_cols, n_rows, dtype=torch.float64, device=dev)
+    n_c_max, n_r_max = chunk or chunk_shape(n_rows, n_cols, stencil, x.dtype, max_memory, dev)
+    n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
+    calls = 0
+    for r0 in range(0, n_rows, n_r_max):
+        rows = x2[r0 : r0 + n_r_max]
+        n_r = rows.shape[0]
+        # points × n_c_max copies of the row block; any prefix of them is unperturbed rows.
+        buf = rows.repeat(points * n_c_max, 1)
+        g_r, g_abs_r, delta_r = g2[r0 : r0 + n_r], g2_abs[r0 : r0 + n_r], delta[:, r0 : r0 + n_r]
+        for c0 in range(0, n_cols, n_c_max):
+            n_c = min(n_c_max, n_cols - c0)
+            xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
+            local = torch.arange(n_c, device=dev)
+            cols = local + c0
+            base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r)
+            # xs[p, c, r, c0 + c] = x[r, c0 + c] + delta[p, r]; the index result is (n_c, p, r)
+            xs[:, local, :, cols] = base[:, None, :] + delta_r[None, :, :]
+            with torch.no_grad():
+                ys = forward(xs.view(-1, n_cols))
+            calls += 1
+            if tuple(ys.shape) != (points * n_c * n_r, n_cols):
+                raise ValueError(
+                    f"forward returned shape {tuple(ys.shape)} for a batch of "
+                    f"{(points * n_c * n_r, n_cols)}"
+                )
+            owned = ys.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
+            s = _differences(ys.reshape(points, n_c, n_r, n_cols), g_r, g_abs_r, n_off, owned)
+            sums[:, c0 : c0 + n_c, r0 : r0 + n_r] = s
+            xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
+    num, num2 = _combine_sums(sums[:n_off], stencil)
+    grad = (num / h).T
+    trunc = (K_TRUNC * rel * rel) * ((num2 - num) / h).abs().T
+    rounding = (K_ROUND * u * stencil.abs_weight_sum) * (sums[n_off] / h).T
+    floor = trunc + rounding
+    return FDEstimate(grad.reshape(x.shape).contiguous(), floor.reshape(x.shape).contiguous(),
+                      h, stencil, calls)
+
+
+@dataclass
+class DirectionalEstimate:
+    """Finite-difference projections ``⟨dL/dx, v⟩`` along random directions, per row.
+
+    ``directions[k]`` is the direction actually stepped along (the realised perturbations,
+    combined with the stencil weights, divided by the step): compare ``Σ_i dx_i ·
+    directions[k, ..., i]`` with ``projection[k, ...]``. Individual elements of ``dx`` are
+    not estimated: an error orthogonal to every direction drawn goes unseen.
+    """
+
+    directions: torch.Tensor  # fp64, (K, *x.shape)
+    projection: torch.Tensor  # fp64, (K, *x.shape[:-1])
+    noise_floor: torch.Tensor  # fp64, same shape as projection
+    step: torch.Tensor  # fp64, per row
+    stencil: Stencil
+    forward_calls: int
+
+
+def directional_input_grad(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    g: torch.Tensor,
+    eps: float,
+    directions: int = 8,
+    seed: int = 0,
+    stencil: Stencil = CENTRAL4,
+    step_rel: float | None = None,
+    max_memory: int = DEFAULT_MAX_MEMORY,
+) -> DirectionalEstimate:
+    """Central differences of ``L = Σ g·forward(x)`` along ``directions`` random unit vectors
+    per row, as jax's ``check_vjp`` does with one: ``stencil.points × directions`` forward
+    calls' worth of rows instead of ``stencil.points × D``.
+
+    Each row ``r`` gets its own Gaussian direction ``v`` (unit length, drawn from ``seed``)
+    and the step ``h_r`` of :func:`input_grad`; the stencil is applied to ``x_r + o h_r v``.
+    Noise floor: the same rounding and truncation estimates as :func:`input_grad`.
+    """
+    n_cols = x.shape[-1]
+    check_budget(tuple(x.shape), stencil, x.dtype, max_memory)
+    if directions < 1:
+        raise ValueError(f"directions must be >= 1, got {directions}")
+    x2 = x.detach().reshape(-1, n_cols)
+    n_rows, dev = x2.shape[0], x.device
     g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
     rel = step_rel if step_rel is not None else STEP_REL.get(x.dtype, 2.0**-5)
     h = row_steps(x2, eps, rel)
     u = unit_roundoff(x.dtype)
-    g_abs = g2.abs()
-    signed = torch.tensor(
-        [o for o in stencil.offsets] + [-o for o in stencil.offsets], dtype=torch.float64
-    )
-    grad = torch.empty(n_rows, n_cols, dtype=torch.float64, device=x.device)
-    trunc = torch.empty_like(grad)
-    rounding = torch.empty_like(grad)
-    chunk = columns_per_chunk(n_rows, n_cols, stencil, x.dtype, max_memory)
+    gen = torch.Generator().manual_seed(seed)
+    v = torch.randn(directions, n_rows, n_cols, generator=gen, dtype=torch.float64)
+    v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
+    n_off = len(stencil.offsets)
+    signed = _signed_offsets(stencil).to(dev)
+    # Stack (direction, row) pairs as rows m = k·R + r.
+    n_m = directions * n_rows
+    x_m = x2.repeat(directions, 1)
+    h_m = h.repeat(directions)
+    g_m = g2.repeat(directions, 1)
+    v_m = v.reshape(n_m, n_cols)
+    _, per_call = chunk_shape(n_m, n_cols, stencil, x.dtype, max_memory, dev)
+    sums = torch.empty(n_off + 1, n_m, dtype=torch.float64, device=dev)
+    veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
     calls = 0
-    for c0 in range(0, n_cols, chunk):
-        cols = torch.arange(c0, min(n_cols, c0 + chunk), device=x.device)
-        n_c = cols.numel()
-        xs = x2.unsqueeze(0).unsqueeze(0).repeat(stencil.points, n_c, 1, 1)
-        delta = (signed.to(x.device)[:, None, None] * h[None, None, :]).to(x.dtype)
-        local = torch.arange(n_c, device=x.device)
-        # xs[s, c, r, cols[c]] += signed[s] * h[r]
-        xs[:, local, :, cols] = xs[:, local, :, cols] + delta.expand(-1, n_c, -1).permute(1, 0, 2)
+    for m0 in range(0, n_m, per_call):
+        sl = slice(m0, min(n_m, m0 + per_call))
+        xm, hm = x_m[sl], h_m[sl]
+        steps = signed[:, None, None] * hm[None, :, None] * v_m[sl][None]
+        xs = xm[None] + steps.to(x.dtype)
         with torch.no_grad():
-            ys = forward(xs.reshape(-1, n_cols)).reshape(stencil.points, n_c, n_rows, n_cols)
+            ys = forward(xs.reshape(-1, n_cols))
         calls += 1
-        ys64 = ys.to(torch.float64)
-        num, num2 = _combine(ys64, stencil)
-        d = row_sum(num * g2) / h  # (n_c, R)
-        d2 = row_sum(num2 * g2) / h
-        grad[:, c0 : c0 + n_c] = d.T
-        trunc[:, c0 : c0 + n_c] = (K_TRUNC * rel * rel) * (d2 - d).abs().T
-        gy = row_sum(ys64.abs().amax(0) * g_abs) / h
-        rounding[:, c0 : c0 + n_c] = (K_ROUND * u * stencil.abs_weight_sum) * gy.T
-    floor = trunc + rounding
-    return FDEstimate(grad.reshape(x.shape), floor.reshape(x.shape), h, stencil, calls)
+        if tuple(ys.shape) != (xs.shape[0] * xs.shape[1], n_cols):
+            raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
+                             f"{(xs.shape[0] * xs.shape[1], n_cols)}")
+        owned = ys.untyped_storage().data_ptr() != xs.untyped_storage().data_ptr()
+        real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
+        sums[:, sl] = _differences(ys.reshape(xs.shape), g_m[sl], g_m[sl].abs(), n_off, owned)
+        eff = stencil.weights[0] * (real[0] - real[n_off])
+        for j in range(1, n_off):
+            eff = eff + stencil.weights[j] * (real[j] - real[n_off + j])
+        veff[sl] = eff / hm[:, None]
+    num, num2 = _combine_sums(sums[:n_off], stencil)
+    proj = num / h_m
+    trunc = (K_TRUNC * rel * rel) * ((num2 - num) / h_m).abs()
+    rounding = (K_ROUND * u * stencil.abs_weight_sum) * (sums[n_off] / h_m)
+    lead = (directions, *x.shape[:-1])
+    return DirectionalEstimate(veff.reshape(directions, *x.shape), proj.reshape(lead),
+                               (trunc + rounding).reshape(lead), h, stencil, calls)
 
 
 def weight_grad(

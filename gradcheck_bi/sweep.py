@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks import HALF_DTYPES, Config, Unsupported, run_check
+from gradcheck_bi.checks import DTYPES, HALF_DTYPES, Config, Unsupported, run_check
 from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelSpec, resolve
 from gradcheck_bi.verdict import Result, judge
 
@@ -75,6 +75,8 @@ class Sweep:
     stencil: str = "central-4"
     step_rel: float | None = None
     max_memory: int = fd.DEFAULT_MAX_MEMORY
+    mode: str = "full"  # dx: "full" (every element) or "directional" (random projections)
+    directions: int = 8
     expect: str | None = None  # "fail": every result of every kernel is expected to fail
     # A case's [[expect]] rules; the last one that matches a point decides (see Expectation).
     expectations: list[Expectation] = field(default_factory=list)
@@ -85,6 +87,22 @@ class Sweep:
         if dtype in HALF_DTYPES:  # gradients of a half-precision forward: see checks._fd_config
             return ["forward", "batch_invariance"]
         return list(CHECKS)
+
+
+def check_memory(sweep: Sweep) -> None:
+    """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a shape whose dx or dw
+    check cannot fit in ``sweep.max_memory``."""
+    for _, dtype in sweep.targets:
+        if not {"dx", "dw"} & set(sweep.checks_for(dtype)) or dtype in HALF_DTYPES:
+            continue
+        for shape in sweep.shapes:
+            rows = 1
+            for d in shape[:-1]:
+                rows *= d
+            if sweep.mode == "directional":
+                rows *= sweep.directions
+            fd.check_budget((rows, shape[-1]), fd.STENCILS[sweep.stencil], DTYPES[dtype],
+                            sweep.max_memory)
 
 
 def resolve_kernels(refs: list[str]) -> list[KernelSpec]:
@@ -103,7 +121,8 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
                 seed=seed, weight=weight, zcg=zcg, input_scale=scale, weight_scale=wscale,
                 atol=sweep.atol, rtol=sweep.rtol, stencil=sweep.stencil,
-                step_rel=sweep.step_rel, max_memory=sweep.max_memory,
+                step_rel=sweep.step_rel, max_memory=sweep.max_memory, mode=sweep.mode,
+                directions=sweep.directions,
             )
 
 

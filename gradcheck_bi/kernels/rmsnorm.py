@@ -88,7 +88,8 @@ def _forward(
     r = 1.0 / torch.sqrt(mean_sq + eps)
     w_c = weight.to(cdt)
     gamma = w_c if ignore_zcg else _effective_weight(w_c, zcg)
-    y = (x_c * r.unsqueeze(-1)) * gamma
+    y = x_c * r.unsqueeze(-1)
+    y.mul_(gamma)  # (x·r)·γ in place: the same bits as out of place, one allocation fewer
     return y.to(x.dtype), r
 
 

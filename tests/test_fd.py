@@ -1,0 +1,96 @@
+"""Finite differences: chunking never changes bits, the memory budget is honoured, the
+directional mode projects the analytic gradient correctly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import rand, where_differs
+
+from gradcheck_bi import fd
+from gradcheck_bi.kernels.rmsnorm import After
+
+
+def _forward(w: torch.Tensor):  # type: ignore[no-untyped-def]
+    return lambda t: After.apply(t, w, 1e-6, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_chunk_size_never_changes_a_bit(dtype: torch.dtype) -> None:
+    x, g = rand(3, 5, 96, dtype=dtype, seed=1), rand(3, 5, 96, dtype=dtype, seed=2)
+    w = rand(96, dtype=dtype, seed=3)
+    ref = fd.input_grad(_forward(w), x, g, 1e-6, chunk=(96, 15))  # one call
+    assert ref.forward_calls == 1
+    for chunk in [(1, 1), (7, 4), (96, 2), (5, 15), (13, 9)]:
+        est = fd.input_grad(_forward(w), x, g, 1e-6, chunk=chunk)
+        assert torch.equal(est.grad, ref.grad), f"{chunk}: {where_differs(est.grad, ref.grad)}"
+        assert torch.equal(est.noise_floor, ref.noise_floor), f"chunk {chunk}: noise floor"
+
+
+def test_default_chunk_matches_a_tiny_budget_bitwise() -> None:
+    x, g, w = rand(4, 300, seed=4), rand(4, 300, seed=5), rand(300, seed=6)
+    big = fd.input_grad(_forward(w), x, g, 1e-6)
+    floor = fd.memory_estimate(4, 300, fd.CENTRAL4, torch.float64)
+    small = fd.input_grad(_forward(w), x, g, 1e-6, max_memory=floor)
+    assert small.forward_calls == 4 * 300 > big.forward_calls
+    assert torch.equal(small.grad, big.grad), where_differs(small.grad, big.grad)
+
+
+def test_fd_matches_the_analytic_gradient() -> None:
+    x, g, w = rand(6, 200, seed=7), rand(6, 200, seed=8), rand(200, seed=9)
+    xr = x.clone().requires_grad_(True)
+    After.apply(xr, w, 1e-6, False).backward(g)
+    est = fd.input_grad(_forward(w), x, g, 1e-6)
+    assert xr.grad is not None
+    err = (est.grad - xr.grad).abs()
+    assert bool((err <= 4 * est.noise_floor + 1e-14).all()), where_differs(est.grad, xr.grad)
+    assert float(est.noise_floor.max()) < 1e-10
+
+
+def test_chunk_shape_respects_the_budget() -> None:
+    bpe = fd.BYTES_PER_ELEMENT[torch.float64]
+    fixed = fd.FIXED_BYTES_PER_ELEMENT * 16 * 8192
+    cols, rows = fd.chunk_shape(16, 8192, fd.CENTRAL4, torch.float64, fixed + 8 * 4 * 8192 * bpe)
+    assert (cols, rows) == (1, 8)
+    cols, rows = fd.chunk_shape(2, 64, fd.CENTRAL4, torch.float64, 1 << 40, "cuda")
+    assert (cols, rows) == (64, 2)
+    assert fd.columns_per_chunk(2, 64, fd.CENTRAL4, torch.float64, 1 << 30) == 64
+
+
+def test_a_shape_over_budget_is_refused_with_the_estimate() -> None:
+    with pytest.raises(fd.MemoryBudgetError, match=r"needs at least .*GiB.*budget of 1\.0 GiB"):
+        fd.check_budget((1 << 20, 4096), fd.CENTRAL4, torch.float64, 1 << 30)
+    fd.check_budget((16, 8192), fd.CENTRAL4, torch.float64, 1 << 30)
+
+
+def test_default_budget_is_derived_from_the_machine() -> None:
+    assert fd.DEFAULT_MAX_MEMORY >= 256 << 20
+    assert fd.default_max_memory() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_directional_projections_match_the_analytic_gradient(dtype: torch.dtype) -> None:
+    x, g = rand(2, 3, 512, dtype=dtype, seed=10), rand(2, 3, 512, dtype=dtype, seed=11)
+    w = rand(512, dtype=dtype, seed=12)
+    xr = x.clone().requires_grad_(True)
+    After.apply(xr, w, 1e-6, False).backward(g)
+    assert xr.grad is not None
+    est = fd.directional_input_grad(_forward(w), x, g, 1e-6, directions=5, seed=3)
+    assert est.projection.shape == (5, 2, 3) and est.directions.shape == (5, 2, 3, 512)
+    analytic = (xr.grad.double()[None] * est.directions).sum(-1)
+    err = (analytic - est.projection).abs()
+    assert bool((err <= 4 * est.noise_floor).all()), f"max err {float(err.max()):.3e}"
+    # A wrong gradient (one element off by 1e-3) moves the projections far past the floor.
+    bad = xr.grad.double().clone()
+    bad[1, 2, 100] += 1e-3 if dtype == torch.float64 else 1e-1
+    err_bad = ((bad[None] * est.directions).sum(-1) - est.projection).abs()
+    assert float(err_bad.max()) > 4 * float(est.noise_floor.max())
+
+
+def test_directional_chunking_never_changes_a_bit() -> None:
+    x, g, w = rand(3, 64, seed=13), rand(3, 64, seed=14), rand(64, seed=15)
+    a = fd.directional_input_grad(_forward(w), x, g, 1e-6, directions=4)
+    floor = fd.memory_estimate(12, 64, fd.CENTRAL4, torch.float64)
+    b = fd.directional_input_grad(_forward(w), x, g, 1e-6, directions=4, max_memory=floor)
+    assert b.forward_calls > a.forward_calls
+    assert torch.equal(a.projection, b.projection) and torch.equal(a.noise_floor, b.noise_floor)
