@@ -160,6 +160,15 @@ def test_output_folder_missing(capsys: Any, tmp_path: Path) -> None:
     assert_one_line(err, "does not exist")
 
 
+@pytest.mark.parametrize("args", [["--shape", "64,4096", "--max-memory", "1M"],
+                                  ["--shape", "1000000,65536"]])
+def test_shape_over_the_memory_budget_is_refused_up_front(capsys: Any, tmp_path: Path,
+                                                          args: list[str]) -> None:
+    """Refused before any tensor is allocated, with the estimate in the message."""
+    assert_usage_error(capsys, tmp_path, "run", "--kernel", "after", "--device", "cpu", *args,
+                       needles=("needs at least", "memory budget"))
+
+
 # --- kernels that misbehave while measured: error/fail results, exit 1 -------------------
 
 
