@@ -27,12 +27,13 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from gradcheck_bi.cases import CaseError, load_case, run_sweeps
 from gradcheck_bi.checks import DTYPES
+from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelLoadError
 from gradcheck_bi.report import baseline as baselines
 from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, render_rich, to_json
 from gradcheck_bi.report.tables import build_tables, summarize
-from gradcheck_bi.sweep import Sweep, resolve_kernels, with_overrides
+from gradcheck_bi.sweep import Sweep, check_memory, resolve_kernels, with_overrides
 from gradcheck_bi.verdict import (
     EXIT_INTERRUPTED,
     EXIT_UNEXPECTED,
@@ -80,6 +81,11 @@ class Format(str, Enum):
     markdown = "markdown"
     json = "json"
     junit = "junit"
+
+
+class Mode(str, Enum):
+    full = "full"
+    directional = "directional"
 
 
 class Expect(str, Enum):
@@ -198,7 +204,14 @@ def run_command(
     expect: Annotated[Expect | None, typer.Option(
         help="What non-bundled kernels are expected to do everywhere. Default: pass.")] = None,
     max_memory: Annotated[str | None, typer.Option(
-        help="Memory budget for batched finite differences, e.g. 2G. Default 1G.")] = None,
+        help="Memory budget for the finite-difference checks, e.g. 2G. Default: a quarter "
+        "of the memory available at start. A shape that cannot fit is refused (exit 2).")
+    ] = None,
+    mode: Annotated[Mode | None, typer.Option(
+        help="dx check: full (every element, the default) or directional (random "
+        "projections per row; individual elements are not checked).")] = None,
+    directions: Annotated[int | None, typer.Option(
+        help="Random directions per row in --mode directional. Default 8.")] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.table,
     output: Annotated[Path | None, typer.Option(help="Write the report here (atomically).")
                       ] = None,
@@ -246,7 +259,21 @@ def run_command(
         expect=expect.value if expect else None,
         max_memory=parse_memory(max_memory) if max_memory else None,
         expectations=[] if expect else None,  # --expect outranks a case's rules
+        mode=mode.value if mode else None,
+        directions=directions,
     ) for sweep in sweeps]
+    if directions is not None and directions < 1:
+        raise UsageError(f"--directions {directions}: must be >= 1")
+    for sweep in sweeps:
+        try:
+            check_memory(sweep)
+        except MemoryBudgetError as exc:
+            raise UsageError(str(exc)) from None
+    if any(sweep.mode == "directional" for sweep in sweeps):
+        Console(stderr=True, highlight=False).print(
+            "note: --mode directional checks dx only along random directions "
+            f"({', '.join(sorted({str(sw.directions) for sw in sweeps}))} per row); "
+            "individual dx elements are not checked. dw is checked in full.", markup=False)
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
     specs = resolve_kernels(refs)
     bar, on_result = _progress(progress and sys.stderr.isatty())

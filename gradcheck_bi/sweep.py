@@ -96,12 +96,10 @@ def check_memory(sweep: Sweep) -> None:
         if not {"dx", "dw"} & set(sweep.checks_for(dtype)) or dtype in HALF_DTYPES:
             continue
         for shape in sweep.shapes:
-            rows = 1
-            for d in shape[:-1]:
-                rows *= d
-            if sweep.mode == "directional":
-                rows *= sweep.directions
-            fd.check_budget((rows, shape[-1]), fd.STENCILS[sweep.stencil], DTYPES[dtype],
+            checked = tuple(shape)
+            if sweep.mode == "directional":  # one stacked row per (direction, row)
+                checked = (sweep.directions, *checked)
+            fd.check_budget(checked, fd.STENCILS[sweep.stencil], DTYPES[dtype],
                             sweep.max_memory)
 
 

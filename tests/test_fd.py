@@ -94,3 +94,13 @@ def test_directional_chunking_never_changes_a_bit() -> None:
     b = fd.directional_input_grad(_forward(w), x, g, 1e-6, directions=4, max_memory=floor)
     assert b.forward_calls > a.forward_calls
     assert torch.equal(a.projection, b.projection) and torch.equal(a.noise_floor, b.noise_floor)
+
+
+def test_cli_refuses_a_shape_over_budget_up_front(capsys: pytest.CaptureFixture[str]) -> None:
+    from gradcheck_bi.cli import main
+
+    code = main(["run", "--device", "cpu", "--dtype", "fp64", "--shape", "100000,8192",
+                 "--check", "dx", "--max-memory", "1G", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "needs at least" in err and "GiB" in err and len(err.strip().splitlines()) == 1, err
