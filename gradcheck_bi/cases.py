@@ -122,6 +122,12 @@ def _seed(v: Any) -> int:
     return v
 
 
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _Bad("an integer >= 1")
+    return v
+
+
 def _kernel(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise _Bad("a kernel name, PATH.py:ATTR or package.module:ATTR")
@@ -181,6 +187,8 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     "step_rel": _positive,
     "max_memory": _memory,
     "expect": _choice(STATUSES),
+    "mode": _choice(("full", "directional")),
+    "directions": _count,
 }
 # Keys that shape how a block becomes a sweep, not a Sweep field.
 BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {

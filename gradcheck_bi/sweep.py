@@ -78,7 +78,7 @@ class Sweep:
     mode: str = "full"  # dx: "full" (every element) or "directional" (random projections)
     directions: int = 8
     expect: str | None = None  # "fail": every result of every kernel is expected to fail
-    # A case's [[expect]] rules; the last one that matches a point decides (see Expectation).
+    # A case's [[expectation]] rules; the last match decides (see Expectation).
     expectations: list[Expectation] = field(default_factory=list)
 
     def checks_for(self, dtype: str) -> list[str]:

@@ -99,10 +99,12 @@ class Baseline:
             row.update(status=rec.status, max_abs_err=_jsonable(rec.max_abs_err),
                        tolerance=_jsonable(rec.tolerance))
             rows.append(row)
-        doc = {"format": FORMAT, "schema": SCHEMA, "version": __version__,
-               "max_growth": self.max_growth, "floor_fraction": self.floor_fraction,
-               "results": rows}
-        return json.dumps(doc, indent=1) + "\n"
+        head = {"format": FORMAT, "schema": SCHEMA, "version": __version__,
+                "max_growth": self.max_growth, "floor_fraction": self.floor_fraction}
+        # One result per line: a re-recorded baseline reviews as a readable diff.
+        lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+        body = ",\n".join("    " + json.dumps(row, ensure_ascii=False) for row in rows)
+        return "{\n" + "\n".join(lines) + '\n  "results": [\n' + body + "\n  ]\n}\n"
 
 
 def _jsonable(v: float | None) -> float | str | None:
@@ -149,6 +151,9 @@ def write(path: str | Path, baseline: Baseline) -> None:
     try:
         with os.fdopen(fd_, "w", encoding="utf-8") as fh:
             fh.write(baseline.to_json())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a baseline is a shared file
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

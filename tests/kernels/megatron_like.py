@@ -16,7 +16,7 @@ _TORCH_2 = version.parse(torch.__version__.split("+")[0]) >= version.parse("2.0"
 
 
 @triton.jit
-def _row_sum_sq(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):  # noqa: N803
+def _row_sum_sq(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, n_cols, BLOCK):

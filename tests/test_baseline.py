@@ -1,0 +1,124 @@
+"""Baselines: record, rerun → 0; perturb one recorded number → 1 with a line naming it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from gradcheck_bi import cli
+from gradcheck_bi.report import baseline as bl
+
+ROOT = Path(__file__).resolve().parents[1]
+CI = ROOT / "cases" / "ci.toml"
+SHIPPED = ROOT / "cases" / "baselines" / "ci-after-cpu-fp64.json"
+RUN = ["run", "--kernel", "after", "--shape", "2,3,24", "--check", "forward", "--check", "dx",
+       "--no-progress", "--format", "json"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _record(capsys: pytest.CaptureFixture[str], path: Path) -> None:
+    code, _, err = run(capsys, *RUN, "--baseline", str(path), "--update-baseline")
+    assert code == 0 and "recorded baseline" in err
+    assert not list(path.parent.glob(".*.tmp")), "temporary file left behind"
+
+
+def _edit(path: Path, pick: str, field: str, value: object) -> dict:
+    doc = json.loads(path.read_text())
+    candidates = [r for r in doc["results"] if r["check"] == pick and r["max_abs_err"]]
+    row = random.choice(candidates)
+    row[field] = value(row[field]) if callable(value) else value
+    path.write_text(json.dumps(doc))
+    return row
+
+
+def test_round_trip_then_perturbed_error_then_status(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    path = tmp_path / "base.json"
+    _record(capsys, path)
+    code, out, err = run(capsys, *RUN, "--baseline", str(path))
+    assert code == 0, err
+    assert json.loads(out)["baseline"]["drift"] == []
+
+    row = _edit(path, "dx", "max_abs_err", lambda e: e / 1000)
+    code, out, err = run(capsys, *RUN, "--baseline", str(path))
+    assert code == 1
+    drift_lines = [ln for ln in err.splitlines() if "drift:" in ln]
+    assert len(drift_lines) == 1, err
+    line = drift_lines[0]
+    assert f"after dx cpu/fp64 shape (2, 3, 24) γ={row['weight']}" in line
+    assert "grew 1e+03×" in line and "10×" in line
+    assert json.loads(out)["ok"] is False
+
+    _record(capsys, path)
+    row = _edit(path, "forward", "status", "fail")
+    code, _, err = run(capsys, *RUN, "--baseline", str(path))
+    assert code == 1 and "status fail → pass" in err and f"γ={row['weight']}" in err
+
+
+def test_new_and_missing_results_are_drift(capsys: pytest.CaptureFixture[str],
+                                           tmp_path: Path) -> None:
+    path = tmp_path / "base.json"
+    _record(capsys, path)
+    code, _, err = run(capsys, *RUN, "--check", "dw", "--baseline", str(path))
+    assert code == 1 and err.count("not in the baseline") == 6
+    narrowed = ["run", "--kernel", "after", "--shape", "2,3,24", "--check", "forward",
+                "--no-progress", "--format", "json", "--baseline", str(path)]
+    code, _, err = run(capsys, *narrowed)
+    assert code == 1 and err.count("recorded in the baseline but not run") == 6
+
+
+def test_growth_within_the_factor_and_shrinking_errors_are_not_drift() -> None:
+    from gradcheck_bi.verdict import Result
+
+    def res(err: float, status: str = "pass") -> Result:
+        return Result("k", "dx", "cpu", "fp64", [2, 4], 1e-6, 0, "randn", False, err, 1e-10,
+                      status, "pass", status == "pass")
+
+    base = bl.Baseline.from_results([res(1e-13)])
+    assert bl.compare([res(9e-13)], base) == []
+    assert bl.compare([res(1e-16)], base) == []
+    assert [d.kind for d in bl.compare([res(2e-12)], base)] == ["error grew"]
+    zero = bl.Baseline.from_results([res(0.0)])
+    assert bl.compare([res(5e-13)], zero) == []  # under 10 × 1e-3 × tolerance
+    assert [d.kind for d in bl.compare([res(2e-12)], zero)] == ["error grew"]
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("{not json", "cannot read"),
+    ('{"format": "something else"}', "not a gradcheck-bi baseline"),
+    ('{"format": "gradcheck-bi baseline", "results": [{"kernel": "x"}]}', "result #1"),
+])
+def test_bad_baseline_is_exit_2_and_writes_nothing(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path, text: str,
+                                                   needle: str) -> None:
+    path = tmp_path / "base.json"
+    path.write_text(text)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code, out, err = run(capsys, *RUN, "--baseline", str(path), "--output",
+                         str(out_dir / "r.json"))
+    assert code == 2 and out == "" and list(out_dir.iterdir()) == []
+    assert len(err.strip().splitlines()) == 1 and needle in err and "base.json" in err
+
+
+def test_update_baseline_needs_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, *RUN, "--update-baseline")
+    assert code == 2 and "--update-baseline needs --baseline" in err
+
+
+def test_shipped_ci_baseline_matches_a_fresh_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """cases/baselines/ci-after-cpu-fp64.json is what cases/ci.toml gives `after` today."""
+    code, out, err = run(capsys, "run", "--case", str(CI), "--baseline", str(SHIPPED),
+                         "--no-progress", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["baseline"]["drift"] == [] and len(doc["results"]) == len(
+        bl.load(SHIPPED).entries)

@@ -1,0 +1,114 @@
+"""Loading a user's kernel by path or module: unsupported, error and exit 2 where each belongs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gradcheck_bi import cli
+from gradcheck_bi.kernels.loader import load
+from gradcheck_bi.kernels.registry import KernelLoadError
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "tests" / "kernels"
+SMALL = ["--shape", "2,3,16", "--format", "json", "--no-progress"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict], str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out)["results"] if out.strip() else []), err
+
+
+def test_megatron_shaped_file_loads_by_path_and_is_unsupported_on_cpu(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Module-level `import triton` + @triton.jit at import, RuntimeError for CPU tensors."""
+    ref = f"{KERNELS}/megatron_like.py:BatchInvariantRMSNormFn"
+    code, results, err = run(capsys, "run", "--kernel", ref, "--device", "cpu",
+                             "--dtype", "fp32", *SMALL)
+    assert code == 3, err
+    assert len(results) == 24 and {r["status"] for r in results} == {"unsupported"}
+    assert all("requires CUDA tensors" in r["message"] for r in results), results[0]
+    assert all(r["kernel"] == ref for r in results)
+
+
+def test_kernel_that_refuses_fp64_is_unsupported_with_its_message(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "fp32_only.py").write_text(
+        "from gradcheck_bi.kernels.rmsnorm import After\n"
+        "class Fn(After):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, w, eps, zcg):\n"
+        "        if x.dtype == __import__('torch').float64:\n"
+        "            raise RuntimeError(f'Unsupported dtype for BI RMSNorm: {x.dtype}')\n"
+        "        return After.forward(ctx, x, w, eps, zcg)\n")
+    code, results, _ = run(capsys, "run", "--kernel", f"{tmp_path}/fp32_only.py:Fn",
+                           "--device", "cpu", "--dtype", "fp64", *SMALL)
+    assert code == 3
+    assert all("Unsupported dtype" in r["message"] and "torch.float64" in r["message"]
+               for r in results)
+    code, results, _ = run(capsys, "run", "--kernel", f"{tmp_path}/fp32_only.py:Fn",
+                           "--device", "cpu", "--dtype", "fp32", "--check", "forward", *SMALL)
+    assert code == 0 and {r["status"] for r in results} == {"pass"}
+
+
+def test_missing_dependency_is_unsupported_per_result(capsys: pytest.CaptureFixture[str]) -> None:
+    code, results, _ = run(capsys, "run", "--kernel", f"{KERNELS}/needs_missing_module.py:Fn",
+                           "--check", "forward", *SMALL)
+    assert code == 3 and results
+    for r in results:
+        assert r["status"] == "unsupported"
+        assert "No module named 'gradcheck_bi_no_such_dependency'" in r["message"]
+
+
+def test_exception_at_import_is_exit_2_with_the_kernels_message(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, results, err = run(capsys, "run", "--kernel", f"{KERNELS}/broken_at_import.py:Fn",
+                             *SMALL)
+    assert code == 2 and results == []
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert "failed to import" in lines[0] and "BLOCK must divide 1024" in lines[0]
+    assert "line 4" in lines[0]
+
+
+def test_backward_that_raises_is_an_error_result(capsys: pytest.CaptureFixture[str]) -> None:
+    code, results, _ = run(capsys, "run", "--kernel", f"{KERNELS}/user_rmsnorm.py:RaisesInBackward",
+                           "--check", "forward", "--check", "dx", *SMALL)
+    assert code == 1
+    by_check = {r["check"]: r for r in results}
+    assert by_check["forward"]["status"] == "pass"
+    dx = [r for r in results if r["check"] == "dx"]
+    assert dx and all(r["status"] == "error" for r in dx)
+    assert "ValueError: user kernel: backward not implemented" in dx[0]["message"]
+
+
+def test_module_ref_loads_and_declares_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """A module ref to the buggy kernel is 'someone else's' kernel: expected to pass, so the
+    double-weight defect is an unexpected failure at γ=randn and nowhere else."""
+    code, results, _ = run(capsys, "run", "--kernel", "gradcheck_bi.kernels.rmsnorm:FixedForward",
+                           "--check", "dx", "--zcg", "off", *SMALL)
+    assert code == 1
+    assert {r["weight"]: r["status"] for r in results} == {
+        "randn": "fail", "ones": "pass", "zeros": "pass"}
+
+
+@pytest.mark.parametrize(("ref", "needle"), [
+    ("gradcheck_bi.no_such_module:Fn", "kernel module gradcheck_bi.no_such_module not found"),
+    (f"{KERNELS}/user_rmsnorm.py:Corect", "no attribute 'Corect'"),
+    (f"{KERNELS}/user_rmsnorm.py:NOT_A_FUNCTION", "not an autograd Function"),
+    (f"{KERNELS}/nope.py:Fn", "not found"),
+    ("user_rmsnorm.py:", "expected PATH.py:ATTR"),
+])
+def test_unloadable_refs(ref: str, needle: str) -> None:
+    with pytest.raises(KernelLoadError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+        load(ref)
+
+
+def test_attributes_of_one_file_share_one_module() -> None:
+    a = load(f"{KERNELS}/user_rmsnorm.py:Correct").fn
+    b = load(f"{KERNELS}/user_rmsnorm.py:DxDoubleWeight").fn
+    assert a.__module__ == b.__module__ and a is not b
+    assert load(f"{KERNELS}/user_rmsnorm.py:Correct").fn is a
