@@ -6,7 +6,7 @@ measured (status, max_abs_err, tolerance). Comparing a run with it, a result *dr
 
 * its status changed (``pass`` → ``fail``, ``pass`` → ``error``, ``unsupported`` → ``pass``…);
 * its error grew: ``now > max_growth × max(recorded, floor_fraction × tolerance)``. The
-  default ``max_growth`` is 10 and ``floor_fraction`` 1e-3, both stored in the file (edit
+  default ``max_growth`` is 10 and ``floor_fraction`` 1e-6, both stored in the file (edit
   them there). The floor keeps an error that was recorded as exactly 0 (γ = zeros, a
   bitwise comparison) from drifting on a last-bit change far below its tolerance;
 * it is new (not in the baseline), or a recorded result did not run: the gate must not
@@ -39,7 +39,7 @@ from gradcheck_bi.verdict import Result
 FORMAT = "gradcheck-bi baseline"
 SCHEMA = 1
 MAX_GROWTH = 10.0
-FLOOR_FRACTION = 1e-3
+FLOOR_FRACTION = 1e-6
 KEY_FIELDS = ("kernel", "check", "device", "dtype", "shape", "eps", "seed", "weight",
               "zero_centered_gamma", "input_scale", "weight_scale")
 Key = tuple[Any, ...]
