@@ -164,8 +164,12 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     """
     spare = max_memory - FIXED_BYTES_PER_ELEMENT * n_rows * n_cols  # see memory_estimate
     budget = max(1, spare // _bytes_per_element(dtype))
-    if torch.device(device).type == "cpu":
+    dev = torch.device(device)
+    if dev.type == "cpu":
         budget = min(budget, CPU_CHUNK_ELEMENTS)
+    elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
+        free = torch.cuda.mem_get_info(dev)[0]
+        budget = min(budget, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
     per_row = stencil.points * n_cols  # one perturbed column of one row
     rows = max(1, min(n_rows, budget // per_row))
     cols = max(1, min(n_cols, budget // (per_row * rows))) if rows == n_rows else 1
