@@ -125,6 +125,17 @@ def _targets(device: Device | None, dtype: Any) -> list[tuple[str, str]] | None:
     return [(dev, dt)]
 
 
+def set_threads(threads: int | None) -> None:
+    """Pin torch's CPU threads: ``--threads``, else ``OMP_NUM_THREADS``, else 1."""
+    import torch
+
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads {threads}: must be >= 1")
+    if threads is None and os.environ.get("OMP_NUM_THREADS"):
+        return
+    torch.set_num_threads(threads or 1)
+
+
 def environment() -> dict[str, Any]:
     """What ran the checks (stable from run to run on one machine)."""
     import platform
@@ -224,10 +235,15 @@ def run_command(
     plot: Annotated[str | None, typer.Option(
         help="Markdown only: embed this image (from `gradcheck-bi plot --output`).")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr (TTY only).")] = True,
+    threads: Annotated[int | None, typer.Option(
+        help="torch CPU threads. Default 1 unless OMP_NUM_THREADS is set: the finite "
+        "differences run as many cache-sized ops, where thread hand-offs cost more than "
+        "they save (measured in docs/benchmarks.md).")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> int:
     """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
     started = time.perf_counter()
+    set_threads(threads)
     if eps is not None and not (math.isfinite(eps) and eps > 0):
         raise UsageError(f"--eps {eps}: must be a finite number > 0")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
@@ -308,7 +324,7 @@ def run_command(
             baselines.render_rich(drifts, baseline, recorded is not None, console)
             text = console.export_text()
         write_atomically(output, text)
-        Console(stderr=True).print(f"wrote {output} — exit {code}")
+        sys.stderr.write(f"wrote {output} — exit {code}\n")
     elif fmt is Format.table:
         render_rich(build_tables(results), summary, Console())
         baselines.render_rich(drifts, baseline, recorded is not None, Console())
