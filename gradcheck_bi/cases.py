@@ -218,13 +218,6 @@ class Case:
     sweeps: list[Sweep] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
 
-    def kernel_refs(self) -> list[str]:
-        """Every kernel the case names, first-seen order."""
-        refs: list[str] = []
-        for s in self.sweeps:
-            refs += [k for k in s.kernels if k not in refs]
-        return refs
-
 
 def _check_table(table: dict[str, Any], allowed: dict[str, Callable[[Any], Any]],
                  where: str, source: str) -> dict[str, Any]:
