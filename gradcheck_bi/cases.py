@@ -51,7 +51,7 @@ else:  # pragma: no cover - Python 3.10
 from gradcheck_bi import fd
 from gradcheck_bi.checks import DTYPES, Config
 from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelSpec
-from gradcheck_bi.sweep import Expectation, Sweep, grid, probe, resolve_kernels, run_point
+from gradcheck_bi.sweep import Expectation, Sweep, grid, resolve_kernels, run_points
 from gradcheck_bi.verdict import Result
 
 DEVICES = ("cpu", "cuda")
@@ -333,13 +333,4 @@ def run_sweeps(
             if (spec.name, cfg) not in seen:
                 seen.add((spec.name, cfg))
                 points.append((spec, cfg, s))
-    refusals: dict[tuple[str, str, str], str | None] = {}
-    results = []
-    for i, (spec, cfg, s) in enumerate(points):
-        key = (spec.name, cfg.device, cfg.dtype)
-        if key not in refusals:
-            refusals[key] = probe(spec, cfg.device, cfg.dtype)
-        results.append(run_point(spec, cfg, s, refusals[key]))
-        if on_result is not None:
-            on_result(results[-1], i + 1, len(points))
-    return results
+    return run_points(points, on_result)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import tempfile
 import time
 from enum import Enum
 from pathlib import Path
@@ -25,6 +24,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef]
 
 
+from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi.cases import CaseError, load_case, run_sweeps
 from gradcheck_bi.checks import DTYPES
 from gradcheck_bi.fd import MemoryBudgetError
@@ -160,20 +160,12 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+def write_output(path: Path, text: str) -> None:
+    """Write the report to ``--output`` whole or not at all."""
     folder = path.resolve().parent
     if not folder.is_dir():
         raise UsageError(f"--output {path}: folder {folder} does not exist")
-    fd_, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd_, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, text)
 
 
 def _progress(enabled: bool) -> tuple[Any, Any]:
@@ -323,7 +315,7 @@ def run_command(
             render_rich(build_tables(results), summary, console)
             baselines.render_rich(drifts, baseline, recorded is not None, console)
             text = console.export_text()
-        write_atomically(output, text)
+        write_output(output, text)
         sys.stderr.write(f"wrote {output} — exit {code}\n")
     elif fmt is Format.table:
         render_rich(build_tables(results), summary, Console())

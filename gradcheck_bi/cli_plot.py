@@ -142,9 +142,9 @@ def plot_command(
         if output is None:
             sys.stdout.write(text)
         else:
-            from gradcheck_bi.cli import write_atomically
+            from gradcheck_bi.cli import write_output
 
-            write_atomically(output, text)
+            write_output(output, text)
             sys.stderr.write(f"wrote {output}\n")
     elif fmt_name == "png":
         assert output is not None

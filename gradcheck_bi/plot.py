@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd
+from gradcheck_bi._atomic import save_atomically
 from gradcheck_bi._version import __version__
 from gradcheck_bi.checks import (
     HALF_DTYPES,
@@ -422,13 +422,4 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
 def save_png(sweep: StepSweep, path: str | os.PathLike[str], dpi: int = 110) -> None:
     """Draw the sweep with matplotlib and write a PNG to ``path`` (atomically)."""
     fig = build_figure(sweep, dpi)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd_, tmp = tempfile.mkstemp(dir=folder, prefix=".plot.", suffix=".png")
-    os.close(fd_)
-    try:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    save_atomically(path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))

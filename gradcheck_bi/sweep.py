@@ -173,17 +173,15 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
     return judge(spec.name, expected, cfg, measurement)
 
 
-def run(
-    sweep: Sweep,
-    kernels: list[KernelSpec] | None = None,
+def run_points(
+    points: list[tuple[KernelSpec, Config, Sweep]],
     on_result: Callable[[Result, int, int], None] | None = None,
 ) -> list[Result]:
-    """Run every point of the sweep; ``on_result(result, done, total)`` reports progress."""
-    specs = kernels if kernels is not None else resolve_kernels(sweep.kernels)
-    points = list(grid(sweep, specs))
+    """Measure and judge each ``(kernel, config, its sweep)`` point, probing each kernel once
+    per (device, dtype); ``on_result(result, done, total)`` reports progress."""
     refusals: dict[tuple[str, str, str], str | None] = {}
     results = []
-    for i, (spec, cfg) in enumerate(points):
+    for i, (spec, cfg, sweep) in enumerate(points):
         key = (spec.name, cfg.device, cfg.dtype)
         if key not in refusals:
             refusals[key] = probe(spec, cfg.device, cfg.dtype)
@@ -191,6 +189,16 @@ def run(
         if on_result is not None:
             on_result(results[-1], i + 1, len(points))
     return results
+
+
+def run(
+    sweep: Sweep,
+    kernels: list[KernelSpec] | None = None,
+    on_result: Callable[[Result, int, int], None] | None = None,
+) -> list[Result]:
+    """Run every point of the sweep; ``on_result(result, done, total)`` reports progress."""
+    specs = kernels if kernels is not None else resolve_kernels(sweep.kernels)
+    return run_points([(spec, cfg, sweep) for spec, cfg in grid(sweep, specs)], on_result)
 
 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
 from gradcheck_bi.verdict import Result
 
@@ -147,18 +146,7 @@ def write(path: str | Path, baseline: Baseline) -> None:
     folder = target.resolve().parent
     if not folder.is_dir():
         raise BaselineError(f"baseline {path}: folder {folder} does not exist")
-    fd_, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd_, "w", encoding="utf-8") as fh:
-            fh.write(baseline.to_json())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a baseline is a shared file
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(target, baseline.to_json())
 
 
 @dataclass

@@ -201,8 +201,11 @@ def verdict_line(s: Summary) -> str:
 
 def describe(r: Result) -> str:
     """One line naming a result and what went wrong with it."""
+    scales = "" if (r.input_scale, r.weight_scale) == (1.0, 1.0) else (
+        f" x·{r.input_scale:g} γ·{r.weight_scale:g}")
     where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
-             f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'} seed {r.seed}")
+             f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scales} "
+             f"eps {r.eps:g} seed {r.seed}")
     if r.status in ("error", "unsupported"):
         return f"{where}: {r.status}: {r.message}"
     err = "—" if r.max_abs_err is None else f"{r.max_abs_err:.3e}"
