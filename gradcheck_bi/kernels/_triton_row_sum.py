@@ -1,4 +1,8 @@
-"""The Triton row-sum kernel, compiled for CUDA tensors and interpreted for CPU tensors.
+"""The Triton kernels, compiled for CUDA tensors and interpreted for CPU tensors.
+
+``_row_sum_kernel`` is the fixed-order row sum behind ``reduction.row_sum``;
+``_rmsnorm_fwd_kernel`` is the same reduction fused with the RMSNorm forward (one kernel,
+``x`` read twice, ``y`` and ``r`` written once) for the bundled kernels' Triton path.
 
 Each program owns ``BLOCK_M`` rows and walks the columns in ``BLOCK_D`` steps, adding each
 tile into a ``(BLOCK_M, BLOCK_D)`` accumulator created in the output's dtype, then folds the
@@ -50,18 +54,68 @@ def _row_sum_kernel(
     tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=row_ok)
 
 
-_flavours: dict[str, Any] = {}
+def _rmsnorm_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    eps_ptr,
+    y_ptr,
+    r_ptr,
+    n_rows,
+    n_cols,
+    stride_row,
+    ADD_ONE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # Pass 1: Σ x² in exactly the blocking of _row_sum_kernel (a fixed order per row).
+    # Pass 2: y = (x · r) · γ. sqrt and the divisions are the correctly rounded ones, like
+    # torch's, so every element's bits are independent of where it sits in the launch.
+    pid = tl.program_id(0)
+    rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    row_ok = rows < n_rows
+    cols = tl.arange(0, BLOCK_D)
+    cdt = r_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=cdt)
+    for start in range(0, n_cols, BLOCK_D):
+        c = start + cols
+        ok = row_ok[:, None] & (c[None, :] < n_cols)
+        tile = tl.load(x_ptr + rows[:, None] * stride_row + c[None, :], mask=ok, other=0.0)
+        sq = tile * tile
+        acc += sq
+    total = tl.sum(acc, axis=1)
+    eps = tl.load(eps_ptr)
+    d = tl.full((BLOCK_M,), 0, cdt) + n_cols
+    one = tl.full((BLOCK_M,), 1, cdt)
+    if cdt == tl.float32:  # fp32 "/" and sqrt are approximate on GPUs: ask for IEEE ones
+        r = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(total, d) + eps))
+    else:  # fp64 division and sqrt are IEEE already
+        r = one / tl.sqrt(total / d + eps)
+    tl.store(r_ptr + rows, r, mask=row_ok)
+    for start in range(0, n_cols, BLOCK_D):
+        c = start + cols
+        c_ok = c < n_cols
+        ok = row_ok[:, None] & c_ok[None, :]
+        offs = rows[:, None] * stride_row + c[None, :]
+        tile = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        w = tl.load(w_ptr + c, mask=c_ok, other=0.0)
+        if ADD_ONE:
+            w = w + 1
+        tl.store(y_ptr + rows[:, None] * n_cols + c[None, :], (tile * r[:, None]) * w[None, :],
+                 mask=ok)
 
 
-def _kernel(interpreted: bool) -> Any:
-    key = "interpreted" if interpreted else "compiled"
+_flavours: dict[tuple[str, bool], Any] = {}
+
+
+def _kernel(interpreted: bool, fn: Any = _row_sum_kernel) -> Any:
+    key = (fn.__name__, interpreted)
     if key not in _flavours:
         if interpreted:
             from triton.runtime.interpreter import InterpretedFunction
 
-            _flavours[key] = InterpretedFunction(_row_sum_kernel)
+            _flavours[key] = InterpretedFunction(fn)
         else:
-            _flavours[key] = triton.runtime.jit.JITFunction(_row_sum_kernel)
+            _flavours[key] = triton.runtime.jit.JITFunction(fn)
     return _flavours[key]
 
 
@@ -85,15 +139,40 @@ def _device_calls_interpreted() -> Iterator[None]:
         JITFunction.__call__ = original  # type: ignore[method-assign]
 
 
-def launch(rows: torch.Tensor, out: torch.Tensor, width: int) -> None:
-    """Sum each row of the 2-D contiguous ``rows`` into ``out`` with the fixed-order kernel."""
-    interpreted = not rows.is_cuda
+def _launch(fn: Any, n_rows: int, on_cuda: bool, *args: Any, **constexprs: Any) -> None:
+    interpreted = not on_cuda
     block_m = reduction.BLOCK_M_INTERPRETER if interpreted else reduction.BLOCK_M_CUDA
-    n_rows, n_cols = rows.shape
     grid = (triton.cdiv(n_rows, block_m),)
-    args = (rows, out, n_rows, n_cols, rows.stride(0))
     if interpreted:
         with _device_calls_interpreted():
-            _kernel(True)[grid](*args, BLOCK_M=block_m, BLOCK_D=width)
+            _kernel(True, fn)[grid](*args, BLOCK_M=block_m, **constexprs)
     else:
-        _kernel(False)[grid](*args, BLOCK_M=block_m, BLOCK_D=width)
+        _kernel(False, fn)[grid](*args, BLOCK_M=block_m, **constexprs)
+
+
+def launch(rows: torch.Tensor, out: torch.Tensor, width: int) -> None:
+    """Sum each row of the 2-D contiguous ``rows`` into ``out`` with the fixed-order kernel."""
+    n_rows, n_cols = rows.shape
+    _launch(_row_sum_kernel, n_rows, rows.is_cuda, rows, out, n_rows, n_cols, rows.stride(0),
+            BLOCK_D=width)
+
+
+def rmsnorm_forward(
+    x_c: torch.Tensor, w_c: torch.Tensor, eps: float, add_one: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused ``y = (x · r) · (w [+ 1])``, ``r = 1/sqrt(mean x² + eps)`` for compute-dtype inputs.
+
+    Returns ``(y, r)`` in ``x_c.dtype`` with ``y`` of ``x_c``'s shape, ``r`` of its leading
+    shape.
+    """
+    n_cols = x_c.shape[-1]
+    rows = x_c.reshape(-1, n_cols).contiguous()
+    n_rows = rows.shape[0]
+    y = torch.empty_like(rows)
+    r = torch.empty(n_rows, dtype=x_c.dtype, device=x_c.device)
+    eps_t = torch.tensor([eps], dtype=x_c.dtype, device=x_c.device)
+    if n_rows > 0:
+        _launch(_rmsnorm_fwd_kernel, n_rows, rows.is_cuda, rows, w_c.contiguous(), eps_t, y, r,
+                n_rows, n_cols, rows.stride(0), ADD_ONE=add_one,
+                BLOCK_D=reduction.block_d(n_cols))
+    return y.reshape(x_c.shape), r.reshape(x_c.shape[:-1])
