@@ -69,12 +69,13 @@ def render_rich(tables: list[Table], summary: Summary, console: Console) -> None
     for table in tables:
         t = RichTable(title=table.title, caption=method_line(table), title_justify="left",
                       caption_justify="left")
-        t.add_column("kernel")
-        t.add_column("device dtype")
+        t.add_column("kernel", no_wrap=True)
+        t.add_column("target", no_wrap=True)
         for w in WEIGHTS:
-            t.add_column(COLUMN_TITLES[w], justify="right")
-        t.add_column("tolerance", justify="right")
-        t.add_column("worst γ=randn", justify="right")
+            # Numbers are never cut short: a narrow terminal wraps them instead.
+            t.add_column(COLUMN_TITLES[w], justify="right", overflow="fold", min_width=9)
+        t.add_column("tol", justify="right", overflow="fold", min_width=7)
+        t.add_column("worst@randn", justify="right", overflow="fold")
         for row in table.rows:
             cells = []
             for w in WEIGHTS:
@@ -85,12 +86,12 @@ def render_rich(tables: list[Table], summary: Summary, console: Console) -> None
                       format_index(row.worst_randn))
         console.print(Text(table.subtitle, style="dim"))
         console.print(t)
-        console.print(ratio_line(table))
+        console.print(ratio_line(table), soft_wrap=True)
         console.print()
     for r in summary.unexpected:
-        console.print(Text("✗ " + describe(r), style="red"))
+        console.print(Text("✗ " + describe(r), style="red"), soft_wrap=True)
     for r in summary.unsupported:
-        console.print(Text("· " + describe(r), style="yellow"))
+        console.print(Text("· " + describe(r), style="yellow"), soft_wrap=True)
     style = "bold green" if summary.ok else ("bold yellow" if not summary.unexpected
                                              else "bold red")
     console.print(Text(verdict_line(summary), style=style))

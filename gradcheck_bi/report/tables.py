@@ -130,7 +130,7 @@ def build_tables(results: list[Result]) -> list[Table]:
                 continue
             rows: dict[tuple[str, str], Row] = {}
             for r in mine:
-                key = (r.kernel, f"{r.device} {r.dtype}")
+                key = (short_name(r.kernel), f"{r.device} {r.dtype}")
                 if key not in rows:
                     rows[key] = Row(key[0], key[1], {w: Cell() for w in WEIGHTS})
                 rows[key].cells[r.weight].results.append(r)
@@ -140,6 +140,12 @@ def build_tables(results: list[Result]) -> list[Table]:
                 _unique(r.seed for r in mine),
             ))
     return tables
+
+
+def short_name(kernel: str) -> str:
+    """``dir/sub/my_norm.py:Fn`` → ``my_norm.py:Fn`` for table rows (JSON keeps the full ref)."""
+    path, sep, attr = kernel.rpartition(":")
+    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{attr}" if sep else kernel
 
 
 def _unique(values: Iterable[T]) -> list[T]:
