@@ -25,10 +25,10 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 
 from gradcheck_bi._atomic import write_atomically
+from gradcheck_bi._options import Check, Device, DType, Weight, Zcg
 from gradcheck_bi.cases import CaseError, load_case, run_sweeps
-from gradcheck_bi.checks import DTYPES
 from gradcheck_bi.fd import MemoryBudgetError
-from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelLoadError
+from gradcheck_bi.kernels.registry import KernelLoadError
 from gradcheck_bi.report import baseline as baselines
 from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, render_rich, to_json
@@ -58,22 +58,6 @@ def _root() -> None:
 
 class UsageError(Exception):
     """Bad usage or input: one line on stderr, exit 2."""
-
-
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-DType = Enum("DType", {k: k for k in DTYPES}, type=str)  # type: ignore[misc]
-Check = Enum("Check", {k: k for k in CHECKS}, type=str)  # type: ignore[misc]
-Weight = Enum("Weight", {k: k for k in WEIGHTS}, type=str)  # type: ignore[misc]
-
-
-class Zcg(str, Enum):
-    off = "off"
-    on = "on"
-    both = "both"
 
 
 class Format(str, Enum):
@@ -261,7 +245,7 @@ def run_command(
         seeds=[seed] if seed is not None else None,
         checks=[c.value for c in check] if check else None,
         weights=[w.value for w in weight] if weight else None,
-        zcg={"off": [False], "on": [True], "both": [False, True]}[zcg.value] if zcg else None,
+        zcg=zcg.settings if zcg else None,
         atol=atol,
         rtol=rtol,
         expect=expect.value if expect else None,

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
+from gradcheck_bi._options import Device, Weight, Zcg
 from gradcheck_bi.checks import Unsupported
-from gradcheck_bi.kernels.registry import WEIGHTS
 from gradcheck_bi.plot import (
     STEP_EXPONENTS,
     PlotDependencyError,
@@ -28,29 +28,15 @@ from gradcheck_bi.sweep import resolve_kernels
 from gradcheck_bi.verdict import EXIT_UNSUPPORTED
 
 
-class PlotDevice(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
 class PlotDType(str, Enum):
     # Finite differences of an fp16/bf16 forward sit on a noise floor near 1e-1: no V to see.
     fp64 = "fp64"
     fp32 = "fp32"
 
 
-PlotWeight = Enum("PlotWeight", {k: k for k in WEIGHTS}, type=str)  # type: ignore[misc]
-
-
 class PlotStencil(str, Enum):
     central4 = "central-4"
     central2 = "central-2"
-
-
-class PlotZcg(str, Enum):
-    off = "off"
-    on = "on"
-    both = "both"
 
 
 class PlotFormat(str, Enum):
@@ -89,11 +75,11 @@ def plot_command(
     kernel: Annotated[list[str] | None, typer.Option(
         "--kernel", help="Bundled name, PATH.py:ATTR or package.module:ATTR. Repeatable. "
         "Default: before and after.")] = None,
-    weight: Annotated[list[PlotWeight] | None, typer.Option(  # type: ignore[valid-type]
+    weight: Annotated[list[Weight] | None, typer.Option(  # type: ignore[valid-type]
         help="γ control: randn, ones, zeros. Repeatable. Default: randn and ones.")] = None,
-    zcg: Annotated[PlotZcg, typer.Option(help="zero_centered_gamma: off, on or both.")
-                   ] = PlotZcg.off,
-    device: Annotated[PlotDevice, typer.Option(help="cpu or cuda.")] = PlotDevice.cpu,
+    zcg: Annotated[Zcg, typer.Option(help="zero_centered_gamma: off, on or both.")
+                   ] = Zcg.off,
+    device: Annotated[Device, typer.Option(help="cpu or cuda.")] = Device.cpu,
     dtype: Annotated[PlotDType, typer.Option(
         help="fp64 or fp32 (finite differences of fp16/bf16 are noise).")] = PlotDType.fp64,
     shape: Annotated[str, typer.Option(help="e.g. 4,256 (the default) or 2,8,256.")
@@ -126,7 +112,7 @@ def plot_command(
     if output is not None and not output.resolve().parent.is_dir():
         raise _usage(f"--output {output}: folder {output.resolve().parent} does not exist")
     specs = resolve_kernels(list(kernel) if kernel else ["before", "after"])
-    zcg_values = {"off": [False], "on": [True], "both": [False, True]}[zcg.value]
+    zcg_values = zcg.settings
     try:
         sweep = step_sweep(
             specs,
