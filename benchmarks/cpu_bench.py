@@ -220,7 +220,8 @@ def section_noise(threads: int | None) -> None:
     print("| dtype | estimated floor (sets the tolerance) | after randn err | before randn err | "
           "before ones err | ratio | targets |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    targets = {"fp64": "after err <= 1e-10, ratio >= 1e8", "fp32": "after err <= 3e-5, ratio >= 1e4"}
+    targets = {"fp64": "after err <= 1e-10, ratio >= 1e8",
+               "fp32": "after err <= 3e-5, ratio >= 1e4"}
     for dtype in ("fp64", "fp32"):
         r = res[dtype]
         print(f"| {dtype} | {r['floor']:.3e} | {r['after_randn_err']:.3e} | "
