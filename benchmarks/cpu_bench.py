@@ -66,8 +66,8 @@ def measure_gradcheck(shape: tuple[int, ...]) -> dict[str, Any]:
 
 
 def side_by_side(shape: tuple[int, ...]) -> dict[str, Any]:
-    """One process: ours cold (first autograd call imports sympy via torch.fx, ~0.5 s), ours
-    warm, then torch.autograd.gradcheck (warm too: the import is already paid)."""
+    """One process: ours cold (the first call in the process), ours warm, then
+    torch.autograd.gradcheck."""
     cold = measure_ours(shape)
     warm = measure_ours(shape)
     return {"cold": cold, "warm": warm, "gradcheck": measure_gradcheck(shape)}
@@ -140,8 +140,8 @@ def section_gradcheck(threads: int | None) -> None:
     print("One process, `after` kernel, γ randn, zcg off.\n")
     print("| what | seconds | speed-up vs gradcheck | result |\n| --- | ---: | ---: | --- |")
     print(f"| torch.autograd.gradcheck (x and w) | {ref['seconds']:.2f} | 1x | {ref['passed']} |")
-    for label, r in (("gradcheck-bi dx + dw, first call (incl. torch's one-time sympy "
-                      "import)", cold), ("gradcheck-bi dx + dw, second call", ours)):
+    for label, r in (("gradcheck-bi dx + dw, first call in the process", cold),
+                     ("gradcheck-bi dx + dw, second call", ours)):
         print(f"| {label} | {r['seconds']:.3f} | {ref['seconds'] / r['seconds']:.0f}x | "
               f"dx {r['dx']['passed']}, dw {r['dw']['passed']} |")
     print("\ntarget: >= 100x")
