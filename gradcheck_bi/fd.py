@@ -222,15 +222,6 @@ def _combine_sums(sums: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, t
     return num, 0.5 * sums[0]
 
 
-def _combine(ys: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, torch.Tensor]:
-    """(stencil numerator, 2nd-order numerator at h) from stacked outputs ``[+o..., -o...]``."""
-    n = len(stencil.offsets)
-    num = torch.zeros_like(ys[0])
-    for j, w in enumerate(stencil.weights):
-        num += w * (ys[j] - ys[n + j])
-    return num, 0.5 * (ys[0] - ys[n])
-
-
 def _signed_offsets(stencil: Stencil) -> torch.Tensor:
     return torch.tensor([*stencil.offsets, *(-o for o in stencil.offsets)], dtype=torch.float64)
 
@@ -413,10 +404,7 @@ def directional_input_grad(
         owned = ys.untyped_storage().data_ptr() != xs.untyped_storage().data_ptr()
         real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
         sums[:, sl] = _differences(ys.reshape(xs.shape), g_m[sl], g_m[sl].abs(), n_off, owned)
-        eff = stencil.weights[0] * (real[0] - real[n_off])
-        for j in range(1, n_off):
-            eff = eff + stencil.weights[j] * (real[j] - real[n_off + j])
-        veff[sl] = eff / hm[:, None]
+        veff[sl] = _combine_sums(real[:n_off] - real[n_off:], stencil)[0] / hm[:, None]
     num, num2 = _combine_sums(sums[:n_off], stencil)
     proj = num / h_m
     trunc = (K_TRUNC * rel * rel) * ((num2 - num) / h_m).abs()
@@ -451,10 +439,12 @@ def weight_grad(
         for o in list(stencil.offsets) + [-o for o in stencil.offsets]:
             ys.append(forward(w0 + o * h).reshape(-1, n_cols).to(torch.float64))
     stacked = torch.stack(ys)
-    num, num2 = _combine(stacked, stencil)
-    # Column sums over rows: fixed order via row_sum on the transpose.
-    grad = row_sum((num * g2).T.contiguous()) / h
-    grad2 = row_sum((num2 * g2).T.contiguous()) / h
+    n_off = len(stencil.offsets)
+    # Per offset, Σ over rows of g·(y(+o) - y(-o)) (differences before the dot, as for dx),
+    # as fixed-order row sums of the transpose; then the same stencil combination as dx.
+    sums = row_sum(((stacked[:n_off] - stacked[n_off:]) * g2).transpose(1, 2).contiguous())
+    num, num2 = _combine_sums(sums, stencil)
+    grad, grad2 = num / h, num2 / h
     gy_abs = row_sum((g2.abs() * stacked.abs().amax(0)).T.contiguous())  # (D,)
     trunc = (K_TRUNC * step_rel * step_rel) * (grad2 - grad).abs()
     rounding = K_ROUND * u * stencil.abs_weight_sum * gy_abs / h
