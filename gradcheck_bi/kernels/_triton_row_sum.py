@@ -32,6 +32,23 @@ import triton.language as tl
 from gradcheck_bi.kernels import reduction
 
 
+@triton.jit
+def _blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row, acc_dtype: tl.constexpr,
+                     SQUARE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Σ_j x_j (or x_j², with SQUARE) per row, in the one fixed order both kernels share."""
+    cols = tl.arange(0, BLOCK_D)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=acc_dtype)
+    for start in range(0, n_cols, BLOCK_D):
+        c = start + cols
+        ok = row_ok[:, None] & (c[None, :] < n_cols)
+        tile = tl.load(x_ptr + rows[:, None] * stride_row + c[None, :], mask=ok, other=0.0)
+        tile = tile.to(acc_dtype)
+        if SQUARE:
+            tile = tile * tile
+        acc += tile
+    return tl.sum(acc, axis=1)
+
+
 def _row_sum_kernel(
     x_ptr,
     out_ptr,
@@ -44,14 +61,9 @@ def _row_sum_kernel(
     pid = tl.program_id(0)
     rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     row_ok = rows < n_rows
-    cols = tl.arange(0, BLOCK_D)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=out_ptr.dtype.element_ty)
-    for start in range(0, n_cols, BLOCK_D):
-        c = start + cols
-        ok = row_ok[:, None] & (c[None, :] < n_cols)
-        tile = tl.load(x_ptr + rows[:, None] * stride_row + c[None, :], mask=ok, other=0.0)
-        acc += tile.to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=row_ok)
+    total = _blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row,
+                             out_ptr.dtype.element_ty, False, BLOCK_M, BLOCK_D)
+    tl.store(out_ptr + rows, total, mask=row_ok)
 
 
 def _rmsnorm_fwd_kernel(
@@ -67,7 +79,7 @@ def _rmsnorm_fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    # Pass 1: Σ x² in exactly the blocking of _row_sum_kernel (a fixed order per row).
+    # Pass 1: Σ x² through the same blocked sum as _row_sum_kernel (a fixed order per row).
     # Pass 2: y = (x · r) · γ. sqrt and the divisions are the correctly rounded ones, like
     # torch's, so every element's bits are independent of where it sits in the launch.
     pid = tl.program_id(0)
@@ -75,14 +87,8 @@ def _rmsnorm_fwd_kernel(
     row_ok = rows < n_rows
     cols = tl.arange(0, BLOCK_D)
     cdt = r_ptr.dtype.element_ty
-    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=cdt)
-    for start in range(0, n_cols, BLOCK_D):
-        c = start + cols
-        ok = row_ok[:, None] & (c[None, :] < n_cols)
-        tile = tl.load(x_ptr + rows[:, None] * stride_row + c[None, :], mask=ok, other=0.0)
-        sq = tile * tile
-        acc += sq
-    total = tl.sum(acc, axis=1)
+    total = _blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row, cdt, True,
+                             BLOCK_M, BLOCK_D)
     eps = tl.load(eps_ptr)
     d = tl.full((BLOCK_M,), 0, cdt) + n_cols
     one = tl.full((BLOCK_M,), 1, cdt)
