@@ -7,6 +7,7 @@ Errors are one line on stderr with the contract's exit code; ``--debug`` shows t
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import sys
@@ -295,7 +296,7 @@ def run_command(
         text = ""
     if output is not None:
         if fmt is Format.table:
-            console = Console(record=True, width=160, no_color=True, file=open(os.devnull, "w"))
+            console = Console(record=True, width=160, no_color=True, file=io.StringIO())
             render_rich(build_tables(results), summary, console)
             baselines.render_rich(drifts, baseline, recorded is not None, console)
             text = console.export_text()
