@@ -190,18 +190,18 @@ def check_forward(fn: Any, cfg: Config) -> Measurement:
     return _verdict(err, tol, scale, cfg, [_nonfinite("y", y)], details)
 
 
-def _fd_config(cfg: Config) -> tuple[fd.Stencil, torch.dtype]:
+def _fd_stencil(cfg: Config) -> fd.Stencil:
     if cfg.dtype in HALF_DTYPES:
         raise Unsupported(
             f"finite differences of a {cfg.dtype} forward sit on a noise floor near 1e-1; "
             "check gradients in fp32 or fp64 (forward and batch_invariance run in every dtype)"
         )
-    return fd.STENCILS[cfg.stencil], cfg.torch_dtype
+    return fd.STENCILS[cfg.stencil]
 
 
 def check_dx(fn: Any, cfg: Config) -> Measurement:
     """Analytic ``dx`` vs. row-coloured central differences of the kernel's own forward."""
-    stencil, _ = _fd_config(cfg)
+    stencil = _fd_stencil(cfg)
     x, w, g = make_inputs(cfg)
     _, dx, _ = analytic_grads(fn, x, w, g, cfg)
     if cfg.mode == "directional":
@@ -212,10 +212,8 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
         lambda t: _apply(fn, t, w, cfg), x, g, cfg.eps, stencil, cfg.step_rel, cfg.max_memory
     )
     err = (dx.to(torch.float64) - est.grad).abs()
-    floor = float(est.noise_floor.max())
-    details = _fd_details(est, floor)
     notes = [_nonfinite("analytic dx", dx), _nonfinite("finite-difference dx", est.grad)]
-    return _verdict(err, FD_SAFETY * floor, float(est.grad.abs().max()), cfg, notes, details)
+    return _fd_verdict(err, est, float(est.grad.abs().max()), cfg, notes)
 
 
 def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Tensor,
@@ -230,32 +228,36 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     )
     analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
     err = (analytic - est.projection).abs()
-    floor = float(est.noise_floor.max())
-    details = _fd_details(est, floor)
-    details.update({
+    details = {
         "mode": "directional",
         "directions": cfg.directions,
         "projections_checked": int(est.projection.numel()),
         "coverage": f"dx projected on {cfg.directions} random unit direction(s) per row; "
                     "individual dx elements were not checked",
-    })
+    }
     notes = [_nonfinite("analytic dx", dx), _nonfinite("finite-difference projection",
                                                         est.projection)]
-    return _verdict(err, FD_SAFETY * floor, float(est.projection.abs().max()), cfg, notes,
-                    details)
+    return _fd_verdict(err, est, float(est.projection.abs().max()), cfg, notes, details)
+
+
+def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, scale: float,
+                cfg: Config, notes: Sequence[str],
+                extra: dict[str, Any] | None = None) -> Measurement:
+    """Hold ``err`` to ``FD_SAFETY`` × the estimate's largest noise floor."""
+    floor = float(est.noise_floor.max())
+    details = {**_fd_details(est, floor), **(extra or {})}
+    return _verdict(err, FD_SAFETY * floor, scale, cfg, notes, details)
 
 
 def check_dw(fn: Any, cfg: Config) -> Measurement:
     """Analytic ``dw`` vs. central differences of the forward in the weight."""
-    stencil, _ = _fd_config(cfg)
+    stencil = _fd_stencil(cfg)
     x, w, g = make_inputs(cfg)
     _, _, dw = analytic_grads(fn, x, w, g, cfg)
     est = fd.weight_grad(lambda v: _apply(fn, x, v, cfg), w, x, g, stencil)
     err = (dw.to(torch.float64) - est.grad).abs()
-    floor = float(est.noise_floor.max())
-    details = _fd_details(est, floor)
     notes = [_nonfinite("analytic dw", dw), _nonfinite("finite-difference dw", est.grad)]
-    return _verdict(err, FD_SAFETY * floor, float(est.grad.abs().max()), cfg, notes, details)
+    return _fd_verdict(err, est, float(est.grad.abs().max()), cfg, notes)
 
 
 def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate, floor: float) -> dict[str, Any]:
