@@ -84,7 +84,7 @@ class Sweep:
     def checks_for(self, dtype: str) -> list[str]:
         if self.checks is not None:
             return list(self.checks)
-        if dtype in HALF_DTYPES:  # gradients of a half-precision forward: see checks._fd_config
+        if dtype in HALF_DTYPES:  # gradients of a half-precision forward: see checks._fd_stencil
             return ["forward", "batch_invariance"]
         return list(CHECKS)
 
