@@ -34,8 +34,9 @@ def _setup(threads: int | None) -> None:
 
 def measure_ours(shape: tuple[int, ...], dtype: str = "fp64", checks: str = "dx,dw",
                  mode: str = "full") -> dict[str, Any]:
-    from gradcheck_bi.checks import Config, check_dw, check_dx
+    from gradcheck_bi.checks import check_dw, check_dx
     from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.vocab import Config
 
     fns = {"dx": check_dx, "dw": check_dw}
     out: dict[str, Any] = {"shape": list(shape), "dtype": dtype}
@@ -54,8 +55,9 @@ def measure_ours(shape: tuple[int, ...], dtype: str = "fp64", checks: str = "dx,
 def measure_gradcheck(shape: tuple[int, ...]) -> dict[str, Any]:
     import torch
 
-    from gradcheck_bi.checks import Config, make_inputs
+    from gradcheck_bi.inputs import make_inputs
     from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.vocab import Config
 
     x, w, _ = make_inputs(Config(check="dx", shape=shape))
     xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
@@ -74,13 +76,14 @@ def side_by_side(shape: tuple[int, ...]) -> dict[str, Any]:
 
 
 def noise_table() -> dict[str, Any]:
-    from gradcheck_bi.checks import Config, check_dx
+    from gradcheck_bi.checks import check_dx
     from gradcheck_bi.kernels.rmsnorm import After, Before
+    from gradcheck_bi.vocab import Config
 
     rows = {}
     for dtype in ("fp64", "fp32"):
         after = check_dx(After, Config(check="dx", dtype=dtype))
-        before = {w: check_dx(Before, Config(check="dx", dtype=dtype, weight=w))
+        before = {w: check_dx(Before, Config(check="dx", dtype=dtype, control=w))
                   for w in ("randn", "ones")}
         rows[dtype] = {
             "floor": after.details["noise_floor"], "after_randn_err": after.max_abs_err,

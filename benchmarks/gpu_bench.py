@@ -20,8 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks import Config, check_dw, check_dx, make_inputs
+from gradcheck_bi.checks import check_dw, check_dx
+from gradcheck_bi.fd.estimate import _differences
+from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.vocab import Config
 
 
 def timed(fn, reps: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -68,7 +71,7 @@ def main() -> None:
     x, w, g = make_inputs(cfg["dx"])
     stencil = fd.CENTRAL4
     n_c, n_r = fd.chunk_shape(args.rows, args.cols, stencil, torch.float32,
-                              fd.DEFAULT_MAX_MEMORY, "cuda")
+                              None, "cuda")
     xs = x[:n_r].repeat(stencil.points * n_c, 1)
     g64 = g[:n_r].double()
 
@@ -78,7 +81,7 @@ def main() -> None:
 
     def fwd_and_sums() -> None:
         ys = fwd()
-        fd._differences(ys.view(stencil.points, n_c, n_r, args.cols), g64, g64.abs(),
+        _differences(ys.view(stencil.points, n_c, n_r, args.cols), g64, g64.abs(),
                         len(stencil.offsets), True)
 
     fwd()

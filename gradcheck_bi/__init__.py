@@ -10,11 +10,11 @@ True
 
 from gradcheck_bi._version import __version__
 from gradcheck_bi.api import GradcheckFailure, Report, check
-from gradcheck_bi.checks import Config, Measurement
-from gradcheck_bi.kernels import BUNDLED, KernelSpec
+from gradcheck_bi.gate import exit_code
+from gradcheck_bi.kernels import BUNDLED
+from gradcheck_bi.runner import run as run_sweep
 from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.sweep import run as run_sweep
-from gradcheck_bi.verdict import Result, exit_code
+from gradcheck_bi.vocab import Config, KernelSpec, Measurement, Result, Unsupported
 
 __all__ = [
     "BUNDLED",
@@ -25,6 +25,7 @@ __all__ = [
     "Report",
     "Result",
     "Sweep",
+    "Unsupported",
     "__version__",
     "check",
     "exit_code",

@@ -29,10 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradcheck_bi.kernels.registry import KernelSpec, resolve
+from gradcheck_bi.gate import EXIT_UNEXPECTED, exit_code
+from gradcheck_bi.kernels import resolve
 from gradcheck_bi.report.tables import describe
-from gradcheck_bi.sweep import Sweep, run
-from gradcheck_bi.verdict import EXIT_UNEXPECTED, Result, exit_code
+from gradcheck_bi.runner import run
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.vocab import KernelSpec, Result
 
 
 class GradcheckFailure(AssertionError):

@@ -1,5 +1,7 @@
 """Case files: TOML data → a list of :class:`~gradcheck_bi.sweep.Sweep`, validated strictly.
 
+Parsing only; :func:`gradcheck_bi.runner.run_sweeps` runs a case's sweeps.
+
 A case is data, never code: it is parsed with ``tomllib`` and every key is checked against
 the schema below. An unknown key or a wrong type is a :class:`CaseError` naming the file
 and the key (the CLI turns it into one line and exit 2). ``cases/README.md`` documents the
@@ -49,13 +51,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks import DTYPES, Config
-from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS, KernelSpec
-from gradcheck_bi.sweep import Expectation, Sweep, grid, resolve_kernels, run_points
-from gradcheck_bi.verdict import Result
-
-DEVICES = ("cpu", "cuda")
-STATUSES = ("pass", "fail")
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.vocab import CHECKS, CONTROLS, DEVICES, DTYPES, EXPECTED_STATUSES, Expectation
 
 
 class CaseError(Exception):
@@ -151,21 +148,15 @@ def _target(v: Any) -> tuple[str, str]:
     return device, dtype
 
 
-_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
 def _memory(v: Any) -> int:
     what = "bytes: a positive integer or a string such as '512M' or '2G'"
     if isinstance(v, int) and not isinstance(v, bool) and v > 0:
         return v
     if isinstance(v, str):
-        t = v.strip().lower().removesuffix("ib").removesuffix("b")
         try:
-            n = int(float(t[:-1]) * _UNITS[t[-1]]) if t and t[-1] in _UNITS else int(t)
-        except (ValueError, KeyError):
-            raise _Bad(what) from None
-        if n > 0:
-            return n
+            return fd.parse_bytes(v)
+        except ValueError:
+            pass
     raise _Bad(what)
 
 
@@ -179,14 +170,14 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     "eps": _list_of(_positive, "finite numbers > 0"),
     "seeds": _list_of(_seed, "integers >= 0"),
     "checks": _list_of(_choice(CHECKS), "checks (" + ", ".join(CHECKS) + ")"),
-    "weights": _list_of(_choice(WEIGHTS), "γ controls (" + ", ".join(WEIGHTS) + ")"),
+    "weights": _list_of(_choice(CONTROLS), "γ controls (" + ", ".join(CONTROLS) + ")"),
     "zcg": _list_of(_bool, "booleans"),
     "atol": _nonnegative,
     "rtol": _nonnegative,
     "stencil": _choice(tuple(fd.STENCILS)),
     "step_rel": _positive,
     "max_memory": _memory,
-    "expect": _choice(STATUSES),
+    "expect": _choice(EXPECTED_STATUSES),
     "mode": _choice(("full", "directional")),
     "directions": _count,
 }
@@ -197,12 +188,12 @@ BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {
 }
 TOP_KEYS: dict[str, Callable[[Any], Any]] = {"description": _string}
 EXPECT_KEYS: dict[str, Callable[[Any], Any]] = {
-    "status": _choice(STATUSES),
+    "status": _choice(EXPECTED_STATUSES),
     "kernel": _kernel,
     "check": _choice(CHECKS),
     "device": _choice(DEVICES),
     "dtype": _choice(tuple(DTYPES)),
-    "weight": _choice(WEIGHTS),
+    "weight": _choice(CONTROLS),
     "zcg": _bool,
     "reason": _string,
 }
@@ -299,38 +290,3 @@ def load_case(path: str | Path) -> Case:
     except (OSError, UnicodeDecodeError) as exc:
         raise CaseError(f"case file {path}: cannot read: {exc}") from None
     return parse_case(text, str(path))
-
-
-def _specs_for(sweep: Sweep, specs: list[KernelSpec]) -> list[KernelSpec]:
-    by_ref = dict(zip(_refs(specs), specs, strict=True))
-    return [by_ref[k] for k in sweep.kernels]
-
-
-def _refs(specs: list[KernelSpec]) -> list[str]:
-    return [s.source if s.source != "bundled" else s.name for s in specs]
-
-
-def run_sweeps(
-    sweeps: list[Sweep],
-    specs: list[KernelSpec] | None = None,
-    on_result: Callable[[Result, int, int], None] | None = None,
-) -> list[Result]:
-    """Run several sweeps as one: block order, each shared point once, one probe per target.
-
-    ``specs`` are the kernels of every sweep, loaded up front (see
-    :func:`~gradcheck_bi.sweep.resolve_kernels`); ``on_result(result, done, total)``
-    reports progress over all of them.
-    """
-    if specs is None:
-        refs: list[str] = []
-        for s in sweeps:
-            refs += [k for k in s.kernels if k not in refs]
-        specs = resolve_kernels(refs)
-    points = []
-    seen: set[tuple[str, Config]] = set()
-    for s in sweeps:
-        for spec, cfg in grid(s, _specs_for(s, specs)):
-            if (spec.name, cfg) not in seen:
-                seen.add((spec.name, cfg))
-                points.append((spec, cfg, s))
-    return run_points(points, on_result)

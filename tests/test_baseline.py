@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.report import baseline as bl
+from gradcheck_bi.gate import baseline as bl
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "cases" / "ci.toml"
@@ -78,7 +78,7 @@ def test_new_and_missing_results_are_drift(capsys: pytest.CaptureFixture[str],
 
 
 def test_growth_within_the_factor_and_shrinking_errors_are_not_drift() -> None:
-    from gradcheck_bi.verdict import Result
+    from gradcheck_bi.vocab import Result
 
     def res(err: float, status: str = "pass") -> Result:
         return Result("k", "dx", "cpu", "fp64", [2, 4], 1e-6, 0, "randn", False, err, 1e-10,

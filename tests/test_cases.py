@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.cases import CaseError, load_case, parse_case, run_sweeps
-from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS
+from gradcheck_bi.cases import CaseError, load_case, parse_case
+from gradcheck_bi.runner import run_sweeps
+from gradcheck_bi.vocab import CHECKS, CONTROLS
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "cases" / "ci.toml"
@@ -42,7 +43,7 @@ def test_ci_case_covers_every_regime_it_promises() -> None:
     assert any(3 * w >= 300 for sw in case.sweeps for w in sw.weight_scales)
     for sw in case.sweeps:
         assert set(sw.checks or []) == set(CHECKS)
-        assert set(sw.weights) == set(WEIGHTS) and set(sw.zcg) == {False, True}
+        assert set(sw.weights) == set(CONTROLS) and set(sw.zcg) == {False, True}
         assert sw.targets == [("cpu", "fp64")] and sw.kernels == ["after"]
 
 
@@ -51,7 +52,7 @@ def test_pr_tables_case_has_both_tables() -> None:
     by_name = dict(zip(case.names, case.sweeps, strict=True))
     fwd, dx = by_name["forward with zcg"], by_name["input gradient with the γ controls"]
     assert fwd.checks == ["forward"] and fwd.zcg == [True]
-    assert dx.checks == ["dx"] and set(dx.weights) == set(WEIGHTS)
+    assert dx.checks == ["dx"] and set(dx.weights) == set(CONTROLS)
     assert all(sw.kernels == ["before", "after"] for sw in case.sweeps)
     assert ("cpu", "fp64") in dx.targets
 
@@ -168,8 +169,8 @@ def test_ci_gate_fails_every_single_defect(capsys: pytest.CaptureFixture[str],
 def test_single_defects_fail_only_where_they_show() -> None:
     """Each defect fails at its sensitive point and passes its blind one (small sweep)."""
     from gradcheck_bi.kernels.loader import load
+    from gradcheck_bi.runner import run as run_sweep
     from gradcheck_bi.sweep import Sweep
-    from gradcheck_bi.sweep import run as run_sweep
 
     for attr, ((bad_check, bad_w), (good_check, good_w)) in SINGLE_DEFECTS.items():
         spec = load(f"{USER}:{attr}")

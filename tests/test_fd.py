@@ -63,9 +63,25 @@ def test_a_shape_over_budget_is_refused_with_the_estimate() -> None:
     fd.check_budget((16, 8192), fd.CENTRAL4, torch.float64, 1 << 30)
 
 
-def test_default_budget_is_derived_from_the_machine() -> None:
-    assert fd.DEFAULT_MAX_MEMORY >= 256 << 20
-    assert fd.default_max_memory() > 0
+def test_default_budget_is_derived_from_the_machine_when_asked() -> None:
+    from gradcheck_bi.fd import budget
+
+    assert budget.default_max_memory() >= 256 << 20
+    assert budget.budget(None) == budget.default_max_memory()
+    assert budget.budget(12345) == 12345
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("512M", 512 << 20), ("2G", 2 << 30), ("1.5GiB", 3 << 29), ("4096", 4096), ("64kb", 64 << 10),
+])
+def test_sizes_are_parsed_in_one_place(text: str, expected: int) -> None:
+    assert fd.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "0", "2X"])
+def test_bad_sizes_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        fd.parse_bytes(text)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.report.baseline import Drift, key_of
+from gradcheck_bi.gate.baseline import Drift, key_of
 from gradcheck_bi.report.junit import to_junit
-from gradcheck_bi.verdict import Result
+from gradcheck_bi.vocab import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = ROOT / "tests" / "kernels" / "user_rmsnorm.py"

@@ -9,7 +9,7 @@ import pytest
 
 from gradcheck_bi import cli
 from gradcheck_bi.kernels.loader import load
-from gradcheck_bi.kernels.registry import KernelLoadError
+from gradcheck_bi.vocab import KernelLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "tests" / "kernels"

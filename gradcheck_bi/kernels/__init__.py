@@ -1,7 +1,8 @@
-"""The kernels under test: fixed-order Triton reduction, BI RMSNorm Functions, registry."""
+"""The kernels under test: fixed-order reduction, BI RMSNorm Functions, registry, calling them."""
 
-from gradcheck_bi.kernels.registry import BUNDLED, KernelLoadError, KernelSpec, resolve
+from gradcheck_bi.kernels.registry import BUNDLED, resolve
 from gradcheck_bi.kernels.rmsnorm import After, Before, FixedDx, FixedForward, KernelInputError
+from gradcheck_bi.vocab import KernelLoadError, KernelSpec
 
 __all__ = [
     "BUNDLED",

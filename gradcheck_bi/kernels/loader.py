@@ -31,8 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gradcheck_bi.checks import Unsupported
-from gradcheck_bi.kernels.registry import KernelLoadError, KernelSpec
+from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
 # Modules loaded from paths, by resolved path: two attributes of one file share one module.
 _FILE_MODULES: dict[Path, ModuleType] = {}
@@ -61,11 +60,6 @@ def _where(exc: BaseException, path: Path | None) -> str:
         if Path(frame.filename).resolve() == path:
             return f" (line {frame.lineno})"
     return ""
-
-
-def _message(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 class _Unimportable:
@@ -104,7 +98,7 @@ def _load_file(target: str) -> ModuleType:
     except Exception as exc:
         del sys.modules[name]
         raise KernelLoadError(
-            f"kernel file {target} failed to import: {_message(exc)}{_where(exc, path)}"
+            f"kernel file {target} failed to import: {first_line(exc)}{_where(exc, path)}"
         ) from exc
     finally:
         if folder in sys.path:
@@ -125,7 +119,7 @@ def _load_module(target: str) -> ModuleType:
         raise
     except Exception as exc:
         raise KernelLoadError(
-            f"kernel module {target} failed to import: {_message(exc)}"
+            f"kernel module {target} failed to import: {first_line(exc)}"
         ) from exc
 
 
@@ -157,7 +151,7 @@ def load(ref: str) -> KernelSpec:
     try:
         module = _load_file(target) if is_path(target) else _load_module(target)
     except ImportError as exc:
-        reason = f"kernel {ref} cannot be imported here: {_message(exc)}"
+        reason = f"kernel {ref} cannot be imported here: {first_line(exc)}"
         return KernelSpec(ref, _Unimportable(reason), (), "import failed", source=ref)
     fn = _attribute(module, attr, target)
     doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()

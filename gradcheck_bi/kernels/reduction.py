@@ -30,18 +30,10 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.blocking import block_d
+
 BACKENDS = ("torch", "triton")
-MAX_BLOCK_D = 1024
-# Rows per Triton program. Fixed per device, never derived from the batch.
-BLOCK_M_CUDA = 4
-BLOCK_M_INTERPRETER = 64
-
 _forced_backend: str | None = None
-
-
-def block_d(n_cols: int) -> int:
-    """Columns per block: the next power of two of ``n_cols``, capped at 1024."""
-    return min(MAX_BLOCK_D, 1 << max(0, (n_cols - 1).bit_length()))
 
 
 @contextlib.contextmanager
@@ -102,13 +94,13 @@ def _row_sum_torch(t: torch.Tensor) -> torch.Tensor:
 
 
 def _row_sum_triton(t: torch.Tensor) -> torch.Tensor:
-    from gradcheck_bi.kernels import _triton_row_sum
+    from gradcheck_bi.kernels import _triton_kernels  # triton is imported only when used
 
     n_cols = t.shape[-1]
     rows = t.reshape(-1, n_cols).contiguous()
     out = torch.empty(rows.shape[0], dtype=t.dtype, device=t.device)
     if rows.shape[0] > 0:
-        _triton_row_sum.launch(rows, out, block_d(n_cols))
+        _triton_kernels.launch(rows, out, block_d(n_cols))
     return out.reshape(t.shape[:-1])
 
 

@@ -1,4 +1,4 @@
-"""Kernel names → autograd Functions, with the defects each bundled kernel declares.
+"""Kernel names → kernel specs, with the defects each bundled kernel declares.
 
 A :class:`KernelSpec` is what the rest of the tool checks: a Function with Megatron's
 signature ``apply(x, weight, eps, zero_centered_gamma)`` and, for the bundled defective
@@ -8,36 +8,15 @@ rather than a measurement.
 
 >>> resolve("after").name
 'after'
->>> resolve("before").expected("dx", zcg=False, weight="randn")
-'fail'
->>> resolve("before").expected("dx", zcg=False, weight="ones")
-'pass'
+>>> [d.name for d in resolve("before").defects]
+['forward-ignores-zcg', 'dx-double-weight']
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from gradcheck_bi.kernels import rmsnorm
-
-CHECKS = ("forward", "dx", "dw", "batch_invariance")
-WEIGHTS = ("randn", "ones", "zeros")
-
-
-@dataclass(frozen=True)
-class Defect:
-    """A known defect and the (check, zcg, γ control) points where it must be detected."""
-
-    name: str
-    summary: str
-    checks: frozenset[str]
-    zcg: frozenset[bool]
-    weights: frozenset[str]
-
-    def shows(self, check: str, zcg: bool, weight: str) -> bool:
-        return check in self.checks and zcg in self.zcg and weight in self.weights
-
+from gradcheck_bi.kernels.loader import load
+from gradcheck_bi.vocab import CONTROLS, Defect, KernelLoadError, KernelSpec
 
 FORWARD_IGNORES_ZCG = Defect(
     name="forward-ignores-zcg",
@@ -46,7 +25,7 @@ FORWARD_IGNORES_ZCG = Defect(
     # longer matches the derivative of that forward. dw is blind: ∂y/∂w is x·r either way.
     checks=frozenset({"forward", "dx"}),
     zcg=frozenset({True}),
-    weights=frozenset(WEIGHTS),
+    controls=frozenset(CONTROLS),
 )
 DX_DOUBLE_WEIGHT = Defect(
     name="dx-double-weight",
@@ -55,26 +34,8 @@ DX_DOUBLE_WEIGHT = Defect(
     # (s = 0 there), O(1) at γ = randn.
     checks=frozenset({"dx"}),
     zcg=frozenset({False, True}),
-    weights=frozenset({"randn"}),
+    controls=frozenset({"randn"}),
 )
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """A kernel under test: its name, its Function and the defects it declares."""
-
-    name: str
-    fn: Any
-    defects: tuple[Defect, ...] = ()
-    description: str = ""
-    source: str = "bundled"
-    expect_fail_everywhere: bool = field(default=False)
-
-    def expected(self, check: str, zcg: bool, weight: str) -> str:
-        """``"fail"`` where a declared defect must show, else ``"pass"``."""
-        if self.expect_fail_everywhere:
-            return "fail"
-        return "fail" if any(d.shows(check, zcg, weight) for d in self.defects) else "pass"
 
 
 BUNDLED: dict[str, KernelSpec] = {
@@ -91,17 +52,11 @@ BUNDLED: dict[str, KernelSpec] = {
 }
 
 
-class KernelLoadError(Exception):
-    """A kernel reference could not be resolved or loaded (exit code 2)."""
-
-
 def resolve(ref: str) -> KernelSpec:
     """A bundled name, ``PATH.py:ATTR`` or ``package.module:ATTR`` → :class:`KernelSpec`."""
     if ref in BUNDLED:
         return BUNDLED[ref]
     if ":" in ref:
-        from gradcheck_bi.kernels.loader import load
-
         return load(ref)
     raise KernelLoadError(
         f"unknown kernel {ref!r}: expected one of {', '.join(BUNDLED)}, "

@@ -16,7 +16,7 @@ Reporters key a test by (classname, name), and GitLab keeps only the first of du
 so every name spells out the whole configuration. The message goes both in the ``message``
 attribute and in the element's text (GitLab shows only the text).
 
->>> from gradcheck_bi.verdict import Result
+>>> from gradcheck_bi.vocab import Result
 >>> r = Result("after", "dx", "cpu", "fp64", [2, 8], 1e-6, 0, "randn", False, 0.5, 1e-13,
 ...            "fail", "pass", False)
 >>> "failures=\\"1\\"" in to_junit([r])
@@ -29,9 +29,9 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
-from gradcheck_bi.report.baseline import Drift, Key, key_of
+from gradcheck_bi.gate.baseline import Drift, Key, key_of
 from gradcheck_bi.report.tables import describe
-from gradcheck_bi.verdict import Result
+from gradcheck_bi.vocab import Result
 
 # XML 1.0 cannot carry most control characters, even escaped; kernels' messages might.
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

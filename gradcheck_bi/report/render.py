@@ -16,7 +16,6 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from gradcheck_bi._version import __version__
-from gradcheck_bi.kernels.registry import WEIGHTS
 from gradcheck_bi.report.tables import (
     COLUMN_TITLES,
     Summary,
@@ -27,7 +26,7 @@ from gradcheck_bi.report.tables import (
     format_tolerance,
     verdict_line,
 )
-from gradcheck_bi.verdict import Result
+from gradcheck_bi.vocab import CONTROLS, Result
 
 TOLERANCE_NOTES = {
     "forward": "tolerance: output rounding + fp64/fp32 summation bound, × max|ref|",
@@ -71,14 +70,14 @@ def render_rich(tables: list[Table], summary: Summary, console: Console) -> None
                       caption_justify="left")
         t.add_column("kernel", no_wrap=True)
         t.add_column("target", no_wrap=True)
-        for w in WEIGHTS:
+        for w in CONTROLS:
             # Numbers are never cut short: a narrow terminal wraps them instead.
             t.add_column(COLUMN_TITLES[w], justify="right", overflow="fold", min_width=9)
         t.add_column("tol", justify="right", overflow="fold", min_width=7)
         t.add_column("worst@randn", justify="right", overflow="fold")
         for row in table.rows:
             cells = []
-            for w in WEIGHTS:
+            for w in CONTROLS:
                 cell = row.cells[w]
                 style = "green" if cell.as_expected else "bold red"
                 cells.append(Text(cell.text(), style=style))
@@ -113,12 +112,12 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
         out.append("")
         out.append(f"_{table.subtitle}; {method_line(table)}_")
         out.append("")
-        out.append("| kernel | device dtype | " + " | ".join(COLUMN_TITLES[w] for w in WEIGHTS)
+        out.append("| kernel | device dtype | " + " | ".join(COLUMN_TITLES[w] for w in CONTROLS)
                    + " | tolerance | worst γ=randn |")
-        out.append("| --- | --- | " + " | ".join("---:" for _ in WEIGHTS) + " | ---: | ---: |")
+        out.append("| --- | --- | " + " | ".join("---:" for _ in CONTROLS) + " | ---: | ---: |")
         for row in table.rows:
             out.append(f"| {row.kernel} | {row.target} | "
-                       + " | ".join(_md_cell(table, row, w) for w in WEIGHTS)
+                       + " | ".join(_md_cell(table, row, w) for w in CONTROLS)
                        + f" | {format_tolerance(row.tolerance)}"
                        + f" | {format_index(row.worst_randn)} |")
         out.append("")

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gradcheck_bi.kernels.registry import CHECKS, WEIGHTS
-from gradcheck_bi.verdict import Result, discrimination_ratio
+from gradcheck_bi.gate import discrimination_ratio
+from gradcheck_bi.vocab import CHECKS, CONTROLS, Result
 
 CHECK_TITLES = {
     "forward": "forward: y vs an independent fp64 reference with the effective weight γ",
@@ -132,7 +132,7 @@ def build_tables(results: list[Result]) -> list[Table]:
             for r in mine:
                 key = (short_name(r.kernel), f"{r.device} {r.dtype}")
                 if key not in rows:
-                    rows[key] = Row(key[0], key[1], {w: Cell() for w in WEIGHTS})
+                    rows[key] = Row(key[0], key[1], {w: Cell() for w in CONTROLS})
                 rows[key].cells[r.weight].results.append(r)
             tables.append(Table(
                 check, zcg, list(rows.values()),

@@ -41,7 +41,7 @@ def configs(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20240607,
         yield dict(
             device=device, dtype=rng.choice(dtypes), shape=(*lead, d),
             eps=10 ** rng.uniform(-12, -1), seed=rng.randrange(1 << 31),
-            weight=rng.choice(("randn", "ones", "zeros")), zcg=rng.random() < 0.5,
+            control=rng.choice(("randn", "ones", "zeros")), zero_centered_gamma=rng.random() < 0.5,
             input_scale=10 ** rng.uniform(-3, 3), weight_scale=10 ** rng.uniform(-2, 1),
         )
 
@@ -71,7 +71,8 @@ def run(n: int, dtypes: tuple[str, ...], device: str,
         widths: tuple[int, ...] = WIDTHS) -> dict[tuple[str, str, str], Tally]:
     """Every check of every correct kernel at ``n`` configurations → tallies per
     (kernel, dtype, check). ``ratio`` is err / tolerance (bitwise checks: 0 or inf)."""
-    from gradcheck_bi.checks import Config, run_check
+    from gradcheck_bi.checks import run_check
+    from gradcheck_bi.vocab import Config
 
     tallies: dict[tuple[str, str, str], Tally] = {}
     for i, base in enumerate(configs(n, dtypes, device, seed, widths)):

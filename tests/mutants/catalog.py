@@ -109,8 +109,9 @@ def load(stem: str, attr: str = "Mutant") -> Any:
 
 def run_points(fn: Any, name: str, points: list[Point]) -> list[Any]:
     """Run single (check, γ, zcg, shape) points through the library, fp64 on CPU."""
-    from gradcheck_bi.kernels.registry import KernelSpec
-    from gradcheck_bi.sweep import Sweep, run
+    from gradcheck_bi.runner import run
+    from gradcheck_bi.sweep import Sweep
+    from gradcheck_bi.vocab import KernelSpec
 
     spec = KernelSpec(name, fn, source="test")
     results = []

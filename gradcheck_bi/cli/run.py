@@ -1,8 +1,9 @@
-"""The ``gradcheck-bi`` command: parse options, build a sweep, run it, render, exit.
+"""``gradcheck-bi run``: options → sweeps → results → the report and the exit code.
 
-A thin layer: everything it does is a call into the library. Results go to stdout (or
-``--output``), progress and diagnostics to stderr, so ``--format json | jq`` works.
-Errors are one line on stderr with the contract's exit code; ``--debug`` shows tracebacks.
+A thin layer: every step is a call into the library (:mod:`gradcheck_bi.cases`,
+:mod:`gradcheck_bi.runner`, :mod:`gradcheck_bi.gate`, :mod:`gradcheck_bi.report`). Results go
+to stdout (or ``--output``), progress and diagnostics to stderr, so ``--format json | jq``
+works.
 """
 
 from __future__ import annotations
@@ -12,94 +13,38 @@ import math
 import os
 import sys
 import time
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-try:  # typer >= 0.24 vendors click; older releases (e.g. on GPU images) depend on it
-    from typer._click.exceptions import UsageError as ClickUsageError
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef]
-
-
-from gradcheck_bi._atomic import write_atomically
-from gradcheck_bi._options import Check, Device, DType, Weight, Zcg
-from gradcheck_bi.cases import CaseError, load_case, run_sweeps
+from gradcheck_bi.cases import CaseError, load_case
+from gradcheck_bi.cli.options import (
+    Check,
+    Control,
+    Device,
+    DType,
+    Expect,
+    Format,
+    Mode,
+    UsageError,
+    Zcg,
+    parse_memory,
+    parse_shape,
+    write_output,
+)
 from gradcheck_bi.fd import MemoryBudgetError
-from gradcheck_bi.kernels.registry import KernelLoadError
-from gradcheck_bi.report import baseline as baselines
+from gradcheck_bi.gate import baseline as baselines
+from gradcheck_bi.gate import exit_code
+from gradcheck_bi.kernels import reduction
+from gradcheck_bi.report import baseline as drift_report
 from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, render_rich, to_json
 from gradcheck_bi.report.tables import build_tables, summarize
-from gradcheck_bi.sweep import Sweep, check_memory, resolve_kernels, with_overrides
-from gradcheck_bi.verdict import (
-    EXIT_INTERRUPTED,
-    EXIT_UNEXPECTED,
-    EXIT_USAGE,
-    Result,
-    exit_code,
-)
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    help="Prove a batch-invariant RMSNorm's hand-written backward right or wrong.",
-)
-
-
-@app.callback()
-def _root() -> None:
-    """Prove a batch-invariant RMSNorm's hand-written backward right or wrong."""
-
-
-class UsageError(Exception):
-    """Bad usage or input: one line on stderr, exit 2."""
-
-
-class Format(str, Enum):
-    table = "table"
-    markdown = "markdown"
-    json = "json"
-    junit = "junit"
-
-
-class Mode(str, Enum):
-    full = "full"
-    directional = "directional"
-
-
-class Expect(str, Enum):
-    pass_ = "pass"
-    fail = "fail"
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"2,8,256"`` → ``(2, 8, 256)``; every dim a positive integer."""
-    try:
-        dims = tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--shape {text!r}: expected comma-separated integers, e.g. 2,8,256") from None
-    if not dims or any(d <= 0 for d in dims):
-        raise UsageError(f"--shape {text!r}: every dimension must be a positive integer")
-    return dims
-
-
-def parse_memory(text: str) -> int:
-    """``"512M"``, ``"2G"``, ``"1048576"`` → bytes."""
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().rstrip("ib")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise UsageError(f"--max-memory {text!r}: expected bytes, e.g. 512M or 2G") from None
+from gradcheck_bi.runner import check_memory, resolve_kernels, run_sweeps
+from gradcheck_bi.sweep import Sweep, with_overrides
+from gradcheck_bi.vocab import Result
 
 
 def _targets(device: Device | None, dtype: Any) -> list[tuple[str, str]] | None:
@@ -127,8 +72,6 @@ def environment() -> dict[str, Any]:
 
     import torch
 
-    from gradcheck_bi.kernels.reduction import triton_available
-
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -136,21 +79,13 @@ def environment() -> dict[str, Any]:
         "reduction": {"cpu": os.environ.get("GRADCHECK_BI_BACKEND") or "torch",
                       "cuda": os.environ.get("GRADCHECK_BI_BACKEND") or "triton (compiled)"},
     }
-    if triton_available():
+    if reduction.triton_available():
         import triton
 
         env["triton"] = triton.__version__
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
-
-
-def write_output(path: Path, text: str) -> None:
-    """Write the report to ``--output`` whole or not at all."""
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise UsageError(f"--output {path}: folder {folder} does not exist")
-    write_atomically(path, text)
 
 
 def _progress(enabled: bool) -> tuple[Any, Any]:
@@ -169,7 +104,6 @@ def _progress(enabled: bool) -> tuple[Any, Any]:
     return progress, on_result
 
 
-@app.command("run")
 def run_command(
     kernel: Annotated[list[str] | None, typer.Option(
         "--kernel", help="Bundled name (before, after, fixed-forward, fixed-dx), PATH.py:ATTR "
@@ -182,7 +116,7 @@ def run_command(
     seed: Annotated[int | None, typer.Option(help="Seed of the random x, g, γ.")] = None,
     check: Annotated[list[Check] | None, typer.Option(  # type: ignore[valid-type]
         help="forward, dx, dw, batch_invariance. Repeatable. Default: all.")] = None,
-    weight: Annotated[list[Weight] | None, typer.Option(  # type: ignore[valid-type]
+    weight: Annotated[list[Control] | None, typer.Option(  # type: ignore[valid-type]
         help="γ control: randn, ones, zeros. Repeatable. Default: all.")] = None,
     zcg: Annotated[Zcg | None, typer.Option(help="zero_centered_gamma. Default: both.")] = None,
     atol: Annotated[float | None, typer.Option(
@@ -221,26 +155,12 @@ def run_command(
     """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
     started = time.perf_counter()
     set_threads(threads)
-    if eps is not None and not (math.isfinite(eps) and eps > 0):
-        raise UsageError(f"--eps {eps}: must be a finite number > 0")
-    for name, value in (("--atol", atol), ("--rtol", rtol)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise UsageError(f"{name} {value}: must be a finite number >= 0")
-    if plot is not None and fmt is not Format.markdown:
-        raise UsageError("--plot embeds an image in --format markdown only")
-    if update_baseline and baseline is None:
-        raise UsageError("--update-baseline needs --baseline FILE (where to record the run)")
-    try:
-        sweeps = load_case(case).sweeps if case is not None else [Sweep()]
-        recorded = (baselines.load(baseline)
-                    if baseline is not None and not update_baseline else None)
-    except (CaseError, baselines.BaselineError) as exc:
-        raise UsageError(str(exc)) from None
-    targets = _targets(device, dtype)
+    _validate(eps, atol, rtol, directions, fmt, plot, update_baseline, baseline)
+    sweeps, recorded = _load(case, baseline, update_baseline)
     sweeps = [with_overrides(
         sweep,
         kernels=list(kernel) if kernel else None,
-        targets=targets,
+        targets=_targets(device, dtype),
         shapes=[parse_shape(shape)] if shape is not None else None,
         eps=[eps] if eps is not None else None,
         seeds=[seed] if seed is not None else None,
@@ -255,8 +175,47 @@ def run_command(
         mode=mode.value if mode else None,
         directions=directions,
     ) for sweep in sweeps]
+    _check_memory(sweeps)
+    results = _execute(sweeps, progress)
+    drifts = baselines.compare(results, recorded) if recorded is not None else []
+    code = exit_code(results, drifted=bool(drifts))
+    if update_baseline and baseline is not None:
+        baselines.write(baseline, baselines.Baseline.from_results(results))
+        Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
+    report = _Report(results, drifts, baseline if recorded is not None else None, code)
+    _emit(report, fmt, output, plot, time.perf_counter() - started)
+    return code
+
+
+def _validate(eps: float | None, atol: float | None, rtol: float | None,
+              directions: int | None, fmt: Format, plot: str | None, update_baseline: bool,
+              baseline: Path | None) -> None:
+    if eps is not None and not (math.isfinite(eps) and eps > 0):
+        raise UsageError(f"--eps {eps}: must be a finite number > 0")
+    for name, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{name} {value}: must be a finite number >= 0")
+    if plot is not None and fmt is not Format.markdown:
+        raise UsageError("--plot embeds an image in --format markdown only")
+    if update_baseline and baseline is None:
+        raise UsageError("--update-baseline needs --baseline FILE (where to record the run)")
     if directions is not None and directions < 1:
         raise UsageError(f"--directions {directions}: must be >= 1")
+
+
+def _load(case: Path | None, baseline: Path | None, update_baseline: bool
+          ) -> tuple[list[Sweep], baselines.Baseline | None]:
+    """The case's sweeps (or the default one) and the recorded baseline to compare with."""
+    try:
+        sweeps = load_case(case).sweeps if case is not None else [Sweep()]
+        recorded = (baselines.load(baseline)
+                    if baseline is not None and not update_baseline else None)
+    except (CaseError, baselines.BaselineError) as exc:
+        raise UsageError(str(exc)) from None
+    return sweeps, recorded
+
+
+def _check_memory(sweeps: list[Sweep]) -> None:
     for sweep in sweeps:
         try:
             check_memory(sweep)
@@ -267,85 +226,62 @@ def run_command(
             "note: --mode directional checks dx only along random directions "
             f"({', '.join(sorted({str(sw.directions) for sw in sweeps}))} per row); "
             "individual dx elements are not checked. dw is checked in full.", markup=False)
+
+
+def _execute(sweeps: list[Sweep], progress: bool) -> list[Result]:
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
     specs = resolve_kernels(refs)
     bar, on_result = _progress(progress and sys.stderr.isatty())
-    if bar is not None:
-        with bar:
-            results = run_sweeps(sweeps, specs, on_result)
-    else:
-        results = run_sweeps(sweeps, specs)
-    code = exit_code(results)
-    drifts = baselines.compare(results, recorded) if recorded is not None else []
-    if drifts:
-        code = EXIT_UNEXPECTED
-    if update_baseline and baseline is not None:
-        baselines.write(baseline, baselines.Baseline.from_results(results))
-        Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
-    summary = summarize(results)
-    elapsed = time.perf_counter() - started
+    if bar is None:
+        return run_sweeps(sweeps, specs)
+    with bar:
+        return run_sweeps(sweeps, specs, on_result)
+
+
+class _Report:
+    """What a run produced, for the renderers: results, drift, the baseline compared with."""
+
+    def __init__(self, results: list[Result], drifts: list[baselines.Drift],
+                 baseline: Path | None, code: int) -> None:
+        self.results, self.drifts, self.baseline, self.code = results, drifts, baseline, code
+
+    @property
+    def compared(self) -> bool:
+        return self.baseline is not None
+
+    def rich(self, console: Console) -> None:
+        render_rich(build_tables(self.results), summarize(self.results), console)
+        drift_report.render_rich(self.drifts, self.baseline, self.compared, console)
+
+
+def _text(report: _Report, fmt: Format, plot: str | None, elapsed: float) -> str:
+    """The report in ``fmt`` as text (tables recorded without colour at 160 columns)."""
+    results, drifts = report.results, report.drifts
     if fmt is Format.json:
-        text = to_json(results, code == 0, environment(), {"seconds": round(elapsed, 3)})
-        text = baselines.add_to_json(text, drifts, baseline) if recorded is not None else text
-    elif fmt is Format.markdown:
-        text = render_markdown(build_tables(results), summary, plot=plot)
-        text += baselines.render_markdown(drifts, baseline) if recorded is not None else ""
-    elif fmt is Format.junit:
-        text = to_junit(results, drifts)
-    else:
-        text = ""
+        text = to_json(results, report.code == 0, environment(), {"seconds": round(elapsed, 3)})
+        return (drift_report.add_to_json(text, drifts, report.baseline) if report.compared
+                else text)
+    if fmt is Format.markdown:
+        text = render_markdown(build_tables(results), summarize(results), plot=plot)
+        return text + (drift_report.render_markdown(drifts, report.baseline)
+                       if report.compared else "")
+    if fmt is Format.junit:
+        return to_junit(results, drifts)
+    console = Console(record=True, width=160, no_color=True, file=io.StringIO())
+    report.rich(console)
+    return console.export_text()
+
+
+def _emit(report: _Report, fmt: Format, output: Path | None, plot: str | None,
+          elapsed: float) -> None:
+    if output is None and fmt is Format.table:
+        report.rich(Console())
+        return
+    text = _text(report, fmt, plot, elapsed)
     if output is not None:
-        if fmt is Format.table:
-            console = Console(record=True, width=160, no_color=True, file=io.StringIO())
-            render_rich(build_tables(results), summary, console)
-            baselines.render_rich(drifts, baseline, recorded is not None, console)
-            text = console.export_text()
         write_output(output, text)
-        sys.stderr.write(f"wrote {output} — exit {code}\n")
-    elif fmt is Format.table:
-        render_rich(build_tables(results), summary, Console())
-        baselines.render_rich(drifts, baseline, recorded is not None, Console())
+        sys.stderr.write(f"wrote {output} — exit {report.code}\n")
     else:
         sys.stdout.write(text)
-    if fmt is not Format.table or output is not None:
-        for d in drifts:  # the CI log shows drift whatever the report format
-            sys.stderr.write(f"gradcheck-bi: {d.line}\n")
-    return code
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the Typer app and map every failure to one line and an exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in args
-
-    def err_line(text: str) -> None:  # one line, never wrapped to the terminal width
-        sys.stderr.write(" ".join(text.split()) + "\n")
-
-    try:
-        rv = app(args=args, prog_name="gradcheck-bi", standalone_mode=False)
-    except ClickUsageError as exc:
-        err_line(f"gradcheck-bi: error: {exc.format_message()}")
-        return EXIT_USAGE
-    except (UsageError, KernelLoadError) as exc:
-        if debug:
-            raise
-        err_line(f"gradcheck-bi: error: {exc}")
-        return EXIT_USAGE
-    except (KeyboardInterrupt, typer.Abort):
-        err_line("gradcheck-bi: interrupted; partial results discarded")
-        return EXIT_INTERRUPTED
-    except Exception as exc:
-        if debug:
-            raise
-        err_line(f"gradcheck-bi: error: {type(exc).__name__}: {exc}")
-        return EXIT_USAGE
-    if rv == EXIT_INTERRUPTED:
-        # Typer >= 0.2x turns Ctrl-C inside a command into a silent Exit(130) that returns
-        # here (older releases raise Abort, handled above); no command returns 130 itself.
-        err_line("gradcheck-bi: interrupted; partial results discarded")
-    return rv if isinstance(rv, int) else 0
-
-
-from gradcheck_bi.cli_plot import plot_command  # noqa: E402  (it imports nothing from here)
-
-app.command("plot")(plot_command)
+    for d in report.drifts:  # the CI log shows drift whatever the report format
+        sys.stderr.write(f"gradcheck-bi: {d.line}\n")

@@ -14,7 +14,8 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.cli import main
 from gradcheck_bi.kernels.registry import resolve
-from gradcheck_bi.plot import Curve, StepSweep, build_figure, render_text, step_sweep
+from gradcheck_bi.report.plot import build_figure, render_text
+from gradcheck_bi.stepsweep import Curve, StepSweep, step_sweep
 
 SHAPE = (4, 64)
 
@@ -32,7 +33,7 @@ def fp64_central2() -> StepSweep:
 
 
 def curve(sweep: StepSweep, kernel: str, weight: str) -> Curve:
-    return next(c for c in sweep.curves if c.kernel == kernel and c.weight == weight)
+    return next(c for c in sweep.curves if c.kernel == kernel and c.control == weight)
 
 
 def decades(a: float, b: float) -> float:
@@ -187,7 +188,8 @@ def test_run_markdown_embeds_the_plot(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_point_at_the_run_step_is_the_error_run_reports() -> None:
-    from gradcheck_bi.checks import Config, check_dx
+    from gradcheck_bi.checks import check_dx
+    from gradcheck_bi.vocab import Config
 
     sw = step_sweep([resolve("after"), resolve("before")], weights=["randn"], shape=(2, 32),
                     steps=[2.0**e for e in range(-13, -8)])

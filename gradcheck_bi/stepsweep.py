@@ -1,4 +1,4 @@
-"""Finite-difference error against step size: the picture that shows a verdict is the method's.
+"""Finite-difference error against step size: the measurement behind ``gradcheck-bi plot``.
 
 For ``L = Σ g·y`` and the kernel's analytic ``dx``, sweep the finite-difference step and record
 ``max |analytic dx − FD dx|``. With a stencil of order ``p`` (2 or 4) and unit roundoff ``u``:
@@ -14,8 +14,7 @@ The abscissa is the *relative* step ``h/ℓ`` with ``ℓ = sqrt(Σx² + D·eps)`
 ``step_rel`` that :func:`gradcheck_bi.fd.input_grad` takes. Steps go by powers of two: each
 row's step is rounded to one anyway, so finer sampling would only repeat points.
 
-Numbers only here; :func:`save_png` imports matplotlib when called, and :func:`render_text`
-draws in plain characters, so the base install needs neither.
+Numbers only here; :mod:`gradcheck_bi.report.plot` draws them (PNG or plain text).
 
 >>> from gradcheck_bi.kernels.registry import resolve
 >>> sw = step_sweep([resolve("after")], weights=["randn"], shape=(2, 32),
@@ -29,26 +28,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi._atomic import save_atomically
 from gradcheck_bi._version import __version__
-from gradcheck_bi.checks import (
-    HALF_DTYPES,
-    Config,
-    Unsupported,
-    _apply,
-    analytic_grads,
-    make_inputs,
-)
-from gradcheck_bi.kernels.registry import KernelSpec
-from gradcheck_bi.sweep import probe
+from gradcheck_bi.checks.probe import probe
+from gradcheck_bi.fd.step import input_step_rel
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.call import analytic_grads, call_forward
+from gradcheck_bi.vocab import HALF_DTYPES, Config, KernelSpec, Unsupported
 
 # Smallest step exponent per dtype: at 2^lo the rounding error u/h is still well below |dx|
 # (fp64 ~1e-7, fp32 ~6e-2). Below that, x + h rounds back to x for most elements and the
@@ -61,10 +54,6 @@ DOMINANCE = 10.0
 # ~25 (h/ℓ)² between consecutive error terms (see fd.py), small for h ≤ ℓ/16.
 TRUNCATION_MAX_STEP = 2.0**-4
 MIN_FIT_POINTS = 3
-
-
-class PlotDependencyError(ImportError):
-    """A drawing backend (matplotlib) is not installed."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +76,8 @@ class Curve:
     """One kernel × γ control × zcg: the error at every step, and the fitted slopes."""
 
     kernel: str
-    weight: str
-    zcg: bool
+    control: str
+    zero_centered_gamma: bool
     step_rel: list[float]
     max_abs_err: list[float]
     max_abs_dx: float
@@ -97,8 +86,9 @@ class Curve:
 
     @property
     def label(self) -> str:
-        blind = " (blind control)" if self.weight == "ones" else ""
-        return f"{self.kernel} γ={self.weight}{blind}" + (" zcg" if self.zcg else "")
+        blind = " (blind control)" if self.control == "ones" else ""
+        zcg = " zcg" if self.zero_centered_gamma else ""
+        return f"{self.kernel} γ={self.control}{blind}{zcg}"
 
     @property
     def argmin(self) -> int:
@@ -121,8 +111,8 @@ class Curve:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel,
-            "weight": self.weight,
-            "zero_centered_gamma": self.zcg,
+            "weight": self.control,
+            "zero_centered_gamma": self.zero_centered_gamma,
             "step_rel": self.step_rel,
             "max_abs_err": self.max_abs_err,
             "max_abs_dx": self.max_abs_dx,
@@ -189,12 +179,9 @@ def default_steps(dtype: str) -> list[float]:
     return [2.0**e for e in range(lo, hi + 1)]
 
 
-def _lstsq_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    lx = [math.log10(v) for v in xs]
-    ly = [math.log10(v) for v in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    sxx = sum((a - mx) ** 2 for a in lx)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sxx
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log10(ys) against log10(xs)."""
+    return float(np.polyfit(np.log10(xs), np.log10(ys), 1)[0])
 
 
 def fit_slopes(steps: Sequence[float], errs: Sequence[float], order: int
@@ -223,7 +210,7 @@ def fit_slopes(steps: Sequence[float], errs: Sequence[float], order: int
         if len(idx) < MIN_FIT_POINTS:
             return None
         xs, ys = [steps[i] for i in idx], [errs[i] for i in idx]
-        return Fit(_lstsq_slope(xs, ys), theory, min(xs), max(xs), len(idx))
+        return Fit(_slope(xs, ys), theory, min(xs), max(xs), len(idx))
 
     return fit(left, -1.0), fit(right, float(order))
 
@@ -232,16 +219,17 @@ def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
                   stencil: fd.Stencil) -> Curve:
     """The dx error of one kernel at one config for every relative step in ``steps``."""
     x, w, g = make_inputs(cfg)
-    _, dx, _ = analytic_grads(spec.fn, x, w, g, cfg)
+    _, dx, _ = analytic_grads(spec.fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
     dx64 = dx.to(torch.float64)
     errs = []
     for step in steps:
-        est = fd.input_grad(lambda t: _apply(spec.fn, t, w, cfg), x, g, cfg.eps, stencil,
-                            step, cfg.max_memory)
+        est = fd.input_grad(
+            lambda t: call_forward(spec.fn, t, w, cfg.eps, cfg.zero_centered_gamma), x, g,
+            cfg.eps, stencil, step, cfg.max_memory)
         err = (dx64 - est.grad).abs().max()
         errs.append(float(torch.nan_to_num(err, nan=math.inf)))
     rounding, truncation = fit_slopes(steps, errs, stencil.order)
-    return Curve(spec.name, cfg.weight, cfg.zcg, list(steps), errs,
+    return Curve(spec.name, cfg.control, cfg.zero_centered_gamma, list(steps), errs,
                  float(dx64.abs().max()), rounding, truncation)
 
 
@@ -260,7 +248,7 @@ def step_sweep(
 ) -> StepSweep:
     """Sweep the step for every kernel × zcg × γ control; raises ``Unsupported`` where it can't.
 
-    Data are drawn exactly as ``run`` draws them (:func:`gradcheck_bi.checks.make_inputs`), so
+    Data are drawn exactly as ``run`` draws them (:func:`gradcheck_bi.inputs.make_inputs`), so
     a curve's point at ``run_step_rel`` is the error ``run`` reports for the same options.
     """
     if dtype in HALF_DTYPES:
@@ -274,7 +262,7 @@ def step_sweep(
         raise ValueError("steps must be finite numbers > 0")
     torch_dtype = Config(check="dx", dtype=dtype).torch_dtype
     out = StepSweep(device, dtype, tuple(shape), eps, seed, st,
-                    fd.STEP_REL.get(torch_dtype, 2.0**-5), fd.unit_roundoff(torch_dtype))
+                    input_step_rel(torch_dtype), fd.unit_roundoff(torch_dtype))
     for spec in kernels:
         refused = probe(spec, device, dtype)
         if refused is not None:
@@ -283,7 +271,7 @@ def step_sweep(
         for spec in kernels:
             for weight in weights:
                 cfg = Config(check="dx", device=device, dtype=dtype, shape=tuple(shape), eps=eps,
-                             seed=seed, weight=weight, zcg=z, stencil=stencil)
+                             seed=seed, control=weight, zero_centered_gamma=z, stencil=stencil)
                 if max_memory is not None:  # else run's default budget
                     cfg = replace(cfg, max_memory=max_memory)
                 out.curves.append(measure_curve(spec, cfg, steps, st))
@@ -293,133 +281,3 @@ def step_sweep(
 def to_json(sweep: StepSweep) -> str:
     """The numbers behind the plot; byte-identical for the same arguments."""
     return json.dumps(sweep.to_dict(), indent=2) + "\n"
-
-
-# ---- drawing ---------------------------------------------------------------------------
-
-X_LABEL = "relative step h/ℓ  (ℓ = √(Σx² + D·eps) per row; dimensionless)"
-Y_LABEL = "max |analytic dx − FD dx|  (units of dL/dx)"
-MARKERS = "o*+x#@%&"
-LINE_STYLES = ("-", "--", "-.", ":")
-COLOURS = ("tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive")
-
-
-def _log_span(values: Sequence[float]) -> tuple[int, int]:
-    logs = [math.log10(v) for v in values if math.isfinite(v) and v > 0]
-    return math.floor(min(logs)), math.ceil(max(logs))
-
-
-def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
-    """The plot in plain characters: one marker per curve, ``|`` at the run step, ``-`` at
-    ``u^(2/3)``. Log-log axes: a column per octave of step or less, a row per fraction of a
-    decade of error."""
-    steps = sorted({s for c in sweep.curves for s in c.step_rel})
-    errs = [e for c in sweep.curves for e in c.max_abs_err] + [sweep.reference_floor]
-    y_lo, y_hi = _log_span(errs)
-    y_hi = max(y_hi, y_lo + 1)
-    x_lo, x_hi = math.log2(steps[0]), math.log2(steps[-1])
-    x_hi = max(x_hi, x_lo + 1)
-    grid = [[" "] * width for _ in range(height)]
-
-    def col(step: float) -> int:
-        return round((math.log2(step) - x_lo) / (x_hi - x_lo) * (width - 1))
-
-    def row(err: float) -> int:
-        frac = (math.log10(err) - y_lo) / (y_hi - y_lo)
-        return height - 1 - round(min(max(frac, 0.0), 1.0) * (height - 1))
-
-    floor_row = row(sweep.reference_floor)
-    for c in range(width):
-        grid[floor_row][c] = "-"
-    if steps[0] <= sweep.run_step_rel <= steps[-1]:
-        run_col = col(sweep.run_step_rel)
-        for r in range(height):
-            grid[r][run_col] = "|"
-    for k, curve in enumerate(sweep.curves):
-        mark = MARKERS[k % len(MARKERS)]
-        for s, e in zip(curve.step_rel, curve.max_abs_err, strict=True):
-            if math.isfinite(e) and e > 0:
-                grid[row(e)][col(s)] = mark
-
-    lines = [sweep.title, ""]
-    label_w = 7
-    ticks_y: dict[int, str] = {}
-    for d in range(y_hi, y_lo - 1, -1):
-        ticks_y.setdefault(row(10.0**d), f"1e{d:+03d}")
-    for r in range(height):
-        lines.append(f"{ticks_y.get(r, ''):>{label_w}} ┤" + "".join(grid[r]))
-    lines.append(" " * label_w + " └" + "─" * width)
-    ticks = [" "] * (width + 8)
-    first = math.ceil(x_lo / 5) * 5
-    for e in range(first, math.floor(x_hi) + 1, 5):
-        text = f"2^{e}"
-        c0 = min(col(2.0**e), width - len(text))
-        ticks[c0:c0 + len(text)] = list(text)
-    lines.append(" " * (label_w + 2) + "".join(ticks).rstrip())
-    lines.append(" " * (label_w + 2) + "x: " + X_LABEL)
-    lines.append(" " * (label_w + 2) + "y: " + Y_LABEL)
-    lines.append("")
-    for k, curve in enumerate(sweep.curves):
-        lines.append(f"  {MARKERS[k % len(MARKERS)]}  {curve.label:<30} {_summary(curve)}")
-    lines.append(f"  |  step run uses: h/ℓ = 2^{round(math.log2(sweep.run_step_rel))}")
-    lines.append(f"  -  u^(2/3) = {sweep.reference_floor:.2e} ({sweep.dtype} reference floor)")
-    return "\n".join(lines) + "\n"
-
-
-def _summary(curve: Curve) -> str:
-    if all(e == 0 for e in curve.max_abs_err):
-        return "exactly 0 at every step"
-    if curve.rounding is None and curve.truncation is None:
-        return f"flat near {curve.plateau:.2e} (no V)"
-    parts = [f"min {curve.min_err:.2e} at 2^{round(math.log2(curve.min_step))}"]
-    fits = [f for f in (curve.rounding, curve.truncation) if f is not None]
-    if fits:
-        parts.append("slopes " + " / ".join(f"{f.slope:+.2f}" for f in fits) + " (theory "
-                     + " / ".join(f"{f.theory:+.0f}" for f in fits) + ")")
-    return " · ".join(parts)
-
-
-def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
-    """The sweep as a matplotlib ``Figure``: log-log, one line per kernel × control, the run
-    step and the ``u^(2/3)`` reference marked, the legend below the axes."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise PlotDependencyError(
-            "drawing a PNG needs matplotlib: pip install 'gradcheck-bi[plot]'") from None
-
-    # A bare Figure (no pyplot): no global backend or figure registry is touched.
-    fig = Figure(figsize=(8.0, 6.0), dpi=dpi, layout="constrained")
-    ax = fig.add_subplot()
-    kernels = list(dict.fromkeys(c.kernel for c in sweep.curves))
-    controls = list(dict.fromkeys((c.weight, c.zcg) for c in sweep.curves))
-    for curve in sweep.curves:
-        k = kernels.index(curve.kernel)
-        # Colour per kernel, line style per control; earlier kernels wider and paler, so a
-        # curve hidden under another (before and after agree at γ=ones) still shows.
-        width = 1.2 + 2.2 * (len(kernels) - 1 - k)
-        ax.loglog(curve.step_rel, curve.max_abs_err, color=COLOURS[k % len(COLOURS)],
-                  linestyle=LINE_STYLES[controls.index((curve.weight, curve.zcg))
-                                        % len(LINE_STYLES)],
-                  linewidth=width, alpha=1.0 if width < 2 else 0.45,
-                  marker="o", markersize=2 + width, label=f"{curve.label}: {_summary(curve)}")
-    ax.axvline(sweep.run_step_rel, color="0.3", linestyle=":", linewidth=1.2,
-               label=f"step run uses (h/ℓ = 2^{round(math.log2(sweep.run_step_rel))})")
-    ax.axhline(sweep.reference_floor, color="0.5", linestyle="-.", linewidth=1.0,
-               label=f"u^(2/3) = {sweep.reference_floor:.1e} ({sweep.dtype})")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(X_LABEL)
-    ax.set_ylabel(Y_LABEL)
-    shape = "×".join(str(d) for d in sweep.shape)
-    ax.set_title(f"dx finite-difference error vs step — {', '.join(kernels)}\n"
-                 f"{sweep.device} · {sweep.dtype} · shape {shape} · {sweep.stencil.name} "
-                 f"stencil · eps {sweep.eps:g} · seed {sweep.seed}", fontsize=10)
-    ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
-    fig.legend(fontsize=7.5, loc="outside lower center", ncols=1, frameon=False)
-    return fig
-
-
-def save_png(sweep: StepSweep, path: str | os.PathLike[str], dpi: int = 110) -> None:
-    """Draw the sweep with matplotlib and write a PNG to ``path`` (atomically)."""
-    fig = build_figure(sweep, dpi)
-    save_atomically(path, lambda tmp: fig.savefig(tmp, format="png", metadata={"Software": None}))

@@ -1,63 +1,26 @@
 """Measurements + expectations → verdicts, and verdicts → the contract's exit code.
 
-A :class:`Result` is one row of the contract's JSON: what was checked (kernel, check,
-device, dtype, shape, eps, seed, γ control, zero_centered_gamma), what was measured
-(``max_abs_err`` against ``tolerance``), the status (``pass | fail | error |
-unsupported``), what the kernel declared (``expected``) and whether they agree.
-
 Exit codes: 0 every result as expected; 1 a result not as expected (including errors
-raised by a kernel's forward or backward); 3 nothing wrong but something asked for could
-not run here. (2, bad usage or input, is decided before anything runs.)
+raised by a kernel's forward or backward, and drift from a baseline); 2 bad usage or input
+(decided before anything runs); 3 nothing wrong but something asked for could not run here.
+
+>>> from gradcheck_bi.vocab import Config, Measurement
+>>> r = judge("after", "pass", Config(check="dx"), Measurement(1e-15, 1e-13, True))
+>>> r.status, r.as_expected, exit_code([r])
+('pass', True, 0)
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
-from gradcheck_bi.checks import Config, Measurement
+from gradcheck_bi.vocab import Config, Measurement, Result
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
 EXIT_USAGE = 2
 EXIT_UNSUPPORTED = 3
 EXIT_INTERRUPTED = 130
-
-
-@dataclass
-class Result:
-    """One verdict: a check of one kernel at one configuration."""
-
-    kernel: str
-    check: str
-    device: str
-    dtype: str
-    shape: list[int]
-    eps: float
-    seed: int
-    weight: str
-    zero_centered_gamma: bool
-    max_abs_err: float | None
-    tolerance: float | None
-    status: str
-    expected: str
-    as_expected: bool
-    message: str = ""
-    worst: list[int] | None = None
-    input_scale: float = 1.0
-    weight_scale: float = 1.0
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for key in ("max_abs_err", "tolerance"):
-            v = d[key]
-            if isinstance(v, float) and not math.isfinite(v):
-                d[key] = str(v)  # JSON has no inf/nan literals
-        if not d["message"]:
-            del d["message"]
-        return d
 
 
 def judge(
@@ -81,8 +44,8 @@ def judge(
         shape=list(cfg.shape),
         eps=cfg.eps,
         seed=cfg.seed,
-        weight=cfg.weight,
-        zero_centered_gamma=cfg.zcg,
+        weight=cfg.control,
+        zero_centered_gamma=cfg.zero_centered_gamma,
         max_abs_err=measurement.max_abs_err if measurement else None,
         tolerance=measurement.tolerance if measurement else None,
         status=status,
@@ -96,9 +59,9 @@ def judge(
     )
 
 
-def exit_code(results: list[Result]) -> int:
-    """0 all as expected; 1 anything not as expected; 3 only unsupported results remain."""
-    if any(not r.as_expected and r.status != "unsupported" for r in results):
+def exit_code(results: list[Result], drifted: bool = False) -> int:
+    """0 all as expected; 1 anything not as expected (or ``drifted``); 3 only unsupported."""
+    if drifted or any(not r.as_expected and r.status != "unsupported" for r in results):
         return EXIT_UNEXPECTED
     if any(r.status == "unsupported" for r in results):
         return EXIT_UNSUPPORTED

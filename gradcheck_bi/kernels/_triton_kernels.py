@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gradcheck_bi.kernels import reduction
+from gradcheck_bi.kernels.blocking import BLOCK_M_CUDA, BLOCK_M_INTERPRETER, block_d
 
 
 @triton.jit
@@ -147,7 +147,7 @@ def _device_calls_interpreted() -> Iterator[None]:
 
 def _launch(fn: Any, n_rows: int, on_cuda: bool, *args: Any, **constexprs: Any) -> None:
     interpreted = not on_cuda
-    block_m = reduction.BLOCK_M_INTERPRETER if interpreted else reduction.BLOCK_M_CUDA
+    block_m = BLOCK_M_INTERPRETER if interpreted else BLOCK_M_CUDA
     grid = (triton.cdiv(n_rows, block_m),)
     if interpreted:
         with _device_calls_interpreted():
@@ -180,5 +180,5 @@ def rmsnorm_forward(
     if n_rows > 0:
         _launch(_rmsnorm_fwd_kernel, n_rows, rows.is_cuda, rows, w_c.contiguous(), eps_t, y, r,
                 n_rows, n_cols, rows.stride(0), ADD_ONE=add_one,
-                BLOCK_D=reduction.block_d(n_cols))
+                BLOCK_D=block_d(n_cols))
     return y.reshape(x_c.shape), r.reshape(x_c.shape[:-1])

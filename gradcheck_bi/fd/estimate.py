@@ -1,4 +1,4 @@
-"""Finite differences of a kernel's own forward: stencils, steps, coloured batched perturbation.
+"""Finite-difference gradients of a kernel's own forward, with their noise floors.
 
 For ``L = Σ g·y`` the input gradient is estimated column by column with a central stencil
 
@@ -8,25 +8,14 @@ For ``L = Σ g·y`` the input gradient is estimated column by column with a cent
 the dot adds little rounding). Rows of a norm are independent, so perturbing column ``k``
 of *every* row at once gives the derivative for all rows (a row-coloured Jacobian); the
 ``D`` columns × stencil points are stacked into batched forward calls, chunked under a
-memory budget. A batch-invariant kernel gives each perturbed row the same bits in any
-chunk, so the chunk size never changes the result.
+memory budget (:mod:`~gradcheck_bi.fd.budget`). A batch-invariant kernel gives each
+perturbed row the same bits in any chunk, so the chunk size never changes the result.
 
 The weight gradient uses that ``y_i`` depends on ``w`` only through ``w_i`` (the weight is
 elementwise): one perturbation of every weight at once gives every ``∂y_i/∂w_i``.
 
-Steps are relative to each row's length scale ``ℓ = sqrt(Σ_j x_j^2 + D·eps)`` — the scale
-over which ``y`` bends as one ``x_k`` moves — and rounded to a power of two.
-
-Noise floor estimate, per element (``u`` the unit roundoff of the forward's output dtype):
-
-* rounding   ``K_ROUND · u · (2 Σ_o |w_o|) · Σ_i |g_i| max_o |y_i(±o h)| / h``
-* truncation ``K_TRUNC · h_rel^2 · |D2(h) - D(h)|`` where ``D2(h)`` is the 2nd-order
-  difference from the same evaluations. ``D2 - D4 ≈ h² f'''/6`` and the 4th-order error is
-  ``h⁴ f⁽⁵⁾/30``, so their ratio is ``(h²/5)·f⁽⁵⁾/f'''``. The row scale enters through
-  ``r ∝ (1 + t²)^(-1/2)`` with ``t = x_k/ℓ``, whose Taylor series gives
-  ``f⁽⁵⁾/f''' ≈ 25/ℓ²``: hence ``K_TRUNC = 5``.
-
-Both parts come from the forward alone: a wrong backward cannot widen its own tolerance.
+Steps: :mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate:
+:mod:`~gradcheck_bi.fd.noise`.
 
 >>> import torch
 >>> from gradcheck_bi.kernels.rmsnorm import After
@@ -39,91 +28,16 @@ torch.Size([4, 16])
 
 from __future__ import annotations
 
-import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from gradcheck_bi.fd.budget import check_budget, chunk_shape
+from gradcheck_bi.fd.noise import rounding_coefficient, truncation
+from gradcheck_bi.fd.stencil import CENTRAL4, Stencil, combine_sums, signed_offsets
+from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
 from gradcheck_bi.kernels.reduction import row_sum
-
-
-@dataclass(frozen=True)
-class Stencil:
-    """A central difference: ``f' ≈ Σ_o weights[o] (f(x+o h) - f(x-o h)) / h``."""
-
-    name: str
-    offsets: tuple[int, ...]
-    weights: tuple[float, ...]
-    order: int
-
-    @property
-    def points(self) -> int:
-        return 2 * len(self.offsets)
-
-    @property
-    def abs_weight_sum(self) -> float:
-        return 2 * sum(abs(w) for w in self.weights)
-
-
-CENTRAL2 = Stencil("central-2", (1,), (0.5,), 2)
-CENTRAL4 = Stencil("central-4", (1, 2), (8 / 12, -1 / 12), 4)
-STENCILS = {s.name: s for s in (CENTRAL2, CENTRAL4)}
-
-# Step relative to the row length scale ℓ, per dtype of the forward. Near u^(1/5) for the
-# 4th-order stencil (fp64 ~7e-4, fp32 ~4e-2). `gradcheck-bi plot` measures the error against
-# the step: its minimum sits at 2^-11 in fp64 and 2^-5 in fp32 (README, docs/img/).
-STEP_REL = {torch.float64: 2.0**-11, torch.float32: 2.0**-5}
-K_ROUND = 2.0
-K_TRUNC = 5.0
-
-# Bytes held per perturbed element in one chunk: the perturbed input, the forward's
-# intermediates (a handful of compute-dtype temporaries) and our fp64 differences.
-BYTES_PER_ELEMENT = {torch.float64: 8 * 8, torch.float32: 4 * 8 + 8}
-# Bytes per element of x held for the whole check, outside the chunks: x, g, y, the analytic
-# dx and w-grad copies in the input dtype, and fp64 copies of g, |g|, the estimate, its two
-# floor parts and the error.
-FIXED_BYTES_PER_ELEMENT = 6 * 8 + 8 * 8
-# On CPU a chunk is sized to stay in cache, not to fill the budget: measured on the
-# benchmark machine (docs/benchmarks.md), elementwise ops on 4 MiB tensors run ~10x faster
-# than on 32 MiB ones, and fresh large allocations cost page faults on every call.
-CPU_CHUNK_ELEMENTS = 1 << 19
-MEMORY_FRACTION = 0.25
-_MIN_DEFAULT_MEMORY = 256 << 20
-
-
-class MemoryBudgetError(ValueError):
-    """A check cannot run inside the memory budget; the message carries the estimate."""
-
-
-def _available_host_memory() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def default_max_memory() -> int:
-    """``MEMORY_FRACTION`` of the host memory available now (1 GiB if it cannot be read)."""
-    avail = _available_host_memory()
-    if avail is None:
-        return 1 << 30
-    return max(_MIN_DEFAULT_MEMORY, int(avail * MEMORY_FRACTION))
-
-
-DEFAULT_MAX_MEMORY = default_max_memory()
-
-
-def unit_roundoff(dtype: torch.dtype) -> float:
-    return float(torch.finfo(dtype).eps) / 2
 
 
 @dataclass
@@ -135,95 +49,6 @@ class FDEstimate:
     step: torch.Tensor  # fp64: per row for dx, a scalar for dw
     stencil: Stencil
     forward_calls: int
-
-
-def _pow2(t: torch.Tensor) -> torch.Tensor:
-    return torch.exp2(torch.round(torch.log2(t)))
-
-
-def row_steps(x2: torch.Tensor, eps: float, step_rel: float) -> torch.Tensor:
-    """Per-row step ``h_rel · sqrt(Σ x^2 + D eps)``, a power of two, fp64, shape (R,)."""
-    x64 = x2.to(torch.float64)
-    scale = torch.sqrt((x64 * x64).sum(-1) + x2.shape[-1] * eps)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return _pow2(step_rel * scale)
-
-
-def _bytes_per_element(dtype: torch.dtype) -> int:
-    return BYTES_PER_ELEMENT.get(dtype, 64)
-
-
-def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
-                max_memory: int, device: torch.device | str = "cpu") -> tuple[int, int]:
-    """``(columns, rows)`` perturbed in one batched forward call.
-
-    A chunk holds ``stencil.points × columns × rows`` perturbed rows of length ``n_cols``.
-    Its size is capped by what ``max_memory`` leaves after the arrays held for the whole
-    check (:func:`memory_estimate`) and, on CPU, by ``CPU_CHUNK_ELEMENTS`` (cache);
-    rows are split only when one column of every row does not fit. Any chunk gives the
-    same bits for a batch-invariant kernel, so this is purely a speed/memory choice.
-    """
-    spare = max_memory - FIXED_BYTES_PER_ELEMENT * n_rows * n_cols  # see memory_estimate
-    budget = max(1, spare // _bytes_per_element(dtype))
-    dev = torch.device(device)
-    if dev.type == "cpu":
-        budget = min(budget, CPU_CHUNK_ELEMENTS)
-    elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
-        free = torch.cuda.mem_get_info(dev)[0]
-        budget = min(budget, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
-    per_row = stencil.points * n_cols  # one perturbed column of one row
-    rows = max(1, min(n_rows, budget // per_row))
-    cols = max(1, min(n_cols, budget // (per_row * rows))) if rows == n_rows else 1
-    return cols, rows
-
-
-def columns_per_chunk(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
-                      max_memory: int) -> int:
-    """How many perturbed columns fit in one batched call under ``max_memory`` bytes."""
-    return chunk_shape(n_rows, n_cols, stencil, dtype, max_memory)[0]
-
-
-def memory_estimate(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype) -> int:
-    """Bytes a finite-difference check of an ``(n_rows, n_cols)`` input needs at least.
-
-    The floor under any memory budget: the arrays held for the whole check plus the
-    smallest chunk (one perturbed column of one row, at every stencil point).
-    """
-    fixed = FIXED_BYTES_PER_ELEMENT * n_rows * n_cols
-    return fixed + stencil.points * n_cols * _bytes_per_element(dtype)
-
-
-def check_budget(shape: tuple[int, ...], stencil: Stencil, dtype: torch.dtype,
-                 max_memory: int) -> None:
-    """Raise :class:`MemoryBudgetError` (with the estimate) if ``shape`` cannot fit."""
-    n_cols = shape[-1] if shape else 1
-    n_rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
-    need = memory_estimate(n_rows, n_cols, stencil, dtype)
-    if need > max_memory:
-        raise MemoryBudgetError(
-            f"a finite-difference check of shape {tuple(shape)} in {str(dtype).split('.')[-1]} "
-            f"needs at least {_fmt_bytes(need)}, over the memory budget of "
-            f"{_fmt_bytes(max_memory)}; raise --max-memory or check a smaller shape"
-        )
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
-def _combine_sums(sums: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, torch.Tensor]:
-    """(stencil numerator, 2nd-order numerator at h) from per-offset sums ``Σ g·Δ_o y``."""
-    num = stencil.weights[0] * sums[0]
-    for j in range(1, len(stencil.offsets)):
-        num = num + stencil.weights[j] * sums[j]
-    return num, 0.5 * sums[0]
-
-
-def _signed_offsets(stencil: Stencil) -> torch.Tensor:
-    return torch.tensor([*stencil.offsets, *(-o for o in stencil.offsets)], dtype=torch.float64)
 
 
 def _differences(ys: torch.Tensor, g: torch.Tensor, g_abs: torch.Tensor,
@@ -257,7 +82,7 @@ def input_grad(
     eps: float,
     stencil: Stencil = CENTRAL4,
     step_rel: float | None = None,
-    max_memory: int = DEFAULT_MAX_MEMORY,
+    max_memory: int | None = None,
     *,
     chunk: tuple[int, int] | None = None,
 ) -> FDEstimate:
@@ -282,10 +107,9 @@ def input_grad(
     dev = x.device
     g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
     g2_abs = g2.abs()
-    rel = step_rel if step_rel is not None else STEP_REL.get(x.dtype, 2.0**-5)
+    rel = input_step_rel(x.dtype, step_rel)
     h = row_steps(x2, eps, rel)
-    u = unit_roundoff(x.dtype)
-    signed = _signed_offsets(stencil).to(dev)
+    signed = signed_offsets(stencil).to(dev)
     n_off, points = len(stencil.offsets), stencil.points
     # delta[p, r]: the step at stencil point p for row r, rounded to x's dtype once.
     delta = (signed[:, None] * h[None, :]).to(x.dtype)
@@ -319,10 +143,10 @@ def input_grad(
             s = _differences(ys.reshape(points, n_c, n_r, n_cols), g_r, g_abs_r, n_off, owned)
             sums[:, c0 : c0 + n_c, r0 : r0 + n_r] = s
             xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
-    num, num2 = _combine_sums(sums[:n_off], stencil)
+    num, num2 = combine_sums(sums[:n_off], stencil)
     grad = (num / h).T
-    trunc = (K_TRUNC * rel * rel) * ((num2 - num) / h).abs().T
-    rounding = (K_ROUND * u * stencil.abs_weight_sum) * (sums[n_off] / h).T
+    trunc = truncation((num2 - num) / h, rel).T
+    rounding = rounding_coefficient(x.dtype, stencil) * (sums[n_off] / h).T
     floor = trunc + rounding
     return FDEstimate(grad.reshape(x.shape).contiguous(), floor.reshape(x.shape).contiguous(),
                       h, stencil, calls)
@@ -355,7 +179,7 @@ def directional_input_grad(
     seed: int = 0,
     stencil: Stencil = CENTRAL4,
     step_rel: float | None = None,
-    max_memory: int = DEFAULT_MAX_MEMORY,
+    max_memory: int | None = None,
 ) -> DirectionalEstimate:
     """Central differences of ``L = Σ g·forward(x)`` along ``directions`` random unit vectors
     per row, as jax's ``check_vjp`` does with one: ``stencil.points × directions`` forward
@@ -372,14 +196,13 @@ def directional_input_grad(
     x2 = x.detach().reshape(-1, n_cols)
     n_rows, dev = x2.shape[0], x.device
     g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
-    rel = step_rel if step_rel is not None else STEP_REL.get(x.dtype, 2.0**-5)
+    rel = input_step_rel(x.dtype, step_rel)
     h = row_steps(x2, eps, rel)
-    u = unit_roundoff(x.dtype)
     gen = torch.Generator().manual_seed(seed)
     v = torch.randn(directions, n_rows, n_cols, generator=gen, dtype=torch.float64)
     v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
     n_off = len(stencil.offsets)
-    signed = _signed_offsets(stencil).to(dev)
+    signed = signed_offsets(stencil).to(dev)
     # Stack (direction, row) pairs as rows m = k·R + r.
     n_m = directions * n_rows
     x_m = x2.repeat(directions, 1)
@@ -404,11 +227,11 @@ def directional_input_grad(
         owned = ys.untyped_storage().data_ptr() != xs.untyped_storage().data_ptr()
         real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
         sums[:, sl] = _differences(ys.reshape(xs.shape), g_m[sl], g_m[sl].abs(), n_off, owned)
-        veff[sl] = _combine_sums(real[:n_off] - real[n_off:], stencil)[0] / hm[:, None]
-    num, num2 = _combine_sums(sums[:n_off], stencil)
+        veff[sl] = combine_sums(real[:n_off] - real[n_off:], stencil)[0] / hm[:, None]
+    num, num2 = combine_sums(sums[:n_off], stencil)
     proj = num / h_m
-    trunc = (K_TRUNC * rel * rel) * ((num2 - num) / h_m).abs()
-    rounding = (K_ROUND * u * stencil.abs_weight_sum) * (sums[n_off] / h_m)
+    trunc = truncation((num2 - num) / h_m, rel)
+    rounding = rounding_coefficient(x.dtype, stencil) * (sums[n_off] / h_m)
     lead = (directions, *x.shape[:-1])
     return DirectionalEstimate(veff.reshape(directions, *x.shape), proj.reshape(lead),
                                (trunc + rounding).reshape(lead), h, stencil, calls)
@@ -420,7 +243,7 @@ def weight_grad(
     x: torch.Tensor,
     g: torch.Tensor,
     stencil: Stencil = CENTRAL4,
-    step_rel: float = 0.5,
+    step_rel: float = WEIGHT_STEP_REL,
 ) -> FDEstimate:
     """Central-difference ``dL/dw`` for ``L = Σ g·forward(w)``; the weight is elementwise.
 
@@ -431,9 +254,7 @@ def weight_grad(
     n_cols = w.shape[-1]
     g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
     w0 = w.detach()
-    scale = max(1.0, float(w0.to(torch.float64).abs().max()))
-    h = float(2.0 ** round(math.log2(step_rel * scale)))
-    u = unit_roundoff(x.dtype)
+    h = weight_step(w0, step_rel)
     ys = []
     with torch.no_grad():
         for o in list(stencil.offsets) + [-o for o in stencil.offsets]:
@@ -443,10 +264,10 @@ def weight_grad(
     # Per offset, Σ over rows of g·(y(+o) - y(-o)) (differences before the dot, as for dx),
     # as fixed-order row sums of the transpose; then the same stencil combination as dx.
     sums = row_sum(((stacked[:n_off] - stacked[n_off:]) * g2).transpose(1, 2).contiguous())
-    num, num2 = _combine_sums(sums, stencil)
+    num, num2 = combine_sums(sums, stencil)
     grad, grad2 = num / h, num2 / h
     gy_abs = row_sum((g2.abs() * stacked.abs().amax(0)).T.contiguous())  # (D,)
-    trunc = (K_TRUNC * step_rel * step_rel) * (grad2 - grad).abs()
-    rounding = K_ROUND * u * stencil.abs_weight_sum * gy_abs / h
+    trunc = truncation(grad2 - grad, step_rel)
+    rounding = rounding_coefficient(x.dtype, stencil) * gy_abs / h
     return FDEstimate(grad, trunc + rounding, torch.tensor(h, dtype=torch.float64), stencil,
                       stencil.points)

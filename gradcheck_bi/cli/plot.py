@@ -1,63 +1,36 @@
 """``gradcheck-bi plot``: finite-difference error against step size, as a PNG, text or JSON.
 
-Registered on the app by :mod:`gradcheck_bi.cli`. This module imports nothing from ``cli`` at
-load time (``cli`` imports it), only :class:`gradcheck_bi.cli.UsageError` when it raises one.
+The measurement is :mod:`gradcheck_bi.stepsweep`; the drawing :mod:`gradcheck_bi.report.plot`.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gradcheck_bi._options import Device, Weight, Zcg
-from gradcheck_bi.checks import Unsupported
-from gradcheck_bi.plot import (
-    STEP_EXPONENTS,
-    PlotDependencyError,
-    render_text,
-    save_png,
-    step_sweep,
-    to_json,
+from gradcheck_bi.cli.options import (
+    Control,
+    Device,
+    PlotDType,
+    PlotFormat,
+    PlotStencil,
+    UsageError,
+    Zcg,
+    check_output_folder,
+    parse_shape,
+    write_output,
 )
-from gradcheck_bi.sweep import resolve_kernels
-from gradcheck_bi.verdict import EXIT_UNSUPPORTED
-
-
-class PlotDType(str, Enum):
-    # Finite differences of an fp16/bf16 forward sit on a noise floor near 1e-1: no V to see.
-    fp64 = "fp64"
-    fp32 = "fp32"
-
-
-class PlotStencil(str, Enum):
-    central4 = "central-4"
-    central2 = "central-2"
-
-
-class PlotFormat(str, Enum):
-    png = "png"
-    terminal = "terminal"
-    json = "json"
-
+from gradcheck_bi.gate import EXIT_UNSUPPORTED
+from gradcheck_bi.report.plot import PlotDependencyError, render_text, save_png
+from gradcheck_bi.runner import resolve_kernels
+from gradcheck_bi.stepsweep import STEP_EXPONENTS, step_sweep, to_json
+from gradcheck_bi.vocab import Unsupported
 
 DEFAULT_SHAPE = "4,256"
-
-
-def _usage(message: str) -> Exception:
-    from gradcheck_bi.cli import UsageError
-
-    return UsageError(message)
-
-
-def _parse_shape(text: str) -> tuple[int, ...]:
-    from gradcheck_bi.cli import parse_shape
-
-    return parse_shape(text)
 
 
 def _parse_steps(text: str) -> list[float]:
@@ -65,9 +38,10 @@ def _parse_steps(text: str) -> list[float]:
     try:
         lo, hi = (int(p) for p in text.split(":"))
     except ValueError:
-        raise _usage(f"--steps {text!r}: expected LO:HI exponents of two, e.g. -30:0") from None
+        raise UsageError(f"--steps {text!r}: expected LO:HI exponents of two, e.g. -30:0") from None
     if not (-60 <= lo and lo + 4 <= hi <= 4):
-        raise _usage(f"--steps {text!r}: need -60 <= LO, LO + 4 <= HI <= 4 (steps are 2^LO … 2^HI)")
+        raise UsageError(
+            f"--steps {text!r}: need -60 <= LO, LO + 4 <= HI <= 4 (steps are 2^LO … 2^HI)")
     return [2.0**e for e in range(lo, hi + 1)]
 
 
@@ -75,7 +49,7 @@ def plot_command(
     kernel: Annotated[list[str] | None, typer.Option(
         "--kernel", help="Bundled name, PATH.py:ATTR or package.module:ATTR. Repeatable. "
         "Default: before and after.")] = None,
-    weight: Annotated[list[Weight] | None, typer.Option(  # type: ignore[valid-type]
+    weight: Annotated[list[Control] | None, typer.Option(  # type: ignore[valid-type]
         help="γ control: randn, ones, zeros. Repeatable. Default: randn and ones.")] = None,
     zcg: Annotated[Zcg, typer.Option(help="zero_centered_gamma: off, on or both.")
                    ] = Zcg.off,
@@ -106,11 +80,11 @@ def plot_command(
     """
     fmt_name = _format(fmt.value if fmt is not None else None, output)
     if not (math.isfinite(eps) and eps > 0):
-        raise _usage(f"--eps {eps}: must be a finite number > 0")
-    dims = _parse_shape(shape)
+        raise UsageError(f"--eps {eps}: must be a finite number > 0")
+    dims = parse_shape(shape)
     step_list = _parse_steps(steps) if steps is not None else None
-    if output is not None and not output.resolve().parent.is_dir():
-        raise _usage(f"--output {output}: folder {output.resolve().parent} does not exist")
+    if output is not None:
+        check_output_folder(output)
     specs = resolve_kernels(list(kernel) if kernel else ["before", "after"])
     zcg_values = zcg.settings
     try:
@@ -128,8 +102,6 @@ def plot_command(
         if output is None:
             sys.stdout.write(text)
         else:
-            from gradcheck_bi.cli import write_output
-
             write_output(output, text)
             sys.stderr.write(f"wrote {output}\n")
     elif fmt_name == "png":
@@ -137,7 +109,7 @@ def plot_command(
         try:
             save_png(sweep, output)
         except PlotDependencyError as exc:
-            raise _usage(str(exc)) from None
+            raise UsageError(str(exc)) from None
         sys.stderr.write(f"wrote {output}\n")
     else:
         sys.stdout.write(render_text(sweep))
@@ -150,7 +122,7 @@ def _format(fmt: str | None, output: Path | None) -> str:
             return "terminal"
         return "json" if output.suffix.lower() == ".json" else "png"
     if fmt == "png" and output is None:
-        raise _usage("--format png needs --output FILE.png")
+        raise UsageError("--format png needs --output FILE.png")
     if fmt == "terminal" and output is not None:
-        raise _usage("--format terminal prints to stdout; drop --output or use --format png")
+        raise UsageError("--format terminal prints to stdout; drop --output or use --format png")
     return fmt

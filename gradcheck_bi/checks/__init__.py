@@ -1,0 +1,53 @@
+"""The four checks: forward, dx, dw, batch_invariance → a measured error and its tolerance.
+
+Each check takes a kernel's Function and one :class:`~gradcheck_bi.vocab.Config` — device,
+dtype, shape, eps, seed, γ control, zero_centered_gamma — and returns a
+:class:`~gradcheck_bi.vocab.Measurement`: the max abs error, the tolerance it is held to,
+where the worst element is, and what produced the number (reference, stencil, step, noise
+floor).
+
+* ``forward`` (:mod:`.forward`) — ``y`` against an independent fp64 reference;
+* ``dx`` / ``dw`` (:mod:`.gradients`) — the analytic backward against central differences
+  of the kernel's own forward;
+* ``batch_invariance`` (:mod:`.batch_invariance`) — bitwise, alone vs. in batches, and
+  run to run.
+
+Tolerances: :mod:`.tolerance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gradcheck_bi.checks.batch_invariance import batch_sizes, check_batch_invariance
+from gradcheck_bi.checks.forward import check_forward
+from gradcheck_bi.checks.gradients import check_dw, check_dx
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
+
+CHECK_FUNCTIONS: dict[str, Callable[[Any, Config], Measurement]] = {
+    "forward": check_forward,
+    "dx": check_dx,
+    "dw": check_dw,
+    "batch_invariance": check_batch_invariance,
+}
+
+
+def run_check(fn: Any, cfg: Config) -> Measurement:
+    """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise Unsupported("--device cuda asked for, but no CUDA GPU is visible here")
+    return CHECK_FUNCTIONS[cfg.check](fn, cfg)
+
+
+__all__ = [
+    "CHECK_FUNCTIONS",
+    "batch_sizes",
+    "check_batch_invariance",
+    "check_dw",
+    "check_dx",
+    "check_forward",
+    "run_check",
+]

@@ -1,0 +1,40 @@
+"""Shared by the checks: where the worst element is, non-finite values, error → Measurement."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from gradcheck_bi.checks.tolerance import overridden
+from gradcheck_bi.vocab import Config, Measurement
+
+
+def locate(err: torch.Tensor) -> tuple[float, list[int]]:
+    """``(max err, its index)``; a NaN counts as the worst."""
+    flat = int(torch.argmax(torch.nan_to_num(err, nan=math.inf)).item())
+    worst = float(err.reshape(-1)[flat].item())
+    idx: list[int] = []
+    for size in reversed(err.shape):  # (torch.unravel_index would import sympy: ~0.3 s)
+        flat, i = divmod(flat, size)
+        idx.append(i)
+    idx.reverse()
+    return worst, idx
+
+
+def nonfinite(name: str, t: torch.Tensor) -> str:
+    """A note naming how many elements of ``t`` are inf or NaN ("" when none are)."""
+    bad = int((~torch.isfinite(t)).sum().item())
+    return f"{name} has {bad} non-finite element(s)" if bad else ""
+
+
+def measured(err: torch.Tensor, tol: float, scale: float, cfg: Config,
+             notes: Sequence[str], details: dict[str, Any]) -> Measurement:
+    """Hold the elementwise ``err`` to ``tol`` (after the config's overrides)."""
+    tol = overridden(tol, scale, cfg)
+    max_err, worst = locate(err)
+    problems = [n for n in notes if n]
+    passed = not problems and math.isfinite(max_err) and max_err <= tol
+    return Measurement(max_err, tol, passed, worst, "; ".join(problems), details)

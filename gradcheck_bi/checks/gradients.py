@@ -1,0 +1,114 @@
+"""The gradient checks: analytic dx and dw against central differences of the kernel's forward.
+
+* ``dx`` — every element, row-coloured (:func:`gradcheck_bi.fd.input_grad`), or with
+  ``mode = "directional"`` the projections ``⟨dx, v⟩`` on random unit ``v`` per row;
+* ``dw`` — every element, one perturbation of all weights at once.
+
+The tolerance is ``FD_SAFETY`` × the largest noise floor of the estimate, which comes from
+the forward alone: a wrong backward cannot widen its own tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi.checks._measure import measured, nonfinite
+from gradcheck_bi.checks.tolerance import FD_SAFETY, fd_tolerance
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.call import analytic_grads, call_forward
+from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement, Unsupported
+
+
+def _forward_in_x(fn: Any, w: torch.Tensor, cfg: Config) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: call_forward(fn, t, w, cfg.eps, cfg.zero_centered_gamma)
+
+
+def _forward_in_w(fn: Any, x: torch.Tensor, cfg: Config) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda v: call_forward(fn, x, v, cfg.eps, cfg.zero_centered_gamma)
+
+
+def _fd_stencil(cfg: Config) -> fd.Stencil:
+    if cfg.dtype in HALF_DTYPES:
+        raise Unsupported(
+            f"finite differences of a {cfg.dtype} forward sit on a noise floor near 1e-1; "
+            "check gradients in fp32 or fp64 (forward and batch_invariance run in every dtype)"
+        )
+    return fd.STENCILS[cfg.stencil]
+
+
+def check_dx(fn: Any, cfg: Config) -> Measurement:
+    """Analytic ``dx`` vs. row-coloured central differences of the kernel's own forward."""
+    stencil = _fd_stencil(cfg)
+    x, w, g = make_inputs(cfg)
+    _, dx, _ = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
+    if cfg.mode == "directional":
+        return _check_dx_directional(fn, cfg, stencil, x, w, g, dx)
+    if cfg.mode != "full":
+        raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
+    est = fd.input_grad(
+        _forward_in_x(fn, w, cfg), x, g, cfg.eps, stencil, cfg.step_rel, cfg.max_memory
+    )
+    err = (dx.to(torch.float64) - est.grad).abs()
+    notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
+    return _fdmeasured(err, est, float(est.grad.abs().max()), cfg, notes)
+
+
+def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Tensor,
+                          w: torch.Tensor, g: torch.Tensor, dx: torch.Tensor) -> Measurement:
+    """``⟨dx, v⟩`` vs. central differences along ``cfg.directions`` random unit ``v`` per row.
+
+    The worst index is ``[direction, *row]``; no single element of dx is checked.
+    """
+    est = fd.directional_input_grad(
+        _forward_in_x(fn, w, cfg), x, g, cfg.eps, cfg.directions, cfg.seed, stencil,
+        cfg.step_rel, cfg.max_memory,
+    )
+    analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
+    err = (analytic - est.projection).abs()
+    details = {
+        "mode": "directional",
+        "directions": cfg.directions,
+        "projections_checked": int(est.projection.numel()),
+        "coverage": f"dx projected on {cfg.directions} random unit direction(s) per row; "
+                    "individual dx elements were not checked",
+    }
+    notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference projection",
+                                                        est.projection)]
+    return _fdmeasured(err, est, float(est.projection.abs().max()), cfg, notes, details)
+
+
+def _fdmeasured(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, scale: float,
+                cfg: Config, notes: Sequence[str],
+                extra: dict[str, Any] | None = None) -> Measurement:
+    """Hold ``err`` to ``FD_SAFETY`` × the estimate's largest noise floor."""
+    floor = float(est.noise_floor.max())
+    details = {**_fd_details(est, floor), **(extra or {})}
+    return measured(err, fd_tolerance(floor), scale, cfg, notes, details)
+
+
+def check_dw(fn: Any, cfg: Config) -> Measurement:
+    """Analytic ``dw`` vs. central differences of the forward in the weight."""
+    stencil = _fd_stencil(cfg)
+    x, w, g = make_inputs(cfg)
+    _, _, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
+    est = fd.weight_grad(_forward_in_w(fn, x, cfg), w, x, g, stencil)
+    err = (dw.to(torch.float64) - est.grad).abs()
+    notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
+    return _fdmeasured(err, est, float(est.grad.abs().max()), cfg, notes)
+
+
+def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate, floor: float) -> dict[str, Any]:
+    steps = est.step.reshape(-1)
+    return {
+        "stencil": est.stencil.name,
+        "step_min": float(steps.min()),
+        "step_max": float(steps.max()),
+        "noise_floor": floor,
+        "safety": FD_SAFETY,
+        "forward_calls": est.forward_calls,
+    }

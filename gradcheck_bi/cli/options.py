@@ -1,0 +1,104 @@
+"""What the commands share: option choices (Typer needs Enums), parsers, output writing.
+
+Parsers raise :class:`UsageError`, which ``main`` turns into one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+from gradcheck_bi._atomic import write_atomically
+from gradcheck_bi.fd import parse_bytes
+from gradcheck_bi.vocab import CHECKS, CONTROLS, DTYPES
+
+
+class UsageError(Exception):
+    """Bad usage or input: one line on stderr, exit 2."""
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Zcg(str, Enum):
+    off = "off"
+    on = "on"
+    both = "both"
+
+    @property
+    def settings(self) -> list[bool]:
+        return {"off": [False], "on": [True], "both": [False, True]}[self.value]
+
+
+DType = Enum("DType", {k: k for k in DTYPES}, type=str)  # type: ignore[misc]
+Check = Enum("Check", {k: k for k in CHECKS}, type=str)  # type: ignore[misc]
+Control = Enum("Control", {k: k for k in CONTROLS}, type=str)  # type: ignore[misc]
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+    junit = "junit"
+
+
+class Mode(str, Enum):
+    full = "full"
+    directional = "directional"
+
+
+class Expect(str, Enum):
+    pass_ = "pass"
+    fail = "fail"
+
+
+class PlotDType(str, Enum):
+    # Finite differences of an fp16/bf16 forward sit on a noise floor near 1e-1: no V to see.
+    fp64 = "fp64"
+    fp32 = "fp32"
+
+
+class PlotStencil(str, Enum):
+    central4 = "central-4"
+    central2 = "central-2"
+
+
+class PlotFormat(str, Enum):
+    png = "png"
+    terminal = "terminal"
+    json = "json"
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"2,8,256"`` → ``(2, 8, 256)``; every dim a positive integer."""
+    try:
+        dims = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise UsageError(
+            f"--shape {text!r}: expected comma-separated integers, e.g. 2,8,256") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"--shape {text!r}: every dimension must be a positive integer")
+    return dims
+
+
+def parse_memory(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1048576"`` → bytes."""
+    try:
+        return parse_bytes(text)
+    except ValueError:
+        raise UsageError(f"--max-memory {text!r}: expected bytes, e.g. 512M or 2G") from None
+
+
+def check_output_folder(path: Path, option: str = "--output") -> None:
+    """Refuse an output whose folder does not exist (before anything runs)."""
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"{option} {path}: folder {folder} does not exist")
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write the report to ``--output`` whole or not at all."""
+    check_output_folder(path)
+    write_atomically(path, text)

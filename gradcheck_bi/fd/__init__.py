@@ -1,0 +1,55 @@
+"""Finite differences of a kernel's own forward: stencils, steps, noise floor, memory budget.
+
+* :mod:`~gradcheck_bi.fd.stencil` — the central stencils and how their sums combine;
+* :mod:`~gradcheck_bi.fd.step` — step sizes, per row for x and one for w;
+* :mod:`~gradcheck_bi.fd.noise` — the noise floor model every estimate is held to;
+* :mod:`~gradcheck_bi.fd.budget` — memory: the default budget, chunk sizes, the refusal;
+* :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
+  of dx, every element of dw.
+"""
+
+from gradcheck_bi.fd.budget import (
+    BYTES_PER_ELEMENT,
+    FIXED_BYTES_PER_ELEMENT,
+    MemoryBudgetError,
+    check_budget,
+    chunk_shape,
+    columns_per_chunk,
+    default_max_memory,
+    memory_estimate,
+    parse_bytes,
+)
+from gradcheck_bi.fd.estimate import (
+    DirectionalEstimate,
+    FDEstimate,
+    directional_input_grad,
+    input_grad,
+    weight_grad,
+)
+from gradcheck_bi.fd.noise import unit_roundoff
+from gradcheck_bi.fd.stencil import CENTRAL2, CENTRAL4, STENCILS, Stencil
+from gradcheck_bi.fd.step import STEP_REL, row_steps
+
+__all__ = [
+    "BYTES_PER_ELEMENT",
+    "CENTRAL2",
+    "CENTRAL4",
+    "FIXED_BYTES_PER_ELEMENT",
+    "STENCILS",
+    "STEP_REL",
+    "DirectionalEstimate",
+    "FDEstimate",
+    "MemoryBudgetError",
+    "Stencil",
+    "check_budget",
+    "chunk_shape",
+    "columns_per_chunk",
+    "default_max_memory",
+    "directional_input_grad",
+    "input_grad",
+    "memory_estimate",
+    "parse_bytes",
+    "row_steps",
+    "unit_roundoff",
+    "weight_grad",
+]

@@ -1,0 +1,137 @@
+"""Memory for the finite-difference checks: the budget, the chunk it allows, the refusal.
+
+The default budget is a quarter of the host memory free when it is first asked for (from
+``os.sysconf``; 1 GiB where that cannot be read), computed once per process and never at
+import. ``parse_bytes`` is the one reader of sizes such as ``512M`` or ``2G``.
+
+>>> parse_bytes("512M"), parse_bytes("2GiB"), parse_bytes("4096")
+(536870912, 2147483648, 4096)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+
+from gradcheck_bi.fd.stencil import Stencil
+
+# Bytes held per perturbed element in one chunk: the perturbed input, the forward's
+# intermediates (a handful of compute-dtype temporaries) and our fp64 differences.
+BYTES_PER_ELEMENT = {torch.float64: 8 * 8, torch.float32: 4 * 8 + 8}
+# Bytes per element of x held for the whole check, outside the chunks: x, g, y, the analytic
+# dx and w-grad copies in the input dtype, and fp64 copies of g, |g|, the estimate, its two
+# floor parts and the error.
+FIXED_BYTES_PER_ELEMENT = 6 * 8 + 8 * 8
+# On CPU a chunk is sized to stay in cache, not to fill the budget: measured on the
+# benchmark machine (docs/benchmarks.md), elementwise ops on 4 MiB tensors run ~10x faster
+# than on 32 MiB ones, and fresh large allocations cost page faults on every call.
+CPU_CHUNK_ELEMENTS = 1 << 19
+MEMORY_FRACTION = 0.25
+_MIN_DEFAULT_MEMORY = 256 << 20
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+class MemoryBudgetError(ValueError):
+    """A check cannot run inside the memory budget; the message carries the estimate."""
+
+
+def parse_bytes(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1.5GiB"``, ``"1048576"`` → bytes (> 0); ``ValueError`` else."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        n = int(float(t[:-1]) * _UNITS[t[-1]]) if t and t[-1] in _UNITS else int(t)
+    except (ValueError, KeyError):
+        raise ValueError(f"{text!r} is not a size; expected e.g. 512M or 2G") from None
+    if n <= 0:
+        raise ValueError(f"{text!r}: a size must be > 0")
+    return n
+
+
+def _free_host_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+@functools.cache
+def default_max_memory() -> int:
+    """``MEMORY_FRACTION`` of the host memory free now (1 GiB if it cannot be read)."""
+    free = _free_host_memory()
+    if free is None:
+        return 1 << 30
+    return max(_MIN_DEFAULT_MEMORY, int(free * MEMORY_FRACTION))
+
+
+def budget(max_memory: int | None) -> int:
+    """The budget in bytes: ``max_memory``, or the default when it is ``None``."""
+    return default_max_memory() if max_memory is None else max_memory
+
+
+def _bytes_per_element(dtype: torch.dtype) -> int:
+    return BYTES_PER_ELEMENT.get(dtype, 64)
+
+
+def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
+                max_memory: int | None, device: torch.device | str = "cpu") -> tuple[int, int]:
+    """``(columns, rows)`` perturbed in one batched forward call.
+
+    A chunk holds ``stencil.points × columns × rows`` perturbed rows of length ``n_cols``.
+    Its size is capped by what ``max_memory`` leaves after the arrays held for the whole
+    check (:func:`memory_estimate`) and, on CPU, by ``CPU_CHUNK_ELEMENTS`` (cache);
+    rows are split only when one column of every row does not fit. Any chunk gives the
+    same bits for a batch-invariant kernel, so this is purely a speed/memory choice.
+    """
+    spare = budget(max_memory) - FIXED_BYTES_PER_ELEMENT * n_rows * n_cols
+    room = max(1, spare // _bytes_per_element(dtype))
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        room = min(room, CPU_CHUNK_ELEMENTS)
+    elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
+        free = torch.cuda.mem_get_info(dev)[0]
+        room = min(room, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
+    per_row = stencil.points * n_cols  # one perturbed column of one row
+    rows = max(1, min(n_rows, room // per_row))
+    cols = max(1, min(n_cols, room // (per_row * rows))) if rows == n_rows else 1
+    return cols, rows
+
+
+def columns_per_chunk(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
+                      max_memory: int | None) -> int:
+    """How many perturbed columns fit in one batched call under ``max_memory`` bytes."""
+    return chunk_shape(n_rows, n_cols, stencil, dtype, max_memory)[0]
+
+
+def memory_estimate(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype) -> int:
+    """Bytes a finite-difference check of an ``(n_rows, n_cols)`` input needs at least.
+
+    The floor under any memory budget: the arrays held for the whole check plus the
+    smallest chunk (one perturbed column of one row, at every stencil point).
+    """
+    fixed = FIXED_BYTES_PER_ELEMENT * n_rows * n_cols
+    return fixed + stencil.points * n_cols * _bytes_per_element(dtype)
+
+
+def check_budget(shape: tuple[int, ...], stencil: Stencil, dtype: torch.dtype,
+                 max_memory: int | None) -> None:
+    """Raise :class:`MemoryBudgetError` (with the estimate) if ``shape`` cannot fit."""
+    n_cols = shape[-1] if shape else 1
+    n_rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
+    need = memory_estimate(n_rows, n_cols, stencil, dtype)
+    have = budget(max_memory)
+    if need > have:
+        raise MemoryBudgetError(
+            f"a finite-difference check of shape {tuple(shape)} in {str(dtype).split('.')[-1]} "
+            f"needs at least {format_bytes(need)}, over the memory budget of "
+            f"{format_bytes(have)}; raise --max-memory or check a smaller shape"
+        )
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

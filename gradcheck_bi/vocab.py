@@ -1,0 +1,185 @@
+"""The words every stage shares: names, plain types and the errors that cross stages.
+
+This module imports nothing of the package; every other module may import it. Data flows
+one way through the stages that use these types::
+
+    kernel → perturbation → measurement → verdict → report
+    (KernelSpec)  (Config)   (Measurement)  (Result)
+
+* a **check** is one of :data:`CHECKS`; a **γ control** one of :data:`CONTROLS`, defined
+  on the *effective* weight γ (under ``zero_centered_gamma`` the stored parameter is γ − 1,
+  so ``ones`` stays the blind control in both modes);
+* a :class:`Config` is one point of a sweep; a :class:`Measurement` what a check measured
+  there; a :class:`Result` the verdict, one row of the contract's JSON;
+* a :class:`KernelSpec` is a kernel under test with the :class:`Defect` s it declares; an
+  :class:`Expectation` is a case file's rule about what a point must show.
+
+>>> Config(check="dx").control, Config(check="dx").zero_centered_gamma
+('randn', False)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+CHECKS = ("forward", "dx", "dw", "batch_invariance")
+CONTROLS = ("randn", "ones", "zeros")
+DTYPES = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+HALF_DTYPES = ("bf16", "fp16")
+DEVICES = ("cpu", "cuda")
+EXPECTED_STATUSES = ("pass", "fail")
+
+
+class Unsupported(Exception):
+    """The check cannot run here (no GPU, a dtype the method cannot use, a refusing kernel)."""
+
+
+class KernelLoadError(Exception):
+    """A kernel reference could not be resolved or loaded (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a sweep: what to check, where, on which data, judged how."""
+
+    check: str
+    device: str = "cpu"
+    dtype: str = "fp64"
+    shape: tuple[int, ...] = (2, 8, 256)
+    eps: float = 1e-6
+    seed: int = 0
+    control: str = "randn"  # the γ control (see CONTROLS)
+    zero_centered_gamma: bool = False
+    input_scale: float = 1.0
+    weight_scale: float = 1.0
+    atol: float | None = None
+    rtol: float | None = None
+    stencil: str = "central-4"
+    step_rel: float | None = None
+    max_memory: int | None = None  # None: the default budget, computed when first asked
+    # "full": every element of dx; "directional": ⟨dx, v⟩ along random unit v per row.
+    mode: str = "full"
+    directions: int = 8
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+@dataclass
+class Measurement:
+    """What a check measured: the error, the tolerance and how to trust them."""
+
+    max_abs_err: float
+    tolerance: float
+    passed: bool
+    worst: list[int] | None = None  # index of the worst element in the checked tensor
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    """One verdict: a check of one kernel at one configuration (a row of the JSON).
+
+    The field names are the public contract's: ``weight`` is the γ control's name and
+    ``zero_centered_gamma`` the mode, as in the JSON and in baselines.
+    """
+
+    kernel: str
+    check: str
+    device: str
+    dtype: str
+    shape: list[int]
+    eps: float
+    seed: int
+    weight: str
+    zero_centered_gamma: bool
+    max_abs_err: float | None
+    tolerance: float | None
+    status: str
+    expected: str
+    as_expected: bool
+    message: str = ""
+    worst: list[int] | None = None
+    input_scale: float = 1.0
+    weight_scale: float = 1.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("max_abs_err", "tolerance"):
+            v = d[key]
+            if isinstance(v, float) and not math.isfinite(v):
+                d[key] = str(v)  # JSON has no inf/nan literals
+        if not d["message"]:
+            del d["message"]
+        return d
+
+
+@dataclass(frozen=True)
+class Defect:
+    """A known defect and the (check, zcg, γ control) points where it must be detected."""
+
+    name: str
+    summary: str
+    checks: frozenset[str]
+    zcg: frozenset[bool]
+    controls: frozenset[str]
+
+    def shows(self, check: str, zero_centered_gamma: bool, control: str) -> bool:
+        return (check in self.checks and zero_centered_gamma in self.zcg
+                and control in self.controls)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel under test: its name, its Function and the defects it declares.
+
+    ``source`` is ``"bundled"`` for the kernels shipped here, else the reference it was
+    loaded from (``PATH.py:ATTR``, ``package.module:ATTR`` or ``"api"``).
+    """
+
+    name: str
+    fn: Any
+    defects: tuple[Defect, ...] = ()
+    description: str = ""
+    source: str = "bundled"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A case's rule: at every point it matches (``None`` matches anything) expect ``status``.
+
+    Rules outrank both ``expect`` and a bundled kernel's declared defects.
+    """
+
+    status: str
+    kernel: str | None = None
+    check: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    weight: str | None = None
+    zcg: bool | None = None
+    reason: str = ""
+
+    def matches(self, kernel: str, cfg: Config) -> bool:
+        wanted = (self.kernel, self.check, self.device, self.dtype, self.weight, self.zcg)
+        actual = (kernel, cfg.check, cfg.device, cfg.dtype, cfg.control,
+                  cfg.zero_centered_gamma)
+        return all(w is None or w == a for w, a in zip(wanted, actual, strict=True))
+
+
+def first_line(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"`` — how an exception is named in a result."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
