@@ -9,7 +9,7 @@ True
 """
 
 from gradcheck_bi._version import __version__
-from gradcheck_bi.api import GradcheckFailure, Report, check
+from gradcheck_bi.api import GradcheckFailure, GradcheckSkipped, Report, check
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels import BUNDLED
 from gradcheck_bi.runner import run as run_sweep
@@ -20,6 +20,7 @@ __all__ = [
     "BUNDLED",
     "Config",
     "GradcheckFailure",
+    "GradcheckSkipped",
     "KernelSpec",
     "Measurement",
     "Report",

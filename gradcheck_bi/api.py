@@ -9,10 +9,12 @@ Put a γ=randn gradient check next to an existing parity test::
         gradcheck_bi.check(MyRMSNormFn, checks=["dx", "dw"], shapes=[(4, 1000)])
 
 ``check`` raises :class:`GradcheckFailure` (an ``AssertionError``, so pytest shows it as a
-failed assertion) listing every result that was not as expected; with
-``raise_on_failure=False`` it returns the :class:`Report` for the caller to inspect.
-Unsupported results (e.g. ``device="cuda"`` without a GPU) never raise; they are in
-``report.unsupported``.
+failed assertion) listing every result that was not as expected — a wrong gradient, a defect
+not shown, or a kernel that raised (``error``: anything but an explicit refusal of the device
+or dtype). When *every* result is ``unsupported`` (``device="cuda"`` without a GPU, a kernel
+refusing the dtype) it raises :class:`GradcheckSkipped`, a ``unittest.SkipTest``, so pytest
+reports a skip rather than a pass; ``strict=True`` makes any ``unsupported`` a failure. With
+``raise_on_failure=False`` it raises neither and returns the :class:`Report` to inspect.
 
 >>> from gradcheck_bi.kernels.rmsnorm import After, Before
 >>> check(After, checks=["dx"], weights=["randn"], shapes=[(3, 16)]).ok
@@ -25,11 +27,12 @@ True
 
 from __future__ import annotations
 
+import unittest
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradcheck_bi.gate import EXIT_UNEXPECTED, exit_code
+from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, exit_code
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run
@@ -45,16 +48,29 @@ class GradcheckFailure(AssertionError):
         self.report = report
 
 
+class GradcheckSkipped(unittest.SkipTest):
+    """Every result was ``unsupported`` here: nothing was checked. ``.report`` holds them.
+
+    A ``unittest.SkipTest``, so pytest and unittest report the test as skipped.
+    """
+
+    def __init__(self, report: Report) -> None:
+        super().__init__(str(report))
+        self.report = report
+
+
 @dataclass
 class Report:
     """The results of one :func:`check` call and what they add up to."""
 
     results: list[Result] = field(default_factory=list)
+    strict: bool = False  # an unsupported result counts as not as expected
 
     @property
     def exit_code(self) -> int:
-        """The CLI's code for these results: 0 as expected, 1 not, 3 only unsupported left."""
-        return exit_code(self.results)
+        """The CLI's code for these results: 0 as expected, 1 not (or any unsupported when
+        ``strict``), 3 nothing wrong but something unsupported."""
+        return exit_code(self.results, strict=self.strict)
 
     @property
     def ok(self) -> bool:
@@ -70,9 +86,16 @@ class Report:
         return [r for r in self.results if r.status == "unsupported"]
 
     def __str__(self) -> str:
-        head = (f"gradcheck-bi: {len(self.failed)} of {len(self.results)} results not as "
-                "expected" if self.failed else
-                f"gradcheck-bi: all {len(self.results)} results as expected")
+        if self.failed:
+            head = (f"gradcheck-bi: {len(self.failed)} of {len(self.results)} results not as "
+                    "expected")
+        elif self.unsupported and self.strict:
+            head = (f"gradcheck-bi: {len(self.unsupported)} of {len(self.results)} results "
+                    "unsupported here (strict)")
+        elif self.unsupported and len(self.unsupported) == len(self.results):
+            head = f"gradcheck-bi: all {len(self.results)} results unsupported here"
+        else:
+            head = f"gradcheck-bi: all {len(self.results)} results as expected"
         lines = [head] + ["  " + describe(r) for r in self.failed]
         if self.unsupported:
             lines.append(f"  ({len(self.unsupported)} unsupported here, e.g. "
@@ -106,6 +129,7 @@ def check(
     input_scales: Sequence[float] = (1.0,),
     weight_scales: Sequence[float] = (1.0,),
     expect: str = "pass",
+    strict: bool = False,
     raise_on_failure: bool = True,
     **sweep_options: Any,
 ) -> Report:
@@ -115,7 +139,9 @@ def check(
     supports. ``expect="fail"`` states that every result must fail. ``sweep_options`` are
     further :class:`~gradcheck_bi.sweep.Sweep` fields (``atol``, ``rtol``, ``stencil``,
     ``step_rel``, ``max_memory``). Raises :class:`GradcheckFailure` when a result is not as
-    expected (unless ``raise_on_failure=False``); returns the :class:`Report`.
+    expected (with ``strict=True``, also when any is unsupported) and
+    :class:`GradcheckSkipped` when every result is unsupported, unless
+    ``raise_on_failure=False``; returns the :class:`Report`.
     """
     spec = _spec(fn)
     sweep = Sweep(
@@ -125,7 +151,10 @@ def check(
         checks=list(checks) if checks is not None else None, weights=list(weights),
         zcg=list(zcg), expect=expect if spec.source != "bundled" else None, **sweep_options,
     )
-    report = Report(run(sweep, [spec]))
+    report = Report(run(sweep, [spec]), strict)
     if raise_on_failure and report.exit_code == EXIT_UNEXPECTED:
         raise GradcheckFailure(report)
+    if raise_on_failure and report.exit_code == EXIT_UNSUPPORTED and all(
+            r.status == "unsupported" for r in report.results):
+        raise GradcheckSkipped(report)
     return report

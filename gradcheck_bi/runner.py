@@ -2,7 +2,8 @@
 
 Kernels are loaded once, up front (a kernel that cannot load stops the run: exit 2). Each
 kernel is probed once per (device, dtype) with a tiny forward; a refusal there makes that
-target's results ``unsupported``. Every point is then measured by its check
+target's results ``unsupported``; a crash is no refusal (each point then reports its own
+``error``). Every point is then measured by its check
 (:mod:`gradcheck_bi.checks`) and judged against what it must show (:mod:`gradcheck_bi.gate`).
 
 >>> from gradcheck_bi.sweep import Sweep
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.probe import probe
+from gradcheck_bi.checks.probe import probe, refusal
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.sweep import Sweep, grid
@@ -52,7 +53,9 @@ def resolve_kernels(refs: list[str]) -> list[KernelSpec]:
 
 
 def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) -> Result:
-    """Measure one point; kernel exceptions become ``error`` results with their message."""
+    """Measure one point; a kernel's exception is ``unsupported`` when it is an explicit
+    refusal of the device or dtype (:func:`~gradcheck_bi.checks.probe.refusal`), else an
+    ``error`` result (a crash: exit 1), with its message either way."""
     must = expected(spec, cfg, sweep)
     if refused is not None:
         return judge(spec.name, must, cfg, status="unsupported", message=refused)
@@ -63,6 +66,10 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # the kernel's own failure, reported per result
+        why = refusal(exc)
+        if why is not None:
+            return judge(spec.name, must, cfg, status="unsupported",
+                         message=f"kernel refuses {cfg.device}/{cfg.dtype}: {why}")
         return judge(spec.name, must, cfg, status="error", message=first_line(exc))
     return judge(spec.name, must, cfg, measurement)
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import unittest
 from pathlib import Path
 
 import pytest
@@ -9,7 +13,8 @@ import pytest
 import gradcheck_bi
 from gradcheck_bi.kernels.loader import load
 
-KERNELS = Path(__file__).resolve().parent / "kernels"
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "tests" / "kernels"
 # A project's own kernels would be imported normally; these test files are loaded by path.
 Correct = load(f"{KERNELS}/user_rmsnorm.py:Correct").fn
 DxDoubleWeight = load(f"{KERNELS}/user_rmsnorm.py:DxDoubleWeight").fn
@@ -49,10 +54,77 @@ def test_expect_fail_turns_a_known_defect_into_a_pass() -> None:
     assert report.ok and {r.status for r in report.results} == {"fail"}
 
 
-def test_unsupported_never_raises() -> None:
-    report = gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32")
+def test_all_unsupported_is_a_skip_not_a_pass() -> None:
+    with pytest.raises(gradcheck_bi.GradcheckSkipped) as info:
+        gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32")
+    assert isinstance(info.value, unittest.SkipTest)
+    report = info.value.report
     assert report.exit_code == 3 and len(report.unsupported) == len(report.results) == 6
-    assert "requires CUDA tensors" in str(report)
+    assert "all 6 results unsupported here" in str(info.value)
+    assert "requires CUDA tensors" in str(info.value)
+
+
+def test_unsupported_report_without_raising() -> None:
+    report = gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32",
+                                raise_on_failure=False)
+    assert report.exit_code == 3 and len(report.unsupported) == 6 and not report.failed
+
+
+def test_strict_makes_unsupported_a_failure() -> None:
+    with pytest.raises(gradcheck_bi.GradcheckFailure) as info:
+        gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32", strict=True)
+    assert info.value.report.exit_code == 1
+    assert "6 of 6 results unsupported here (strict)" in str(info.value)
+
+
+def test_some_unsupported_returns_the_report(tmp_path: Path) -> None:
+    """Only part unsupported (here: fp64 refused by dx/dw's backward only): no skip, no raise;
+    ``strict=True`` raises."""
+    (tmp_path / "bwd_fp32_only.py").write_text(
+        "from gradcheck_bi.kernels.rmsnorm import After\n"
+        "class Fn(After):\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        if g.dtype == __import__('torch').float64:\n"
+        "            raise NotImplementedError('backward supports fp32 only')\n"
+        "        return After.backward(ctx, g)\n")
+    fn = load(f"{tmp_path}/bwd_fp32_only.py:Fn").fn
+    report = gradcheck_bi.check(fn, checks=["forward", "dx"], weights=["randn"], zcg=[False],
+                                shapes=[(2, 16)])
+    assert [r.status for r in report.results] == ["pass", "unsupported"], report
+    assert report.exit_code == 3
+    with pytest.raises(gradcheck_bi.GradcheckFailure):
+        gradcheck_bi.check(fn, checks=["forward", "dx"], weights=["randn"], zcg=[False],
+                           shapes=[(2, 16)], strict=True)
+
+
+def test_a_crashing_kernel_raises(tmp_path: Path) -> None:
+    (tmp_path / "typo.py").write_text(
+        "import torch\n"
+        "class Fn(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, w, eps, zcg):\n"
+        "        return x * torch.rsqrtt(x.pow(2).mean(-1, keepdim=True) + eps) * w\n")
+    fn = load(f"{tmp_path}/typo.py:Fn").fn
+    with pytest.raises(gradcheck_bi.GradcheckFailure) as info:
+        gradcheck_bi.check(fn, checks=["forward"], shapes=[(2, 16)])
+    assert {r.status for r in info.value.report.results} == {"error"}
+    assert "AttributeError" in str(info.value) and "rsqrtt" in str(info.value)
+
+
+def test_pytest_shows_all_unsupported_as_skipped(tmp_path: Path) -> None:
+    """What a user's suite sees: a skip, not a pass and not a failure."""
+    (tmp_path / "test_user.py").write_text(
+        "import gradcheck_bi\n"
+        "from gradcheck_bi.kernels.loader import load\n"
+        f"Fn = load({str(KERNELS / 'megatron_like.py')!r} + ':BatchInvariantRMSNormFn').fn\n"
+        "def test_it():\n"
+        "    gradcheck_bi.check(Fn, checks=['forward'], dtype='fp32', shapes=[(2, 16)])\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_user.py")], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "1 skipped" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout
 
 
 def test_bundled_names_keep_their_declared_defects() -> None:

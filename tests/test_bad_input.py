@@ -215,14 +215,14 @@ def test_misbehaving_kernel_is_a_result_not_a_crash(capsys: Any, tmp_path: Path,
         f"{attr}: {needle!r} not in {[r.get('message') for r in hit]}")
 
 
-def test_forward_that_always_raises_is_unsupported(capsys: Any, tmp_path: Path,
-                                                   kernels: Path) -> None:
-    """A forward that raises on the tool's first tiny probe looks exactly like a kernel
-    refusing the device/dtype (Megatron's raises RuntimeError on CPU): ``unsupported``,
-    exit 3, the kernel's own message. One that raises later is an error (exit 1, above)."""
+def test_forward_that_always_raises_is_an_error_not_unsupported(capsys: Any, tmp_path: Path,
+                                                                kernels: Path) -> None:
+    """A forward that raises on every input, with a message that refuses nothing, is a crash:
+    every point an ``error`` with the kernel's message, exit 1 — never ``unsupported``, which
+    is kept for explicit refusals of a device or dtype (tests/test_probe.py)."""
     code, results, _ = run_bad(capsys, tmp_path, kernels, "AlwaysRaises")
-    assert code == 3
-    assert {r["status"] for r in results} == {"unsupported"}
+    assert code == 1
+    assert {r["status"] for r in results} == {"error"}
     assert all("RuntimeError: boom in forward" in r["message"] for r in results)
 
 

@@ -43,6 +43,13 @@ def test_exit_codes() -> None:
     assert exit_code([_result("pass")], drifted=True) == EXIT_UNEXPECTED
 
 
+def test_strict_makes_any_unsupported_unexpected() -> None:
+    assert exit_code([_result("pass"), _result("unsupported")], strict=True) == EXIT_UNEXPECTED
+    assert exit_code([_result("unsupported")], strict=True) == EXIT_UNEXPECTED
+    assert exit_code([_result("pass")], strict=True) == EXIT_OK
+    assert exit_code([_result("fail", "fail")], strict=True) == EXIT_OK
+
+
 def test_expectations_rules_then_expect_then_declared_defects() -> None:
     before, user = resolve("before"), KernelSpec("mine", object(), source="mine.py:F")
     dx = Config(check="dx", control="randn")

@@ -145,6 +145,9 @@ def run_command(
         help="Record this run as --baseline FILE (atomically) instead of comparing.")] = False,
     plot: Annotated[str | None, typer.Option(
         help="Markdown only: embed this image (from `gradcheck-bi plot --output`).")] = None,
+    strict: Annotated[bool, typer.Option(
+        help="Any unsupported result (no GPU, a kernel refusing a device or dtype) exits 1 "
+        "instead of 3: for CI jobs that must run everything.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress on stderr (TTY only).")] = True,
     threads: Annotated[int | None, typer.Option(
         help="torch CPU threads. Default 1 unless OMP_NUM_THREADS is set: the finite "
@@ -178,11 +181,11 @@ def run_command(
     _check_memory(sweeps)
     results = _execute(sweeps, progress)
     drifts = baselines.compare(results, recorded) if recorded is not None else []
-    code = exit_code(results, drifted=bool(drifts))
+    code = exit_code(results, drifted=bool(drifts), strict=strict)
     if update_baseline and baseline is not None:
         baselines.write(baseline, baselines.Baseline.from_results(results))
         Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
-    report = _Report(results, drifts, baseline if recorded is not None else None, code)
+    report = _Report(results, drifts, baseline if recorded is not None else None, code, strict)
     _emit(report, fmt, output, plot, time.perf_counter() - started)
     return code
 
@@ -242,15 +245,16 @@ class _Report:
     """What a run produced, for the renderers: results, drift, the baseline compared with."""
 
     def __init__(self, results: list[Result], drifts: list[baselines.Drift],
-                 baseline: Path | None, code: int) -> None:
+                 baseline: Path | None, code: int, strict: bool = False) -> None:
         self.results, self.drifts, self.baseline, self.code = results, drifts, baseline, code
+        self.summary = summarize(results, strict)
 
     @property
     def compared(self) -> bool:
         return self.baseline is not None
 
     def rich(self, console: Console) -> None:
-        render_rich(build_tables(self.results), summarize(self.results), console)
+        render_rich(build_tables(self.results), self.summary, console)
         drift_report.render_rich(self.drifts, self.baseline, self.compared, console)
 
 
@@ -262,7 +266,7 @@ def _text(report: _Report, fmt: Format, plot: str | None, elapsed: float) -> str
         return (drift_report.add_to_json(text, drifts, report.baseline) if report.compared
                 else text)
     if fmt is Format.markdown:
-        text = render_markdown(build_tables(results), summarize(results), plot=plot)
+        text = render_markdown(build_tables(results), report.summary, plot=plot)
         return text + (drift_report.render_markdown(drifts, report.baseline)
                        if report.compared else "")
     if fmt is Format.junit:

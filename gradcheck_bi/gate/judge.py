@@ -1,8 +1,10 @@
 """Measurements + expectations → verdicts, and verdicts → the contract's exit code.
 
-Exit codes: 0 every result as expected; 1 a result not as expected (including errors
-raised by a kernel's forward or backward, and drift from a baseline); 2 bad usage or input
-(decided before anything runs); 3 nothing wrong but something asked for could not run here.
+Exit codes: 0 every result as expected; 1 a result not as expected (including ``error``:
+a kernel that raised anything but an explicit refusal; drift from a baseline; and, under
+``strict``, any ``unsupported``); 2 bad usage or input (decided before anything runs); 3
+nothing wrong found but something asked for could not run here (``unsupported``: no GPU, a
+kernel that explicitly refuses the device or dtype).
 
 >>> from gradcheck_bi.vocab import Config, Measurement
 >>> r = judge("after", "pass", Config(check="dx"), Measurement(1e-15, 1e-13, True))
@@ -59,12 +61,13 @@ def judge(
     )
 
 
-def exit_code(results: list[Result], drifted: bool = False) -> int:
-    """0 all as expected; 1 anything not as expected (or ``drifted``); 3 only unsupported."""
+def exit_code(results: list[Result], drifted: bool = False, strict: bool = False) -> int:
+    """0 all as expected; 1 anything not as expected (or ``drifted``, or any unsupported
+    when ``strict``: a CI job that must run everything); 3 nothing wrong but unsupported."""
     if drifted or any(not r.as_expected and r.status != "unsupported" for r in results):
         return EXIT_UNEXPECTED
     if any(r.status == "unsupported" for r in results):
-        return EXIT_UNSUPPORTED
+        return EXIT_UNEXPECTED if strict else EXIT_UNSUPPORTED
     return EXIT_OK
 
 
