@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.kernels.loader import load
+from gradcheck_bi.kernels.loader import complete_ref, load
+from gradcheck_bi.kernels.registry import resolve
 from gradcheck_bi.vocab import KernelLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,3 +113,32 @@ def test_attributes_of_one_file_share_one_module() -> None:
     b = load(f"{KERNELS}/user_rmsnorm.py:DxDoubleWeight").fn
     assert a.__module__ == b.__module__ and a is not b
     assert load(f"{KERNELS}/user_rmsnorm.py:Correct").fn is a
+
+
+def test_syntax_error_names_its_line_once(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("import torch\n\nclass Broken(:\n")
+    with pytest.raises(KernelLoadError) as info:
+        load(f"{tmp_path}/broken.py:Broken")
+    message = str(info.value)
+    assert message.count("line 3") == 1 and "SyntaxError" in message, message
+
+
+def test_a_file_with_one_function_needs_no_attr(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "mynorm.py").write_text(
+        "from torch.autograd import Function\n"
+        "from gradcheck_bi.kernels.rmsnorm import After\n\n\n"
+        "class MyNorm(After):\n    pass\n")
+    assert complete_ref(f"{tmp_path}/mynorm.py") == f"{tmp_path}/mynorm.py:MyNorm"
+    assert resolve(f"{tmp_path}/mynorm.py").fn.__name__ == "MyNorm"
+    code, results, err = run(capsys, "run", "--kernel", f"{tmp_path}/mynorm.py",
+                             "--check", "forward", "--zcg", "off", "--weight", "randn", *SMALL)
+    assert code == 0, err
+    assert [r["kernel"] for r in results] == [f"{tmp_path}/mynorm.py:MyNorm"]
+
+
+def test_a_file_with_several_functions_lists_them() -> None:
+    with pytest.raises(KernelLoadError) as info:
+        complete_ref(f"{KERNELS}/user_rmsnorm.py")
+    message = str(info.value)
+    assert "Correct" in message and "DxDoubleWeight" in message and ":NAME" in message, message

@@ -14,7 +14,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.cli import main
 from gradcheck_bi.kernels.registry import resolve
-from gradcheck_bi.report.plot import build_figure, render_text
+from gradcheck_bi.report.plot import MARKERS, build_figure, render_text
 from gradcheck_bi.stepsweep import Curve, StepSweep, step_sweep
 
 SHAPE = (4, 64)
@@ -126,6 +126,19 @@ def test_terminal_drawing_marks_the_run_step_and_reference(fp64_central4: StepSw
 
 
 ARGS = ["plot", "--kernel", "after", "--weight", "randn", "--shape", "2,32", "--steps", "-24:-2"]
+
+
+def test_terminal_legend_names_only_markers_it_draws(fp64_central4: StepSweep) -> None:
+    # before and after agree at γ=ones: the later curve is drawn over every point of the
+    # earlier one, so the legend must not promise the earlier marker on the picture.
+    text = render_text(fp64_central4)
+    drawn = "".join(line.split("┤", 1)[1] for line in text.splitlines() if "┤" in line)
+    legend = [line for line in text.splitlines()
+              if len(line) > 3 and line[:2] == "  " and line[2] in MARKERS and line[3] == " "]
+    assert len(legend) == len(fp64_central4.curves), legend
+    for line in legend:
+        assert line[2] in drawn or "not visible" in line, line
+    assert any("not visible" in line for line in legend), "before/after at γ=ones overlap"
 
 
 def test_cli_json_gives_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,12 +9,11 @@ from enum import Enum
 from pathlib import Path
 
 from gradcheck_bi._atomic import write_atomically
+from gradcheck_bi.cli.early import UsageError, check_paths, check_writable
 from gradcheck_bi.fd import parse_bytes
 from gradcheck_bi.vocab import CHECKS, CONTROLS, DTYPES
 
-
-class UsageError(Exception):
-    """Bad usage or input: one line on stderr, exit 2."""
+__all__ = ["UsageError", "check_paths", "check_writable"]
 
 
 class Device(str, Enum):
@@ -91,14 +90,10 @@ def parse_memory(text: str) -> int:
         raise UsageError(f"--max-memory {text!r}: expected bytes, e.g. 512M or 2G") from None
 
 
-def check_output_folder(path: Path, option: str = "--output") -> None:
-    """Refuse an output whose folder does not exist (before anything runs)."""
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise UsageError(f"{option} {path}: folder {folder} does not exist")
-
-
-def write_output(path: Path, text: str) -> None:
-    """Write the report to ``--output`` whole or not at all."""
-    check_output_folder(path)
-    write_atomically(path, text)
+def write_output(path: Path, text: str, option: str = "--output") -> None:
+    """Write the report to ``--output`` whole or not at all (checked before the run too)."""
+    check_writable(path, option)
+    try:
+        write_atomically(path, text)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: could not write ({exc.strerror or exc})") from None

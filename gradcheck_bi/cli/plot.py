@@ -20,7 +20,7 @@ from gradcheck_bi.cli.options import (
     PlotStencil,
     UsageError,
     Zcg,
-    check_output_folder,
+    check_paths,
     parse_shape,
     write_output,
 )
@@ -84,7 +84,7 @@ def plot_command(
     dims = parse_shape(shape)
     step_list = _parse_steps(steps) if steps is not None else None
     if output is not None:
-        check_output_folder(output)
+        check_paths(output=output)
     specs = resolve_kernels(list(kernel) if kernel else ["before", "after"])
     zcg_values = zcg.settings
     try:

@@ -30,6 +30,7 @@ from gradcheck_bi.cli.options import (
     Mode,
     UsageError,
     Zcg,
+    check_paths,
     parse_memory,
     parse_shape,
     write_output,
@@ -38,6 +39,7 @@ from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels import reduction
+from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.report import baseline as drift_report
 from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, render_rich, to_json
@@ -157,12 +159,13 @@ def run_command(
 ) -> int:
     """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
     started = time.perf_counter()
+    check_paths(output=output, baseline=baseline, update_baseline=update_baseline, plot=plot)
     set_threads(threads)
     _validate(eps, atol, rtol, directions, fmt, plot, update_baseline, baseline)
     sweeps, recorded = _load(case, baseline, update_baseline)
     sweeps = [with_overrides(
         sweep,
-        kernels=list(kernel) if kernel else None,
+        kernels=[complete_ref(k) for k in kernel] if kernel else None,
         targets=_targets(device, dtype),
         shapes=[parse_shape(shape)] if shape is not None else None,
         eps=[eps] if eps is not None else None,

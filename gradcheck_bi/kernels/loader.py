@@ -97,8 +97,10 @@ def _load_file(target: str) -> ModuleType:
         raise
     except Exception as exc:
         del sys.modules[name]
+        # A SyntaxError's str() already ends "(file.py, line N)": name the line once.
+        what = f"SyntaxError: {exc.msg}" if isinstance(exc, SyntaxError) else first_line(exc)
         raise KernelLoadError(
-            f"kernel file {target} failed to import: {first_line(exc)}{_where(exc, path)}"
+            f"kernel file {target} failed to import: {what}{_where(exc, path)}"
         ) from exc
     finally:
         if folder in sys.path:
@@ -138,6 +140,37 @@ def _attribute(module: ModuleType, attr: str, target: str) -> Any:
             "expected an object with apply(x, weight, eps, zero_centered_gamma)"
         )
     return obj
+
+
+def functions_in(target: str) -> list[str]:
+    """The Functions a kernel file defines itself (not ones it imports), by name."""
+    module = _load_file(target)
+    return sorted(
+        n for n, obj in vars(module).items()
+        if not n.startswith("_") and isinstance(obj, type)
+        and obj.__module__ == module.__name__ and callable(getattr(obj, "apply", None)))
+
+
+def complete_ref(ref: str) -> str:
+    """``PATH.py`` with no ``:ATTR`` → ``PATH.py:NAME`` for the one Function the file defines.
+
+    Any other reference is returned as it is. A file defining several Functions (or none)
+    is a :class:`KernelLoadError` that lists them, so the user can pick; a file whose imports
+    fail here is left for :func:`load` to report as ``unsupported``.
+    """
+    if ":" in ref or not ref.endswith(".py"):
+        return ref
+    try:
+        names = functions_in(ref)
+    except ImportError:
+        return ref
+    if len(names) == 1:
+        return f"{ref}:{names[0]}"
+    if not names:
+        raise KernelLoadError(f"kernel file {ref} defines no autograd Function "
+                              "(an object with apply(x, weight, eps, zero_centered_gamma))")
+    raise KernelLoadError(f"kernel file {ref} defines {len(names)} Functions "
+                          f"({', '.join(names)}): pick one with {ref}:NAME")
 
 
 def load(ref: str) -> KernelSpec:

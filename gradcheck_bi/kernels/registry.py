@@ -15,7 +15,7 @@ rather than a measurement.
 from __future__ import annotations
 
 from gradcheck_bi.kernels import rmsnorm
-from gradcheck_bi.kernels.loader import load
+from gradcheck_bi.kernels.loader import complete_ref, load
 from gradcheck_bi.vocab import CONTROLS, Defect, KernelLoadError, KernelSpec
 
 FORWARD_IGNORES_ZCG = Defect(
@@ -58,6 +58,8 @@ def resolve(ref: str) -> KernelSpec:
         return BUNDLED[ref]
     if ":" in ref:
         return load(ref)
+    if ref.endswith(".py"):
+        return load(complete_ref(ref))
     raise KernelLoadError(
         f"unknown kernel {ref!r}: expected one of {', '.join(BUNDLED)}, "
         "PATH.py:ATTR or package.module:ATTR"

@@ -61,11 +61,15 @@ def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
         run_col = col(sweep.run_step_rel)
         for r in range(height):
             grid[r][run_col] = "|"
+    cells: list[set[tuple[int, int]]] = []  # where each curve has a point
     for k, curve in enumerate(sweep.curves):
         mark = MARKERS[k % len(MARKERS)]
+        mine = set()
         for s, e in zip(curve.step_rel, curve.max_abs_err, strict=True):
             if math.isfinite(e) and e > 0:
                 grid[row(e)][col(s)] = mark
+                mine.add((row(e), col(s)))
+        cells.append(mine)
 
     lines = [sweep.title, ""]
     label_w = 7
@@ -86,10 +90,23 @@ def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
     lines.append(" " * (label_w + 2) + "y: " + Y_LABEL)
     lines.append("")
     for k, curve in enumerate(sweep.curves):
-        lines.append(f"  {MARKERS[k % len(MARKERS)]}  {curve.label:<30} {_summary(curve)}")
+        lines.append(f"  {MARKERS[k % len(MARKERS)]}  {curve.label:<30} {_summary(curve)}"
+                     + _hidden_note(k, cells, grid))
     lines.append(f"  |  step run uses: h/ℓ = 2^{round(math.log2(sweep.run_step_rel))}")
     lines.append(f"  -  u^(2/3) = {sweep.reference_floor:.2e} ({sweep.dtype} reference floor)")
     return "\n".join(lines) + "\n"
+
+
+def _hidden_note(k: int, cells: list[set[tuple[int, int]]], grid: list[list[str]]) -> str:
+    """Say so when a curve's marker shows nowhere: a later curve was drawn over every point
+    (``before`` and ``after`` agree at γ=ones), or it has no positive error to draw."""
+    mark = MARKERS[k % len(MARKERS)]
+    if not cells[k]:
+        return "  (not drawn: no error above 0)"
+    if any(grid[r][c] == mark for r, c in cells[k]):
+        return ""
+    over = sorted({grid[r][c] for r, c in cells[k]})
+    return f"  (not visible: under {' '.join(over)}, the same points)"
 
 
 def _summary(curve: Curve) -> str:
