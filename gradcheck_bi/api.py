@@ -23,6 +23,9 @@ True
 ...                raise_on_failure=False)
 >>> report.exit_code, report.failed[0].status
 (1, 'fail')
+>>> import torch
+>>> check(torch.nn.RMSNorm, dtype="fp32", checks=["dx"], shapes=[(3, 16)]).not_run
+['RMSNorm: zcg=on results not run — zero_centered_gamma is absent (γ = w)']
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, exit_code
-from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.vocab import KernelSpec, Result
+from gradcheck_bi.sweep import Sweep, not_run
+from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Result
 
 
 class GradcheckFailure(AssertionError):
@@ -65,6 +68,8 @@ class Report:
 
     results: list[Result] = field(default_factory=list)
     strict: bool = False  # an unsupported result counts as not as expected
+    # One line per zcg setting the kernel was not run at (it has no zcg, or has it built in).
+    not_run: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -97,22 +102,23 @@ class Report:
         else:
             head = f"gradcheck-bi: all {len(self.results)} results as expected"
         lines = [head] + ["  " + describe(r) for r in self.failed]
+        lines += [f"  (not run: {note})" for note in self.not_run]
         if self.unsupported:
             lines.append(f"  ({len(self.unsupported)} unsupported here, e.g. "
                          f"{self.unsupported[0].message})")
         return "\n".join(lines)
 
 
-def _spec(fn: Any) -> KernelSpec:
+def _spec(fn: Any, kernel_args: dict[str, Any] | None) -> KernelSpec:
     if isinstance(fn, KernelSpec):
         return fn
     if isinstance(fn, str):
-        return resolve(fn)
-    if not callable(getattr(fn, "apply", None)):
-        raise TypeError(f"check() needs an autograd Function with apply(x, weight, eps, "
-                        f"zero_centered_gamma), a kernel name or ref; got {type(fn).__name__}")
+        return resolve(fn, kernel_args)
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return KernelSpec(name, fn, (), source="api")
+    try:
+        return adapt(fn, name, "api", kernel_args)
+    except KernelLoadError as exc:
+        raise TypeError(str(exc)) from None
 
 
 def check(
@@ -131,9 +137,13 @@ def check(
     expect: str = "pass",
     strict: bool = False,
     raise_on_failure: bool = True,
+    kernel_args: dict[str, Any] | None = None,
     **sweep_options: Any,
 ) -> Report:
-    """Check ``fn`` (an autograd Function with Megatron's signature) over a small sweep.
+    """Check ``fn`` over a small sweep: an autograd Function, a function
+    ``f(x, weight, eps[, zero_centered_gamma])``, an nn.Module class or factory, or a kernel
+    name (``"after"``, ``"torch"``, ``"liger"``, ``"PATH.py:ATTR"``). ``kernel_args`` fill
+    parameters the adapter cannot (as ``--kernel-arg``).
 
     Every axis takes a list, as in a case file; ``checks=None`` runs every check the dtype
     supports. ``expect="fail"`` states that every result must fail. ``sweep_options`` are
@@ -143,7 +153,7 @@ def check(
     :class:`GradcheckSkipped` when every result is unsupported, unless
     ``raise_on_failure=False``; returns the :class:`Report`.
     """
-    spec = _spec(fn)
+    spec = _spec(fn, kernel_args)
     sweep = Sweep(
         kernels=[spec.name], targets=[(device, dtype)],
         shapes=[tuple(s) for s in shapes], input_scales=list(input_scales),
@@ -151,7 +161,7 @@ def check(
         checks=list(checks) if checks is not None else None, weights=list(weights),
         zcg=list(zcg), expect=expect if spec.source != "bundled" else None, **sweep_options,
     )
-    report = Report(run(sweep, [spec]), strict)
+    report = Report(run(sweep, [spec]), strict, not_run([sweep], [spec]))
     if raise_on_failure and report.exit_code == EXIT_UNEXPECTED:
         raise GradcheckFailure(report)
     if raise_on_failure and report.exit_code == EXIT_UNSUPPORTED and all(

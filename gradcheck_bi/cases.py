@@ -12,6 +12,7 @@ Layout of a case file::
     description = "what this case is for"          # optional text
     skip_missing_devices = true                    # drop cuda targets when no GPU is seen
     kernels = ["after"]                            # any sweep key: the defaults of every block
+    kernel_args = {casting_mode = "gemma"}         # top level only: for the user's kernels
     targets = ["cpu/fp64", "cuda/fp32"]
 
     [[sweep]]                                      # zero or more blocks; none = one sweep
@@ -186,7 +187,15 @@ BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {
     "name": _string,
     "skip_missing_devices": _bool,
 }
-TOP_KEYS: dict[str, Callable[[Any], Any]] = {"description": _string}
+def _kernel_args(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and k.isidentifier() for k in v):
+        raise _Bad("a table of name = value, e.g. kernel_args = {casting_mode = \"gemma\"}")
+    return dict(v)
+
+
+# Top level only: the kernels are loaded once for the whole case.
+TOP_KEYS: dict[str, Callable[[Any], Any]] = {"description": _string,
+                                             "kernel_args": _kernel_args}
 EXPECT_KEYS: dict[str, Callable[[Any], Any]] = {
     "status": _choice(EXPECTED_STATUSES),
     "kernel": _kernel,
@@ -269,12 +278,14 @@ def parse_case(text: str, source: str) -> Case:
             raise CaseError(f"{source}: {where}: missing key 'status' (\"pass\" or \"fail\")")
         expectations.append(Expectation(**checked))
     case = Case(source, top.pop("description", ""))
+    kernel_args = top.pop("kernel_args", {})
     for i, block in enumerate(blocks, 1):
         where = f"in [[sweep]] #{i}" + (f" ({block['name']})" if isinstance(
             block.get("name"), str) else "")
         values = {**top, **_check_table(block, {**SWEEP_KEYS, **BLOCK_KEYS}, where, source)}
         sweep = _to_sweep(values, source, where)
         sweep.expectations = list(expectations)
+        sweep.kernel_args = dict(kernel_args)
         case.sweeps.append(sweep)
         case.names.append(values.get("name", f"sweep {i}"))
     return case

@@ -15,6 +15,7 @@ target's results ``unsupported``; a crash is no refusal (each point then reports
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
@@ -47,9 +48,10 @@ def check_memory(sweep: Sweep) -> None:
                             sweep.max_memory)
 
 
-def resolve_kernels(refs: list[str]) -> list[KernelSpec]:
+def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None
+                    ) -> list[KernelSpec]:
     """Load every kernel once, up front: a kernel that cannot load stops the run (exit 2)."""
-    return [resolve(ref) for ref in refs]
+    return [resolve(ref, kernel_args) for ref in refs]
 
 
 def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) -> Result:
@@ -98,7 +100,8 @@ def run(
     on_result: Callable[[Result, int, int], None] | None = None,
 ) -> list[Result]:
     """Run every point of the sweep; ``on_result(result, done, total)`` reports progress."""
-    specs = kernels if kernels is not None else resolve_kernels(sweep.kernels)
+    specs = kernels if kernels is not None else resolve_kernels(sweep.kernels,
+                                                                sweep.kernel_args)
     return run_points([(spec, cfg, sweep) for spec, cfg in grid(sweep, specs)], on_result)
 
 
@@ -126,7 +129,7 @@ def run_sweeps(
         refs: list[str] = []
         for s in sweeps:
             refs += [k for k in s.kernels if k not in refs]
-        specs = resolve_kernels(refs)
+        specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
     points = []
     seen: set[tuple[str, Config]] = set()
     for s in sweeps:

@@ -57,6 +57,8 @@ class Sweep:
     expect: str | None = None  # "fail": every result of every kernel is expected to fail
     # A case's [[expectation]] rules; the last match decides (see Expectation).
     expectations: list[Expectation] = field(default_factory=list)
+    # Values for the user's kernel parameters the adapter cannot fill (a module's config).
+    kernel_args: dict[str, Any] = field(default_factory=dict)
 
     def checks_for(self, dtype: str) -> list[str]:
         if self.checks is not None:
@@ -67,12 +69,16 @@ class Sweep:
 
 
 def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, Config]]:
-    """Every point of the sweep, in a fixed order (check, zcg, kernel, target, ..., γ)."""
+    """Every point of the sweep, in a fixed order (check, zcg, kernel, target, ..., γ).
+
+    A kernel is left out at a zcg setting it cannot take (:func:`not_run` says which)."""
     for device, dtype in sweep.targets:
         for check, zcg, spec, shape, scale, wscale, eps, seed, control in itertools.product(
             sweep.checks_for(dtype), sweep.zcg, kernels, sweep.shapes, sweep.input_scales,
             sweep.weight_scales, sweep.eps, sweep.seeds, sweep.weights,
         ):
+            if zcg not in spec.zcg:  # a kernel without zcg, or with zcg built in
+                continue
             yield spec, Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
@@ -86,3 +92,14 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
     """A copy of ``sweep`` with every non-``None`` override applied (command line over case)."""
     return replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
+    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out."""
+    lines = []
+    for spec in kernels:
+        for zcg in (False, True):
+            asked = [s for s in sweeps if {spec.name, spec.source} & set(s.kernels)]
+            if zcg not in spec.zcg and any(zcg in s.zcg for s in asked):
+                lines.append(spec.not_run(zcg))
+    return lines

@@ -143,7 +143,7 @@ class Defect:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """A kernel under test: its name, its Function and the defects it declares.
+    """A kernel under test: its name, its ``apply`` object and the defects it declares.
 
     ``source`` is ``"bundled"`` for the kernels shipped here, else the reference it was
     loaded from (``PATH.py:ATTR``, ``package.module:ATTR`` or ``"api"``).
@@ -154,6 +154,16 @@ class KernelSpec:
     defects: tuple[Defect, ...] = ()
     description: str = ""
     source: str = "bundled"
+    # The zero_centered_gamma settings it can be checked at, and how zcg reaches it
+    # (kernels/adapters.py): a kernel without zcg is run at zcg=off only, a built-in (1 + w)
+    # one at zcg=on only.
+    zcg: frozenset[bool] = frozenset({False, True})
+    zcg_how: str = ""
+
+    def not_run(self, zero_centered_gamma: bool) -> str:
+        """The one line a report gives for the zcg setting this kernel is not run at."""
+        return (f"{self.name}: zcg={'on' if zero_centered_gamma else 'off'} results not run "
+                f"— zero_centered_gamma is {self.zcg_how}")
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,9 @@ def test_bundled_names_keep_their_declared_defects() -> None:
     assert report.ok and {r.status for r in report.results} == {"fail"}
 
 
-def test_not_a_function() -> None:
-    with pytest.raises(TypeError, match="autograd Function"):
+def test_not_a_kernel() -> None:
+    with pytest.raises(TypeError, match="not a kernel: expected an autograd Function"):
+        gradcheck_bi.check(3)
+    with pytest.raises(TypeError, match=r"kernel <lambda>\(x\): cannot tell what 'weight', "
+                                        "'eps' should be"):
         gradcheck_bi.check(lambda x: x)

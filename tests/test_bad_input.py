@@ -116,7 +116,7 @@ def test_file_without_the_attribute(capsys: Any, tmp_path: Path, kernels: Path) 
 
 def test_attribute_that_is_not_a_function(capsys: Any, tmp_path: Path, kernels: Path) -> None:
     assert_usage_error(capsys, tmp_path, "run", "--kernel", f"{kernels}/bad.py:NotAFunction",
-                       *SMALL, needles=("not an autograd Function",))
+                       *SMALL, needles=("not a kernel: expected an autograd Function",))
 
 
 @pytest.mark.parametrize(("name", "needle"), [("raises_at_import", "import-time failure"),

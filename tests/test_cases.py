@@ -70,6 +70,9 @@ def test_pr_tables_case_has_both_tables() -> None:
     ("[[expectation]]\nstatus = 'pass'\nweigth = 'ones'\n", ("'weigth'", "did you mean 'weight'")),
     ("sweep = 3\n", ("[[sweep]] blocks",)),
     ("description = 'x'\nexpect = 'maybe'\n", ("'expect'", "'pass', 'fail'")),
+    ("kernel_args = 'gemma'\n", ("'kernel_args'", "a table of name = value")),
+    ("[[sweep]]\nkernel_args = {casting_mode = 'gemma'}\n",
+     ("unknown key 'kernel_args' in [[sweep]] #1",)),
 ])
 def test_bad_case_names_file_and_key(text: str, needles: tuple[str, ...]) -> None:
     with pytest.raises(CaseError) as info:
@@ -78,6 +81,13 @@ def test_bad_case_names_file_and_key(text: str, needles: tuple[str, ...]) -> Non
     assert "\n" not in msg
     for n in needles:
         assert n in msg, f"{n!r} not in {msg!r}"
+
+
+def test_kernel_args_reach_every_block() -> None:
+    case = parse_case("kernel_args = {casting_mode = 'gemma', row_mode = true}\n"
+                      "[[sweep]]\n[[sweep]]\nseeds = [4]\n", "demo.toml")
+    assert [s.kernel_args for s in case.sweeps] == [
+        {"casting_mode": "gemma", "row_mode": True}] * 2
 
 
 def test_blocks_inherit_and_override_top_level() -> None:

@@ -113,3 +113,14 @@ def test_output_file_is_written_whole(tmp_path: Path) -> None:
     text = out.read_text()
     assert text.startswith("#### forward") and text.rstrip().endswith("**")
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]  # no temporary left behind
+
+
+def test_kernels_lists_bundled_named_and_shapes_with_what_each_needs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kernels"]) == 0
+    out = capsys.readouterr().out
+    for name in ("before", "after", "fixed-forward", "fixed-dx", "torch", "torch:nn", "liger",
+                 "liger:gemma", "liger:none", "liger:module", "liger:megatron"):
+        assert f"\n  {name} " in out, f"{name} not listed:\n{out}"
+    assert "needs a CUDA GPU and liger-kernel: pip install 'gradcheck-bi[liger]'" in out
+    assert "an nn.Module class" in out and "--kernel-arg name=value" in out

@@ -3,6 +3,7 @@
 * :mod:`.commands` — the Typer app (``--version``, ``-h``, exit codes in the help);
 * :mod:`.run` — ``gradcheck-bi run``, the checks and the gate;
 * :mod:`.plot` — ``gradcheck-bi plot``, FD error against step size;
+* :mod:`.kernels` — ``gradcheck-bi kernels``, what ``--kernel`` takes;
 * :mod:`.options` — option choices, parsers and output writing they share;
 * :mod:`.early` — what is refused before torch is imported (paths that cannot be written).
 

@@ -1,10 +1,11 @@
-"""The Typer app: the two commands, ``--version``, ``-h``, and the exit codes in the help."""
+"""The Typer app: the three commands, ``--version``, ``-h``, and the exit codes in the help."""
 
 from __future__ import annotations
 
 import typer
 
 from gradcheck_bi._version import __version__
+from gradcheck_bi.cli.kernels import kernels_command
 from gradcheck_bi.cli.plot import plot_command
 from gradcheck_bi.cli.run import run_command
 
@@ -44,3 +45,4 @@ def _root(
 
 app.command("run", epilog=EXIT_CODES)(run_command)
 app.command("plot", epilog=EXIT_CODES)(plot_command)
+app.command("kernels")(kernels_command)

@@ -5,8 +5,15 @@ Parsers raise :class:`UsageError`, which ``main`` turns into one line on stderr 
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi.cli.early import UsageError, check_paths, check_writable
@@ -80,6 +87,19 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not dims or any(d <= 0 for d in dims):
         raise UsageError(f"--shape {text!r}: every dimension must be a positive integer")
     return dims
+
+
+def parse_kernel_arg(text: str) -> tuple[str, Any]:
+    """``"casting_mode=gemma"`` → ``("casting_mode", "gemma")``; the value is read as a TOML
+    value when it is one (``true``, ``1e-5``, ``[1, 2]``), else kept as a string."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise UsageError(f"--kernel-arg {text!r}: expected name=value, e.g. casting_mode=gemma")
+    try:
+        return name, tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return name, value
 
 
 def parse_memory(text: str) -> int:

@@ -31,6 +31,7 @@ from gradcheck_bi.cli.options import (
     UsageError,
     Zcg,
     check_paths,
+    parse_kernel_arg,
     parse_memory,
     parse_shape,
     write_output,
@@ -45,7 +46,7 @@ from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, render_rich, to_json
 from gradcheck_bi.report.tables import build_tables, summarize
 from gradcheck_bi.runner import check_memory, resolve_kernels, run_sweeps
-from gradcheck_bi.sweep import Sweep, with_overrides
+from gradcheck_bi.sweep import Sweep, not_run, with_overrides
 from gradcheck_bi.vocab import Result
 
 
@@ -108,8 +109,10 @@ def _progress(enabled: bool) -> tuple[Any, Any]:
 
 def run_command(
     kernel: Annotated[list[str] | None, typer.Option(
-        "--kernel", help="Bundled name (before, after, fixed-forward, fixed-dx), PATH.py:ATTR "
-        "or package.module:ATTR. Repeatable. Default: before and after.")] = None,
+        "--kernel", help="Bundled name (before, after, fixed-forward, fixed-dx), named "
+        "adapter (torch, liger, ...), PATH.py:ATTR or package.module:ATTR: an autograd "
+        "Function, a function f(x, weight, eps) or an nn.Module class. Repeatable. Default: "
+        "before and after. `gradcheck-bi kernels` lists them.")] = None,
     device: Annotated[Device | None, typer.Option(help="Default: cpu (+ cuda if present).")] = None,
     dtype: Annotated[DType | None, typer.Option(  # type: ignore[valid-type]
         help="Default: fp64 on cpu, fp32 on cuda.")] = None,
@@ -155,6 +158,10 @@ def run_command(
         help="torch CPU threads. Default 1 unless OMP_NUM_THREADS is set: the finite "
         "differences run as many cache-sized ops, where thread hand-offs cost more than "
         "they save (measured in docs/benchmarks.md).")] = None,
+    kernel_arg: Annotated[list[str] | None, typer.Option(
+        "--kernel-arg", help="name=value for a parameter of your kernel the adapter cannot "
+        "fill (a module's constructor argument, Liger's casting_mode; zcg=builtin|absent). "
+        "Repeatable. `gradcheck-bi kernels` lists what each kernel takes.")] = None,
     debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
 ) -> int:
     """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
@@ -163,6 +170,7 @@ def run_command(
     set_threads(threads)
     _validate(eps, atol, rtol, directions, fmt, plot, update_baseline, baseline)
     sweeps, recorded = _load(case, baseline, update_baseline)
+    extra = dict(parse_kernel_arg(a) for a in kernel_arg or [])
     sweeps = [with_overrides(
         sweep,
         kernels=[complete_ref(k) for k in kernel] if kernel else None,
@@ -180,15 +188,17 @@ def run_command(
         expectations=[] if expect else None,  # --expect outranks a case's rules
         mode=mode.value if mode else None,
         directions=directions,
+        kernel_args={**sweep.kernel_args, **extra} if extra else None,
     ) for sweep in sweeps]
     _check_memory(sweeps)
-    results = _execute(sweeps, progress)
+    results, notes = _execute(sweeps, progress)
     drifts = baselines.compare(results, recorded) if recorded is not None else []
     code = exit_code(results, drifted=bool(drifts), strict=strict)
     if update_baseline and baseline is not None:
         baselines.write(baseline, baselines.Baseline.from_results(results))
         Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
-    report = _Report(results, drifts, baseline if recorded is not None else None, code, strict)
+    report = _Report(results, drifts, baseline if recorded is not None else None, code, notes,
+                     strict)
     _emit(report, fmt, output, plot, time.perf_counter() - started)
     return code
 
@@ -234,30 +244,34 @@ def _check_memory(sweeps: list[Sweep]) -> None:
             "individual dx elements are not checked. dw is checked in full.", markup=False)
 
 
-def _execute(sweeps: list[Sweep], progress: bool) -> list[Result]:
+def _execute(sweeps: list[Sweep], progress: bool) -> tuple[list[Result], list[str]]:
+    """The results, and one line per kernel and zcg setting that is not run."""
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
-    specs = resolve_kernels(refs)
+    specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
+    notes = not_run(sweeps, specs)
     bar, on_result = _progress(progress and sys.stderr.isatty())
     if bar is None:
-        return run_sweeps(sweeps, specs)
+        return run_sweeps(sweeps, specs), notes
     with bar:
-        return run_sweeps(sweeps, specs, on_result)
+        return run_sweeps(sweeps, specs, on_result), notes
 
 
 class _Report:
     """What a run produced, for the renderers: results, drift, the baseline compared with."""
 
     def __init__(self, results: list[Result], drifts: list[baselines.Drift],
-                 baseline: Path | None, code: int, strict: bool = False) -> None:
+                 baseline: Path | None, code: int, notes: list[str], strict: bool = False
+                 ) -> None:
         self.results, self.drifts, self.baseline, self.code = results, drifts, baseline, code
         self.summary = summarize(results, strict)
+        self.notes = notes
 
     @property
     def compared(self) -> bool:
         return self.baseline is not None
 
     def rich(self, console: Console) -> None:
-        render_rich(build_tables(self.results), self.summary, console)
+        render_rich(build_tables(self.results), self.summary, console, self.notes)
         drift_report.render_rich(self.drifts, self.baseline, self.compared, console)
 
 
@@ -265,11 +279,13 @@ def _text(report: _Report, fmt: Format, plot: str | None, elapsed: float) -> str
     """The report in ``fmt`` as text (tables recorded without colour at 160 columns)."""
     results, drifts = report.results, report.drifts
     if fmt is Format.json:
-        text = to_json(results, report.code == 0, environment(), {"seconds": round(elapsed, 3)})
+        text = to_json(results, report.code == 0, environment(), {"seconds": round(elapsed, 3)},
+                       report.notes)
         return (drift_report.add_to_json(text, drifts, report.baseline) if report.compared
                 else text)
     if fmt is Format.markdown:
-        text = render_markdown(build_tables(results), report.summary, plot=plot)
+        text = render_markdown(build_tables(results), report.summary, plot=plot,
+                               notes=report.notes)
         return text + (drift_report.render_markdown(drifts, report.baseline)
                        if report.compared else "")
     if fmt is Format.junit:

@@ -1,7 +1,9 @@
 """User kernels: ``PATH.py:ATTR`` or ``package.module:ATTR`` → a :class:`KernelSpec`.
 
-Any object with Megatron's ``apply(x, weight, eps, zero_centered_gamma) -> y`` qualifies,
-usually a ``torch.autograd.Function`` subclass. ``ATTR`` may be dotted (``module:Outer.Fn``).
+``ATTR`` names an autograd Function, a plain function or an nn.Module class or factory;
+:mod:`gradcheck_bi.kernels.adapters` turns it into Megatron's
+``apply(x, weight, eps, zero_centered_gamma) -> y``. ``ATTR`` may be dotted
+(``module:Outer.Fn``).
 A path is loaded as a module of its own (Megatron-Core's ``batch_invariant_kernels.py``
 loads straight from a checkout, with no ``megatron`` package installed); the file's folder
 is on ``sys.path`` while it runs, so it may import its neighbours.
@@ -31,6 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gradcheck_bi.kernels.adapters import adapt
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
 # Modules loaded from paths, by resolved path: two attributes of one file share one module.
@@ -130,15 +133,11 @@ def _attribute(module: ModuleType, attr: str, target: str) -> Any:
     for part in attr.split("."):
         if not hasattr(obj, part):
             public = sorted(n for n in dir(module) if not n.startswith("_")
+                            and isinstance(getattr(module, n), type)
                             and callable(getattr(getattr(module, n), "apply", None)))
             hint = f" (it defines {', '.join(public)})" if public else ""
             raise KernelLoadError(f"kernel {target} has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
-    if not callable(getattr(obj, "apply", None)):
-        raise KernelLoadError(
-            f"kernel {target}:{attr} is a {type(obj).__name__}, not an autograd Function: "
-            "expected an object with apply(x, weight, eps, zero_centered_gamma)"
-        )
     return obj
 
 
@@ -173,10 +172,12 @@ def complete_ref(ref: str) -> str:
                           f"({', '.join(names)}): pick one with {ref}:NAME")
 
 
-def load(ref: str) -> KernelSpec:
+def load(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     """Load ``PATH.py:ATTR`` or ``package.module:ATTR`` as a kernel with no declared defects.
 
-    Raises :class:`KernelLoadError` (exit 2) when the kernel cannot be loaded at all; an
+    ``ATTR`` may be any shape :func:`~gradcheck_bi.kernels.adapters.adapt` takes (an
+    autograd Function, a plain function, an nn.Module class or factory). Raises
+    :class:`KernelLoadError` (exit 2) when the kernel cannot be loaded at all; an
     ``ImportError`` inside the kernel's module gives a kernel whose results are all
     ``unsupported`` with that message.
     """
@@ -184,8 +185,10 @@ def load(ref: str) -> KernelSpec:
     try:
         module = _load_file(target) if is_path(target) else _load_module(target)
     except ImportError as exc:
-        reason = f"kernel {ref} cannot be imported here: {first_line(exc)}"
-        return KernelSpec(ref, _Unimportable(reason), (), "import failed", source=ref)
-    fn = _attribute(module, attr, target)
-    doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
-    return KernelSpec(ref, fn, (), doc[0] if doc else "", source=ref)
+        return unimportable(ref, f"kernel {ref} cannot be imported here: {first_line(exc)}")
+    return adapt(_attribute(module, attr, target), ref, ref, kernel_args)
+
+
+def unimportable(ref: str, reason: str) -> KernelSpec:
+    """A kernel that needs something missing here: every result ``unsupported``, ``reason``."""
+    return KernelSpec(ref, _Unimportable(reason), (), "import failed", source=ref)

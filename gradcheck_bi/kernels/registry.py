@@ -14,8 +14,11 @@ rather than a measurement.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gradcheck_bi.kernels import rmsnorm
 from gradcheck_bi.kernels.loader import complete_ref, load
+from gradcheck_bi.kernels.named import NAMED, resolve_named
 from gradcheck_bi.vocab import CONTROLS, Defect, KernelLoadError, KernelSpec
 
 FORWARD_IGNORES_ZCG = Defect(
@@ -52,15 +55,20 @@ BUNDLED: dict[str, KernelSpec] = {
 }
 
 
-def resolve(ref: str) -> KernelSpec:
-    """A bundled name, ``PATH.py:ATTR`` or ``package.module:ATTR`` → :class:`KernelSpec`."""
+def resolve(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
+    """A bundled name, a named adapter (``torch``, ``liger``, ...), ``PATH.py:ATTR`` or
+    ``package.module:ATTR`` → :class:`KernelSpec`. ``kernel_args`` go to the user's kernel
+    (a bundled kernel takes none)."""
     if ref in BUNDLED:
         return BUNDLED[ref]
+    spec = resolve_named(ref, kernel_args)
+    if spec is not None:
+        return spec
     if ":" in ref:
-        return load(ref)
+        return load(ref, kernel_args)
     if ref.endswith(".py"):
-        return load(complete_ref(ref))
+        return load(complete_ref(ref), kernel_args)
     raise KernelLoadError(
-        f"unknown kernel {ref!r}: expected one of {', '.join(BUNDLED)}, "
-        "PATH.py:ATTR or package.module:ATTR"
+        f"unknown kernel {ref!r}: expected one of {', '.join([*BUNDLED, *NAMED])}, "
+        "PATH.py:ATTR or package.module:ATTR (`gradcheck-bi kernels` lists them)"
     )

@@ -63,8 +63,9 @@ def ratio_line(table: Table) -> str:
     )
 
 
-def render_rich(tables: list[Table], summary: Summary, console: Console) -> None:
-    """Print the tables, ratio lines and the closing verdict to ``console``."""
+def render_rich(tables: list[Table], summary: Summary, console: Console,
+                notes: list[str] | None = None) -> None:
+    """Print the tables, ratio lines, ``notes`` (what was not run) and the verdict."""
     for table in tables:
         t = RichTable(title=table.title, caption=method_line(table), title_justify="left",
                       caption_justify="left")
@@ -87,6 +88,8 @@ def render_rich(tables: list[Table], summary: Summary, console: Console) -> None
         console.print(t)
         console.print(ratio_line(table), soft_wrap=True)
         console.print()
+    for note in notes or []:
+        console.print(Text("note: " + note), soft_wrap=True)
     for r in summary.unexpected:
         console.print(Text("✗ " + describe(r), style="red"), soft_wrap=True)
     for r in summary.unsupported:
@@ -104,7 +107,8 @@ def _md_cell(table: Table, row: Any, w: str) -> str:
     return text if cell.as_expected else f"**{text}**"
 
 
-def render_markdown(tables: list[Table], summary: Summary, plot: str | None = None) -> str:
+def render_markdown(tables: list[Table], summary: Summary, plot: str | None = None,
+                    notes: list[str] | None = None) -> str:
     """The same tables as GitHub-flavoured Markdown, ready to paste into a pull request."""
     out = []
     for table in tables:
@@ -126,17 +130,19 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
     if plot:
         out.append(f"![finite-difference error against step size]({plot})")
         out.append("")
-    for r in summary.unexpected + summary.unsupported:
-        out.append(f"- {describe(r)}")
-    if summary.unexpected or summary.unsupported:
+    lines = [f"note: {n}" for n in notes or []]
+    for line in lines + [describe(r) for r in summary.unexpected + summary.unsupported]:
+        out.append(f"- {line}")
+    if lines or summary.unexpected or summary.unsupported:
         out.append("")
     out.append(f"**{verdict_line(summary)}**")
     return "\n".join(out) + "\n"
 
 
 def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
-            timing: dict[str, Any] | None = None) -> str:
-    """The contract's JSON: tool, version, ok, environment, results; timing kept apart."""
+            timing: dict[str, Any] | None = None, notes: list[str] | None = None) -> str:
+    """The contract's JSON: tool, version, ok, environment, results; timing kept apart;
+    ``"not_run"``: one line per kernel and zcg setting left out (only when there is one)."""
     doc: dict[str, Any] = {
         "tool": "gradcheck-bi",
         "version": __version__,
@@ -144,6 +150,8 @@ def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
         "environment": environment,
         "results": [r.to_dict() for r in results],
     }
+    if notes:
+        doc["not_run"] = list(notes)
     if timing is not None:
         doc["timing"] = timing
     return json.dumps(doc, indent=2) + "\n"

@@ -1,0 +1,264 @@
+"""Adapters: the RMSNorm a user already has → one kernel with Megatron's ``apply``.
+
+The checks call every kernel as ``apply(x, weight, eps, zero_centered_gamma) -> y``
+(:mod:`gradcheck_bi.kernels.call`). :func:`adapt` turns each shape of kernel people ship
+into that call:
+
+* an **autograd Function** (or any object with ``apply``) with Megatron's signature is used
+  as it is; a Function whose ``forward`` takes other parameters (Liger's
+  ``(X, W, eps, offset, casting_mode, in_place, row_mode)``) is called by their names;
+* a **plain function**, by its signature: ``f(x, weight, eps)``,
+  ``f(x, weight, eps, zero_centered_gamma)``, torch's
+  ``rms_norm(input, normalized_shape, weight, eps)``;
+* an **nn.Module class or factory** is built for each (D, eps, zcg, device, dtype) with the
+  hidden size and eps under its own parameter names; the weight is bound for each call with
+  ``torch.func.functional_call``, so dw is the gradient of the module's own parameter.
+
+zero_centered_gamma (under it the stored weight is γ − 1) reaches the kernel one of four
+ways, and the :class:`~gradcheck_bi.vocab.KernelSpec` says which:
+
+* **keyword** — a parameter named ``zero_centered_gamma`` (Megatron, Transformer Engine);
+* **offset** — a parameter named ``offset``, given 1.0 under zcg, else 0.0 (Liger);
+* **built in** — the kernel always computes with ``1 + w`` (Gemma): only zcg=on is run;
+* **absent** — the kernel computes with ``w``: only zcg=off is run.
+
+Built in and absent are told apart by running the kernel once at ``w = 0``: it returns 0
+(γ = w) or ``x·r`` (γ = 1 + w). ``--kernel-arg zcg=builtin`` / ``zcg=absent`` says so instead.
+Whichever is chosen, the forward check compares the kernel with that γ, so a wrong choice
+fails rather than hides a defect.
+
+>>> import torch
+>>> spec = adapt(torch.nn.RMSNorm, "torch.nn:RMSNorm", "torch.nn:RMSNorm")
+>>> sorted(spec.zcg), spec.zcg_how
+([False], 'absent (γ = w)')
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gradcheck_bi.kernels.signature import (
+    Slot,
+    call_slots,
+    ctor_slots,
+    fill,
+    is_factory,
+    role_of,
+)
+from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
+
+ZCG_CHOICES = ("builtin", "absent")
+ABSENT = "absent (γ = w)"
+BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
+_MODULES_KEPT = 16  # built modules cached per adapter (one per D, eps, zcg, device, dtype)
+
+
+def _values(x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> dict[str, Any]:
+    return {"x": x, "weight": w, "eps": eps, "zcg": bool(zcg), "offset": 1.0 if zcg else 0.0,
+            "shape": (x.shape[-1],), "size": x.shape[-1], "device": x.device,
+            "dtype": w.dtype}
+
+
+class _Call:
+    """A function (or a Function's ``apply``) called with its slots filled by role."""
+
+    def __init__(self, fn: Callable[..., Any], slots: list[Slot], kernel_args: dict[str, Any]
+                 ) -> None:
+        self.fn, self.slots, self.kernel_args = fn, slots, kernel_args
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> Any:
+        args, kwargs = fill(self.slots, _values(x, w, eps, zcg), self.kernel_args)
+        return self.fn(*args, **kwargs)
+
+
+class _Module:
+    """An nn.Module class or factory, built per (D, eps, zcg, device, dtype), weight bound."""
+
+    def __init__(self, factory: Callable[..., Any], name: str, slots: list[Slot],
+                 kernel_args: dict[str, Any]) -> None:
+        self.factory, self.name, self.slots, self.kernel_args = factory, name, slots, kernel_args
+        self._built: dict[tuple[Any, ...], tuple[torch.nn.Module, str]] = {}
+
+    def build(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool
+              ) -> tuple[torch.nn.Module, str]:
+        """The module for this point and the name of its weight parameter."""
+        key = (x.shape[-1], eps, bool(zcg), x.device, w.dtype)
+        if key not in self._built:
+            args, kwargs = fill(self.slots, _values(x, w, eps, zcg), self.kernel_args)
+            module = self.factory(*args, **kwargs)
+            if not isinstance(module, torch.nn.Module):
+                raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
+            if len(self._built) >= _MODULES_KEPT:
+                self._built.pop(next(iter(self._built)))
+            self._built[key] = (module.to(x.device), weight_parameter(module, x.shape[-1]))
+        return self._built[key]
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> Any:
+        module, weight = self.build(x, w, eps, zcg)
+        return torch.func.functional_call(module, {weight: w}, (x,))
+
+
+class NoWeightError(ValueError):
+    """A module without exactly one (D,) parameter: there is no weight to check dw of."""
+
+
+def weight_parameter(module: torch.nn.Module, d: int) -> str:
+    """The name of the module's one parameter of shape ``(d,)`` (``weight`` if several)."""
+    found = [n for n, p in module.named_parameters() if tuple(p.shape) == (d,)]
+    if len(found) == 1:
+        return found[0]
+    if "weight" in found:
+        return "weight"
+    raise NoWeightError(f"{type(module).__name__} has {len(found) or 'no'} parameters of shape "
+                     f"({d},){': ' + ', '.join(found) if found else ''}; expected one weight")
+
+
+class Adapted:
+    """A user's kernel behind Megatron's ``apply``, refusing the zcg settings it lacks."""
+
+    def __init__(self, call: Callable[..., Any], zcg: frozenset[bool], how: str) -> None:
+        self.call, self.zcg, self.how = call, zcg, how
+
+    def apply(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> Any:
+        if bool(zcg) not in self.zcg:
+            raise Unsupported(f"zero_centered_gamma={'on' if zcg else 'off'} cannot be "
+                              f"asked of this kernel: zero_centered_gamma is {self.how}")
+        return self.call(x, w, eps, zcg)
+
+
+def gamma_at_zero(call: Callable[..., Any]) -> tuple[str | None, str]:
+    """Run the kernel once at ``w = 0``: ``("w", "")`` if it returns 0, ``("1+w", "")`` if it
+    returns ``x·r``, else ``(None, why it cannot tell)``. CPU first, then CUDA if present."""
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    plain = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
+    why = ""
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        try:
+            with torch.no_grad():
+                y = call(x.to(device), torch.zeros(8, device=device), 1e-6, False)
+            y = y.detach().double().cpu().reshape(plain.shape)
+        except Exception as exc:  # any refusal: try the next device, else say why
+            why = first_line(exc)
+            continue
+        if float(y.abs().max()) == 0.0:
+            return "w", ""
+        if float((y - plain).abs().max()) <= 1e-3 * float(plain.abs().max()):
+            return "1+w", ""
+        return None, "at w = 0 it returned neither 0 nor x·r"
+    return None, f"it did not run here to tell ({why})"
+
+
+def _zcg_mapping(slots: list[Slot], override: str | None, call: Callable[..., Any]
+                 ) -> tuple[frozenset[bool], str]:
+    both = frozenset({False, True})
+    keyword = role_of(slots, "zcg")
+    if keyword is not None:
+        return both, f"a keyword ({keyword.name})"
+    offset = role_of(slots, "offset")
+    if offset is not None:
+        return both, f"an offset ({offset.name}=1.0 under zcg, 0.0 without)"
+    if override is not None:
+        return ((frozenset({True}), BUILTIN[:-1] + "; --kernel-arg zcg=builtin)")
+                if override == "builtin" else
+                (frozenset({False}), ABSENT[:-1] + "; --kernel-arg zcg=absent)"))
+    seen, why = gamma_at_zero(call)
+    if seen == "1+w":
+        return frozenset({True}), BUILTIN
+    if seen == "w":
+        return frozenset({False}), ABSENT
+    return frozenset({False}), (f"absent (assumed: {why}; --kernel-arg zcg=builtin if it "
+                                "computes with 1 + w)")
+
+
+def _is_module_factory(obj: Any) -> bool:
+    if isinstance(obj, type):
+        return issubclass(obj, torch.nn.Module)
+    if isinstance(obj, functools.partial):
+        return _is_module_factory(obj.func)
+    return callable(obj) and is_factory(obj)
+
+
+def _is_function(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, torch.autograd.Function)
+
+
+def _own_forward_has_ctx(fn: type) -> bool:
+    # Functions that define setup_context take no ctx in forward.
+    return getattr(fn, "setup_context", None) is getattr(torch.autograd.Function,
+                                                          "setup_context", None)
+
+
+def _check_module_weight(module: _Module) -> None:
+    """Build once on CPU to refuse a module with no weight to check (if it builds here)."""
+    x, w = torch.zeros(1, 8), torch.zeros(8)
+    try:
+        module.build(x, w, 1e-6, False)
+    except NoWeightError as exc:
+        raise KernelLoadError(f"kernel {module.name}: {exc}") from None
+    except Exception:  # e.g. a CUDA-only module: each of its points will say why
+        return
+
+
+def _unused(kernel_args: dict[str, Any], slots: list[Slot], name: str) -> None:
+    used = {s.name for s in slots if s.role == "arg"}
+    extra = sorted(set(kernel_args) - used)
+    if extra:
+        raise KernelLoadError(
+            f"kernel {name} takes no parameter {', '.join(repr(e) for e in extra)} "
+            f"(its parameters: {', '.join(s.name for s in slots)})")
+
+
+def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None = None,
+          description: str = "") -> KernelSpec:
+    """A :class:`KernelSpec` whose ``fn.apply(x, weight, eps, zcg)`` runs ``obj``.
+
+    ``kernel_args`` fill parameters the adapter cannot (a module's ``config``, Liger's
+    ``casting_mode``); the reserved ``zcg`` (``builtin`` or ``absent``) says how
+    zero_centered_gamma is handled when no parameter says it. Raises
+    :class:`KernelLoadError` (exit 2) for an object that is no kernel or whose parameters
+    cannot be filled.
+    """
+    args = dict(kernel_args or {})
+    override = args.pop("zcg", None)
+    if override is not None and override not in ZCG_CHOICES:
+        raise KernelLoadError(f"--kernel-arg zcg={override}: expected one of "
+                              f"{', '.join(ZCG_CHOICES)}")
+    doc = (getattr(obj, "__doc__", None) or "").strip().splitlines()
+    description = description or (doc[0] if doc else "")
+    if isinstance(obj, torch.nn.Module):
+        raise KernelLoadError(
+            f"kernel {name} is a {type(obj).__name__} instance: give its class or a factory "
+            "f(hidden_size, eps), so it can be built for each shape and eps")
+    call: Callable[..., Any]
+    if _is_module_factory(obj):  # before apply: nn.Module has an apply(fn) of its own
+        what = getattr(obj, "__name__", name)
+        slots = ctor_slots(obj, what, args)
+        call = _Module(obj, name, slots, args)
+        _check_module_weight(call)
+    elif _is_function(obj):
+        slots = call_slots(obj.forward, f"{obj.__name__}.forward", args,
+                           skip_first=_own_forward_has_ctx(obj))
+        if [s.role for s in slots] == ["x", "weight", "eps", "zcg"] and not args \
+                and override is None:
+            return KernelSpec(name, obj, (), description, source=source)  # Megatron's own
+        call = _Call(obj.apply, slots, args)
+    elif callable(getattr(obj, "apply", None)):  # an apply object: Megatron's signature
+        if args or override is not None:
+            raise KernelLoadError(f"kernel {name}: --kernel-arg applies to functions, "
+                                  "Functions and modules, not to an apply object")
+        return KernelSpec(name, obj, (), description, source=source)
+    elif callable(obj):
+        slots = call_slots(obj, getattr(obj, "__name__", name), args)
+        call = _Call(obj, slots, args)
+    else:
+        raise KernelLoadError(
+            f"kernel {name} is a {type(obj).__name__}, not a kernel: expected an autograd "
+            "Function, a function f(x, weight, eps) or an nn.Module class")
+    _unused(args, slots, name)
+    zcg, how = _zcg_mapping(slots, override, call)
+    return KernelSpec(name, Adapted(call, zcg, how), (), description, source=source, zcg=zcg,
+                      zcg_how=how)
