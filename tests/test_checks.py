@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from gradcheck_bi.checks import run_check
+from gradcheck_bi.checks._measure import measured_per_element
 from gradcheck_bi.kernels.registry import BUNDLED
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep
@@ -54,7 +56,11 @@ def test_measurements_carry_what_a_reviewer_needs() -> None:
     assert m.worst is not None and len(m.worst) == 3  # [batch, seq, col] in the (2, 8, 256) input
     assert m.details["stencil"] == "central-4"
     assert 0 < m.details["step_min"] <= m.details["step_max"]
-    assert 0 < m.details["noise_floor"] < m.tolerance < 1e-9
+    # Per element: the reported error and tolerance belong to the worst-ratio element.
+    assert 0 < m.details["noise_floor"] == m.tolerance < m.max_abs_err
+    assert m.tolerance <= m.details["noise_floor_max"] < 1e-9
+    assert m.details["ratio"] == m.max_abs_err / m.tolerance > 1
+    assert m.details["max_abs_err_any"] >= m.max_abs_err
 
 
 def test_tolerance_is_overridable() -> None:
@@ -118,3 +124,55 @@ def test_every_bundled_kernel_meets_its_declared_expectations() -> None:
     fails = {(r.kernel, r.check) for r in results if r.status == "fail"}
     assert ("fixed-forward", "dx") in fails and ("fixed-forward", "forward") not in fails
     assert ("fixed-dx", "forward") in fails and ("after", "dx") not in fails
+
+
+def test_each_element_is_held_to_its_own_floor() -> None:
+    # Element 1's error is under the largest floor (10) but 2x its own floor (0.5): a fail,
+    # reported at that element with its own error and tolerance.
+    err = torch.tensor([[1.0, 1.0, 3.0]], dtype=torch.float64)
+    tol = torch.tensor([[10.0, 0.5, 10.0]], dtype=torch.float64)
+    m = measured_per_element(err, tol, [], {})
+    assert not m.passed and m.worst == [0, 1], m
+    assert (m.max_abs_err, m.tolerance, m.details["ratio"]) == (1.0, 0.5, 2.0)
+    assert m.details["max_abs_err_any"] == 3.0 and m.details["tolerance_at_max_err"] == 10.0
+    ok = measured_per_element(err, tol * 4, [], {})
+    assert ok.passed and ok.max_abs_err <= ok.tolerance, ok  # the contract: ≤ iff pass
+    nan = measured_per_element(torch.tensor([0.0, float("nan")]), torch.ones(2), [], {})
+    assert not nan.passed and nan.worst == [1]
+
+
+def test_zero_output_is_judged_exactly() -> None:
+    # γ = zeros: y ≡ 0, the finite difference is exact (0) and so is its floor. A correct
+    # kernel's dx is exactly 0 there and passes; any nonzero dx fails (error / 0 = inf).
+    m = run_check(FN["after"], Config(check="dx", control="zeros", dtype="fp32"))
+    assert m.passed and m.max_abs_err == m.tolerance == 0.0, m
+
+    class Leaky(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, eps, zcg):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(w)
+            return FN["after"].apply(x, w, eps, zcg)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def]
+            (w,) = ctx.saved_tensors
+            return g * 1e-30, torch.zeros_like(w), None, None
+
+    bad = run_check(Leaky, Config(check="dx", control="zeros", dtype="fp32"))
+    assert not bad.passed and bad.tolerance == 0.0 and bad.details["ratio"] == float("inf")
+
+
+def test_forward_reports_the_precision_it_delivers() -> None:
+    m = run_check(FN["after"], Config(check="forward", dtype="fp64"))
+    assert m.passed and 0 < m.details["u_eff_ratio"] < 2, m.details
+    assert m.details["u_dtype"] == 2.0**-53
+    # A kernel that computes in fp32 when given fp64 delivers fp32's precision.
+
+    class Narrow(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, eps, zcg):  # type: ignore[no-untyped-def]
+            return FN["after"].apply(x.float(), w.float(), eps, zcg).double()
+
+    narrow = run_check(Narrow, Config(check="forward", dtype="fp64"))
+    assert not narrow.passed
+    assert 2.0**-27 < narrow.details["u_eff"] < 2.0**-22, narrow.details

@@ -1,4 +1,5 @@
-"""Shared by the checks: where the worst element is, non-finite values, error → Measurement."""
+"""Shared by the checks: where the worst element is, non-finite values, error → Measurement
+(one tolerance for every element, or one per element)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.tolerance import overridden
+from gradcheck_bi.checks.tolerance import overridden, per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
 
 
@@ -38,3 +39,24 @@ def measured(err: torch.Tensor, tol: float, scale: float, cfg: Config,
     problems = [n for n in notes if n]
     passed = not problems and math.isfinite(max_err) and max_err <= tol
     return Measurement(max_err, tol, passed, worst, "; ".join(problems), details)
+
+
+def measured_per_element(err: torch.Tensor, tol: torch.Tensor, notes: Sequence[str],
+                         details: dict[str, Any]) -> Measurement:
+    """Judge ``err`` element by element against ``tol``: pass iff ``max err_i / tol_i ≤ 1``.
+
+    Reported: the element with the largest ratio — its error as ``max_abs_err``, its
+    tolerance as ``tolerance`` (so ``max_abs_err ≤ tolerance`` iff the check passes) — and,
+    in the details, that ``ratio``, the largest error anywhere (``max_abs_err_any``) and the
+    tolerance there is at that element (``tolerance_at_max_err``).
+    """
+    ratio = per_element_ratio(err, tol)
+    top, worst = locate(ratio)
+    at = tuple(worst)
+    at_err, at_tol = float(err[at].item()), float(tol[at].item())
+    max_err, where_max = locate(err)
+    problems = [n for n in notes if n]
+    passed = not problems and math.isfinite(at_err) and top <= 1.0
+    extra = {"ratio": top, "max_abs_err_any": max_err,
+             "tolerance_at_max_err": float(tol[tuple(where_max)].item())}
+    return Measurement(at_err, at_tol, passed, worst, "; ".join(problems), {**details, **extra})

@@ -4,8 +4,9 @@
   ``mode = "directional"`` the projections ``⟨dx, v⟩`` on random unit ``v`` per row;
 * ``dw`` — every element, one perturbation of all weights at once.
 
-The tolerance is ``FD_SAFETY`` × the largest noise floor of the estimate, which comes from
-the forward alone: a wrong backward cannot widen its own tolerance.
+Each element is held to its own noise floor (:mod:`gradcheck_bi.fd.noise`), which comes
+from the forward alone: a wrong backward cannot widen its own tolerance. Pass iff
+``max_i err_i / floor_i ≤ 1``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks._measure import measured, nonfinite
-from gradcheck_bi.checks.tolerance import FD_SAFETY, fd_tolerance
+from gradcheck_bi.checks._measure import measured_per_element, nonfinite
+from gradcheck_bi.checks.tolerance import fd_tolerance
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, call_forward
 from gradcheck_bi.kernels.reduction import row_sum
@@ -85,10 +86,12 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
 def _fdmeasured(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, scale: float,
                 cfg: Config, notes: Sequence[str],
                 extra: dict[str, Any] | None = None) -> Measurement:
-    """Hold ``err`` to ``FD_SAFETY`` × the estimate's largest noise floor."""
-    floor = float(est.noise_floor.max())
-    details = {**_fd_details(est, floor), **(extra or {})}
-    return measured(err, fd_tolerance(floor), scale, cfg, notes, details)
+    """Judge ``err`` element by element against the estimate's noise floor (or the config's
+    ``atol``/``rtol``); see :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
+    tol = fd_tolerance(est.noise_floor, scale, cfg)
+    m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
+    m.details["noise_floor"] = float(est.noise_floor[tuple(m.worst or [])].item())
+    return m
 
 
 def check_dw(fn: Any, cfg: Config) -> Measurement:
@@ -102,13 +105,16 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     return _fdmeasured(err, est, float(est.grad.abs().max()), cfg, notes)
 
 
-def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate, floor: float) -> dict[str, Any]:
+def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:
     steps = est.step.reshape(-1)
     return {
         "stencil": est.stencil.name,
         "step_min": float(steps.min()),
         "step_max": float(steps.max()),
-        "noise_floor": floor,
-        "safety": FD_SAFETY,
+        "noise_floor_max": float(est.noise_floor.max()),
+        "k_sigma": fd.K_SIGMA,
+        "k_trunc": fd.K_TRUNC,
+        "noise_scale": est.noise_scale,  # λ: the forward's measured rounding / dtype model
+        "u_eff": est.u_eff,  # the unit roundoff the forward actually delivers
         "forward_calls": est.forward_calls,
     }

@@ -2,7 +2,8 @@
 
 * :mod:`~gradcheck_bi.fd.stencil` — the central stencils and how their sums combine;
 * :mod:`~gradcheck_bi.fd.step` — step sizes, per row for x and one for w;
-* :mod:`~gradcheck_bi.fd.noise` — the noise floor model every estimate is held to;
+* :mod:`~gradcheck_bi.fd.noise` — the noise floor model every estimate is held to (measured
+  rounding, Richardson truncation);
 * :mod:`~gradcheck_bi.fd.budget` — memory: the default budget, chunk sizes, the refusal;
 * :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
   of dx, every element of dw.
@@ -26,8 +27,8 @@ from gradcheck_bi.fd.estimate import (
     input_grad,
     weight_grad,
 )
-from gradcheck_bi.fd.noise import unit_roundoff
-from gradcheck_bi.fd.stencil import CENTRAL2, CENTRAL4, STENCILS, Stencil
+from gradcheck_bi.fd.noise import K_SIGMA, K_TRUNC, unit_roundoff
+from gradcheck_bi.fd.stencil import CENTRAL2, CENTRAL4, LEVELS, STENCILS, Stencil
 from gradcheck_bi.fd.step import STEP_REL, row_steps
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
     "CENTRAL2",
     "CENTRAL4",
     "FIXED_BYTES_PER_ELEMENT",
+    "K_SIGMA",
+    "K_TRUNC",
+    "LEVELS",
     "STENCILS",
     "STEP_REL",
     "DirectionalEstimate",

@@ -22,8 +22,8 @@ from gradcheck_bi.fd.stencil import Stencil
 # intermediates (a handful of compute-dtype temporaries) and our fp64 differences.
 BYTES_PER_ELEMENT = {torch.float64: 8 * 8, torch.float32: 4 * 8 + 8}
 # Bytes per element of x held for the whole check, outside the chunks: x, g, y, the analytic
-# dx and w-grad copies in the input dtype, and fp64 copies of g, |g|, the estimate, its two
-# floor parts and the error.
+# dx and w-grad copies in the input dtype, and fp64 copies of g, y0 (the unperturbed output),
+# the estimate, its floor and the error.
 FIXED_BYTES_PER_ELEMENT = 6 * 8 + 8 * 8
 # On CPU a chunk is sized to stay in cache, not to fill the budget: measured on the
 # benchmark machine (docs/benchmarks.md), elementwise ops on 4 MiB tensors run ~10x faster

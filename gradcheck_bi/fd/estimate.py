@@ -14,8 +14,9 @@ perturbed row the same bits in any chunk, so the chunk size never changes the re
 The weight gradient uses that ``y_i`` depends on ``w`` only through ``w_i`` (the weight is
 elementwise): one perturbation of every weight at once gives every ``∂y_i/∂w_i``.
 
-Steps: :mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate:
-:mod:`~gradcheck_bi.fd.noise`.
+Every column is evaluated at ``±h, ±2h, ±4h`` (:data:`~gradcheck_bi.fd.stencil.LEVELS`):
+the stencil at ``h`` is the estimate, the rest measure its truncation and rounding. Steps:
+:mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate: :mod:`~gradcheck_bi.fd.noise`.
 
 >>> import torch
 >>> from gradcheck_bi.kernels.rmsnorm import After
@@ -34,8 +35,18 @@ from dataclasses import dataclass
 import torch
 
 from gradcheck_bi.fd.budget import check_budget, chunk_shape
-from gradcheck_bi.fd.noise import rounding_coefficient, truncation
-from gradcheck_bi.fd.stencil import CENTRAL4, Stencil, combine_sums, signed_offsets
+from gradcheck_bi.fd.noise import (
+    RESIDUAL_VAR,
+    dw_analytic_var,
+    dw_estimate_var,
+    dw_residual_var,
+    model_sigma,
+    noise_floor,
+    noise_residual,
+    noise_scale,
+    unit_roundoff,
+)
+from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
 from gradcheck_bi.kernels.reduction import row_sum
 
@@ -49,30 +60,39 @@ class FDEstimate:
     step: torch.Tensor  # fp64: per row for dx, a scalar for dw
     stencil: Stencil
     forward_calls: int
+    noise_scale: float = 1.0  # λ: the forward's measured rounding / the dtype model
+    u_eff: float = 0.0  # λ·u: the unit roundoff the forward actually delivers
 
 
-def _differences(ys: torch.Tensor, g: torch.Tensor, g_abs: torch.Tensor,
-                 n_offsets: int, owned: bool) -> torch.Tensor:
-    """Row sums ``[Σ_i g_i (y_i(+o) - y_i(-o)) for o..., Σ_i |g_i| max_o |y_i(±o)|]``.
+def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Row sums ``[S_o for o in LEVELS] + [A_o for o in LEVELS]``, shape ``(2L, ...)``.
 
-    ``ys`` is ``(points, ..., D)`` with the ``+o`` outputs first; the differences are taken
-    elementwise in fp64 (exact for nearby values) before the dot with ``g``.
+    ``ys`` is ``(2L, ..., D)``, the ``+o`` outputs first; ``y0`` the unperturbed output
+    (broadcast). ``S_o = Σ g (y(+o) - y(-o))``, ``A_o = Σ g ((y(+o) - y0) + (y(-o) - y0))``:
+    each difference is taken elementwise in fp64 between nearby values (exact) before the
+    dot with ``g``, so the sums add almost no rounding of their own to what they measure.
     """
-    work = torch.empty((n_offsets + 1, *ys.shape[1:]), dtype=torch.float64, device=ys.device)
-    if ys.dtype == torch.float64:
-        torch.sub(ys[:n_offsets], ys[n_offsets:], out=work[:n_offsets])
-    else:
-        work[:n_offsets].copy_(ys[:n_offsets])
-        work[:n_offsets].sub_(ys[n_offsets:])
-    work[:n_offsets].mul_(g)
-    # ``owned``: ys shares no memory with the perturbed inputs, so |y| may overwrite it.
-    mags = ys.abs_() if owned else ys.abs()
-    if mags.dtype == torch.float64:
-        torch.amax(mags, 0, out=work[n_offsets])
-    else:
-        work[n_offsets].copy_(torch.amax(mags, 0))
-    work[n_offsets].mul_(g_abs)
+    n = len(LEVELS)
+    work = torch.empty((2 * n, *ys.shape[1:]), dtype=torch.float64, device=ys.device)
+    work.copy_(ys)
+    work[:n].sub_(work[n:])  # S: y(+o) - y(-o)
+    work[n:].sub_(y0)  # y(-o) - y0
+    plus = torch.empty_like(work[0])
+    for j in range(n):
+        plus.copy_(ys[j])
+        work[n + j].add_(plus.sub_(y0))  # + (y(+o) - y0)
+    work.mul_(g)
     return row_sum(work)
+
+
+def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
+                 x2: torch.Tensor) -> torch.Tensor:
+    """``y0 = forward(x)`` in fp64: the centre of the even level sums."""
+    with torch.no_grad():
+        y0 = forward(x2)
+    if tuple(y0.shape) != tuple(x2.shape):
+        raise ValueError(f"forward returned shape {tuple(y0.shape)} for {tuple(x2.shape)}")
+    return y0.to(torch.float64)
 
 
 def input_grad(
@@ -106,23 +126,23 @@ def input_grad(
     n_rows = x2.shape[0]
     dev = x.device
     g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
-    g2_abs = g2.abs()
     rel = input_step_rel(x.dtype, step_rel)
     h = row_steps(x2, eps, rel)
-    signed = signed_offsets(stencil).to(dev)
-    n_off, points = len(stencil.offsets), stencil.points
+    signed = level_offsets().to(dev)
+    n_lev, points = len(LEVELS), stencil.points
     # delta[p, r]: the step at stencil point p for row r, rounded to x's dtype once.
     delta = (signed[:, None] * h[None, :]).to(x.dtype)
-    sums = torch.empty(n_off + 1, n_cols, n_rows, dtype=torch.float64, device=dev)
+    sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     n_c_max, n_r_max = chunk or chunk_shape(n_rows, n_cols, stencil, x.dtype, max_memory, dev)
     n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
-    calls = 0
+    y0 = _unperturbed(forward, x2)
+    calls = 1
     for r0 in range(0, n_rows, n_r_max):
         rows = x2[r0 : r0 + n_r_max]
         n_r = rows.shape[0]
         # points × n_c_max copies of the row block; any prefix of them is unperturbed rows.
         buf = rows.repeat(points * n_c_max, 1)
-        g_r, g_abs_r, delta_r = g2[r0 : r0 + n_r], g2_abs[r0 : r0 + n_r], delta[:, r0 : r0 + n_r]
+        g_r, y0_r, delta_r = g2[r0 : r0 + n_r], y0[r0 : r0 + n_r], delta[:, r0 : r0 + n_r]
         for c0 in range(0, n_cols, n_c_max):
             n_c = min(n_c_max, n_cols - c0)
             xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
@@ -139,17 +159,17 @@ def input_grad(
                     f"forward returned shape {tuple(ys.shape)} for a batch of "
                     f"{(points * n_c * n_r, n_cols)}"
                 )
-            owned = ys.untyped_storage().data_ptr() != buf.untyped_storage().data_ptr()
-            s = _differences(ys.reshape(points, n_c, n_r, n_cols), g_r, g_abs_r, n_off, owned)
+            s = level_sums(ys.reshape(points, n_c, n_r, n_cols), y0_r, g_r)
             sums[:, c0 : c0 + n_c, r0 : r0 + n_r] = s
             xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
-    num, num2 = combine_sums(sums[:n_off], stencil)
-    grad = (num / h).T
-    trunc = truncation((num2 - num) / h, rel).T
-    rounding = rounding_coefficient(x.dtype, stencil) * (sums[n_off] / h).T
-    floor = trunc + rounding
+    odd, even = sums[:n_lev], sums[n_lev:]  # (L, D, R)
+    grad = (stencil_sum(odd, stencil) / h).T
+    u = unit_roundoff(x.dtype)
+    sigma_m = model_sigma(g2, y0, u)  # (R,): one point's rounding, dtype model
+    lam = noise_scale(noise_residual(even), RESIDUAL_VAR * sigma_m**2, centre=True)
+    floor = noise_floor(odd, stencil, h, lam * stencil.rss_weight * sigma_m / h).T
     return FDEstimate(grad.reshape(x.shape).contiguous(), floor.reshape(x.shape).contiguous(),
-                      h, stencil, calls)
+                      h, stencil, calls, lam, lam * u)
 
 
 @dataclass
@@ -168,6 +188,8 @@ class DirectionalEstimate:
     step: torch.Tensor  # fp64, per row
     stencil: Stencil
     forward_calls: int
+    noise_scale: float = 1.0
+    u_eff: float = 0.0
 
 
 def directional_input_grad(
@@ -187,7 +209,7 @@ def directional_input_grad(
 
     Each row ``r`` gets its own Gaussian direction ``v`` (unit length, drawn from ``seed``)
     and the step ``h_r`` of :func:`input_grad`; the stencil is applied to ``x_r + o h_r v``.
-    Noise floor: the same rounding and truncation estimates as :func:`input_grad`.
+    Noise floor: the model of :func:`input_grad`; a row's directions share its ``y0``.
     """
     n_cols = x.shape[-1]
     check_budget(tuple(x.shape), stencil, x.dtype, max_memory)
@@ -201,18 +223,20 @@ def directional_input_grad(
     gen = torch.Generator().manual_seed(seed)
     v = torch.randn(directions, n_rows, n_cols, generator=gen, dtype=torch.float64)
     v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
-    n_off = len(stencil.offsets)
-    signed = signed_offsets(stencil).to(dev)
+    n_lev = len(LEVELS)
+    signed = level_offsets().to(dev)
+    y0 = _unperturbed(forward, x2)
     # Stack (direction, row) pairs as rows m = k·R + r.
     n_m = directions * n_rows
     x_m = x2.repeat(directions, 1)
     h_m = h.repeat(directions)
     g_m = g2.repeat(directions, 1)
+    y0_m = y0.repeat(directions, 1)
     v_m = v.reshape(n_m, n_cols)
     _, per_call = chunk_shape(n_m, n_cols, stencil, x.dtype, max_memory, dev)
-    sums = torch.empty(n_off + 1, n_m, dtype=torch.float64, device=dev)
+    sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
-    calls = 0
+    calls = 1
     for m0 in range(0, n_m, per_call):
         sl = slice(m0, min(n_m, m0 + per_call))
         xm, hm = x_m[sl], h_m[sl]
@@ -224,17 +248,20 @@ def directional_input_grad(
         if tuple(ys.shape) != (xs.shape[0] * xs.shape[1], n_cols):
             raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
                              f"{(xs.shape[0] * xs.shape[1], n_cols)}")
-        owned = ys.untyped_storage().data_ptr() != xs.untyped_storage().data_ptr()
         real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
-        sums[:, sl] = _differences(ys.reshape(xs.shape), g_m[sl], g_m[sl].abs(), n_off, owned)
-        veff[sl] = combine_sums(real[:n_off] - real[n_off:], stencil)[0] / hm[:, None]
-    num, num2 = combine_sums(sums[:n_off], stencil)
-    proj = num / h_m
-    trunc = truncation((num2 - num) / h_m, rel)
-    rounding = rounding_coefficient(x.dtype, stencil) * (sums[n_off] / h_m)
+        sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl])
+        veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
+    odd, even = sums[:n_lev], sums[n_lev:]  # (L, K·R)
+    proj = stencil_sum(odd, stencil) / h_m
+    u = unit_roundoff(x.dtype)
+    sigma_m = model_sigma(g2, y0, u)  # (R,)
+    resid = noise_residual(even).reshape(directions, n_rows)  # a row's y0: shared over K
+    lam = noise_scale(resid, RESIDUAL_VAR * sigma_m**2, centre=True)
+    sigma = (lam * stencil.rss_weight) * sigma_m.repeat(directions) / h_m
     lead = (directions, *x.shape[:-1])
     return DirectionalEstimate(veff.reshape(directions, *x.shape), proj.reshape(lead),
-                               (trunc + rounding).reshape(lead), h, stencil, calls)
+                               noise_floor(odd, stencil, h_m, sigma).reshape(lead), h,
+                               stencil, calls, lam, lam * u)
 
 
 def weight_grad(
@@ -255,19 +282,22 @@ def weight_grad(
     g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
     w0 = w.detach()
     h = weight_step(w0, step_rel)
-    ys = []
     with torch.no_grad():
-        for o in list(stencil.offsets) + [-o for o in stencil.offsets]:
-            ys.append(forward(w0 + o * h).reshape(-1, n_cols).to(torch.float64))
-    stacked = torch.stack(ys)
-    n_off = len(stencil.offsets)
-    # Per offset, Σ over rows of g·(y(+o) - y(-o)) (differences before the dot, as for dx),
-    # as fixed-order row sums of the transpose; then the same stencil combination as dx.
-    sums = row_sum(((stacked[:n_off] - stacked[n_off:]) * g2).transpose(1, 2).contiguous())
-    num, num2 = combine_sums(sums, stencil)
-    grad, grad2 = num / h, num2 / h
-    gy_abs = row_sum((g2.abs() * stacked.abs().amax(0)).T.contiguous())  # (D,)
-    trunc = truncation(grad2 - grad, step_rel)
-    rounding = rounding_coefficient(x.dtype, stencil) * gy_abs / h
-    return FDEstimate(grad, trunc + rounding, torch.tensor(h, dtype=torch.float64), stencil,
-                      stencil.points)
+        ys = [forward(w0 + o * h).reshape(-1, n_cols) for o in level_offsets().tolist()]
+        y0 = forward(w0).reshape(-1, n_cols).to(torch.float64)
+    stacked = torch.stack(ys)  # (2L, R, D)
+    # Sums over rows, as fixed-order row sums of the transposes: (2L, D).
+    sums = level_sums(stacked.transpose(1, 2), y0.T, g2.T)
+    n_lev = len(LEVELS)
+    odd, even = sums[:n_lev], sums[n_lev:]
+    grad = stencil_sum(odd, stencil) / h
+    u = unit_roundoff(x.dtype)
+    lam = noise_scale(noise_residual(even)[None], dw_residual_var(stacked, y0, g2, u)[None],
+                      centre=False)
+    # The analytic dw rounds at least at the dtype's u however exact the forward's products
+    # are (γ = zeros or ones make them exact: λ ≪ 1), hence max(λ, 1) for its own sum.
+    sigma = torch.sqrt(lam**2 * dw_estimate_var(stacked, g2, stencil, h, u)
+                       + max(lam, 1.0) ** 2 * dw_analytic_var(stacked, g2, h, u))
+    h_t = torch.tensor(h, dtype=torch.float64)
+    return FDEstimate(grad, noise_floor(odd, stencil, h_t, sigma), h_t, stencil,
+                      stencil.points + 1, lam, lam * u)

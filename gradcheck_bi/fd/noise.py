@@ -1,40 +1,155 @@
 """The finite-difference noise floor: one model for dx, directional dx and dw.
 
-Per estimated derivative (``u`` the unit roundoff of the forward's output dtype):
+The forward is evaluated at ``±o·h`` for ``o`` in ``LEVELS = (1, 2, 4)`` and once
+unperturbed (``y0``). Per perturbed column (dx), direction (directional dx) or weight (dw),
+with ``S_o = Σ_i g_i (y_i(+o) - y_i(-o))`` and ``A_o = Σ_i g_i ((y_i(+o) - y0_i) +
+(y_i(-o) - y0_i))`` (differences exact in fp64, see :mod:`~gradcheck_bi.fd.estimate`):
 
-* rounding   ``K_ROUND · u · (2 Σ_o |w_o|) · Σ_i |g_i| max_o |y_i(±o h)| / h``
-* truncation ``K_TRUNC · h_rel² · |D2(h) - D(h)|`` where ``D2(h)`` is the 2nd-order
-  difference from the same evaluations. ``D2 - D4 ≈ h² f'''/6`` and the 4th-order error is
-  ``h⁴ f⁽⁵⁾/30``, so their ratio is ``(h²/5)·f⁽⁵⁾/f'''``. The row scale enters through
-  ``r ∝ (1 + t²)^(-1/2)`` with ``t = x_k/ℓ``, whose Taylor series gives
-  ``f⁽⁵⁾/f''' ≈ 25/ℓ²``: hence ``K_TRUNC = 5``.
+* **truncation**, by Richardson from the next level: the estimate ``E(h) = Σ w S_o / h``
+  errs by ``c h^p`` (``p`` the stencil's order), ``E(2h)`` by ``2^p c h^p``, so
+  ``T = |E(2h) - E(h)| / (2^p - 1)``. No constant from RMSNorm's Taylor series.
+* **rounding, measured**: ``R = 64 A_1 - 20 A_2 + A_4`` cancels every smooth term below
+  ``h^6`` (the coefficients are orthogonal to ``(1, 4, 16)`` and ``(1, 16, 256)``), leaving
+  ``8 h^6 f^(6)`` (negligible at our steps), a ``-90 Σ g y0`` shared by all columns of a row
+  (removed by centring) and the forward's rounding noise, ``Var R = 8994 σ²`` with ``σ²`` the
+  variance of ``Σ g y`` at one point. The spread of ``R`` over a row's columns measures the
+  noise of *this* forward, in whatever precision it really computes. It scales a dtype model
+  (:func:`model_sigma`, root-sum-square: roundings add like √D, not like D) by ``λ``
+  (:func:`noise_scale`); ``u_eff = λ u`` is the unit roundoff the forward delivers.
+* **floor** ``= K_SIGMA · σ_E + K_TRUNC · T`` per element, ``σ_E`` the noise of ``E(h)``.
 
-Both parts come from the forward alone: a wrong backward cannot widen its own tolerance.
+Everything comes from the forward alone: a wrong backward cannot widen its own tolerance.
+The one exception is dw's own row sum (:func:`dw_analytic_var`), a model from the forward's
+values and the dtype, never from the backward's output.
 
 >>> import torch
 >>> unit_roundoff(torch.float64) == 2.0**-53
 True
+>>> RESIDUAL_VAR
+8994.0
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from gradcheck_bi.fd.stencil import Stencil
+from gradcheck_bi.fd.stencil import LEVELS, Stencil, stencil_sum
+from gradcheck_bi.kernels.reduction import row_sum
 
-K_ROUND = 2.0
-K_TRUNC = 5.0
+RESIDUAL = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over LEVELS
+RESIDUAL_VAR = 2 * sum(c * c for c in RESIDUAL)  # Var R = 2 (64² + 20² + 1) σ²
+# Floor = K_SIGMA σ + K_TRUNC T. A Gaussian exceeds 8σ with probability ~1e-15 per element;
+# the largest of 10^6 elements sits near 5σ. T is a deterministic estimate; it over-counts
+# the next term (4.2 × the h^6 term of E(h)), and 2 covers a partial cancellation of the
+# h^4 and h^6 terms inside E(2h) - E(h).
+K_SIGMA = 8.0
+K_TRUNC = 2.0
+# Pseudo degrees of freedom at λ = 1 (the dtype model): few columns (D = 1, 2, ...) cannot
+# decide λ alone.
+NU_PRIOR = 8.0
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2
 
 
-def truncation(difference: torch.Tensor, step_rel: float) -> torch.Tensor:
-    """``K_TRUNC · h_rel² · |D2 - D|`` from the difference of the two estimates."""
-    return (K_TRUNC * step_rel * step_rel) * difference.abs()
+def richardson_truncation(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor) -> torch.Tensor:
+    """``|E(2h) - E(h)| / (2^p - 1)``: the truncation error of ``E(h)``, from the forward."""
+    e_h = stencil_sum(odd, stencil) / h
+    e_2h = stencil_sum(odd, stencil, 2) / (2 * h)
+    return (e_2h - e_h).abs() / (2.0**stencil.order - 1)
 
 
-def rounding_coefficient(dtype: torch.dtype, stencil: Stencil) -> float:
-    """``K_ROUND · u · 2Σ|w_o|``: multiply by ``Σ|g||y| / h`` for the rounding part."""
-    return K_ROUND * unit_roundoff(dtype) * stencil.abs_weight_sum
+def noise_residual(even: torch.Tensor) -> torch.Tensor:
+    """``R = Σ c_o A_o`` (``c = RESIDUAL``): zero for every smooth term below ``h^6``."""
+    total = RESIDUAL[0] * even[0]
+    for c, a in zip(RESIDUAL[1:], even[1:], strict=True):
+        total = total + c * a
+    return total
+
+
+def model_sigma(g: torch.Tensor, y: torch.Tensor, u: float) -> torch.Tensor:
+    """Rounding of ``Σ_i g_i y_i`` at one point, per row: ``u sqrt(Σ (g y)² + (Σ g y)²)``.
+
+    Each ``y_i`` rounds on its own (``Σ (g y)²``: errors add like √D) and the row's shared
+    factor ``r`` adds one error common to the whole row (``(Σ g y)²``).
+    """
+    gy = g * y
+    return u * torch.sqrt(row_sum(gy * gy) + row_sum(gy) ** 2)
+
+
+def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
+    """``λ``: the measured rounding of the forward in units of the dtype model, pooled.
+
+    ``resid`` is ``(n, rows)``: ``n`` residuals per row, each of model variance
+    ``model_var`` (broadcast). ``centre`` removes a term the ``n`` share (``y0``), leaving
+    ``n - 1`` degrees of freedom. With ``SS`` a row's sum of squares::
+
+        λ² = (Σ_rows SS / model_var + ν0) / (Σ_rows dof + ν0),   ν0 = NU_PRIOR
+
+    Rows whose model variance is 0 (an output that is exactly 0) do not count.
+    """
+    var = model_var.expand_as(resid)
+    ok = (var > 0).all(0)
+    resid, var = resid[:, ok], var[:, ok]
+    if centre:
+        resid = resid - resid.mean(0, keepdim=True)
+    dof = (resid.shape[0] - int(centre)) * resid.shape[1]
+    ss = float((resid * resid / var).sum().item()) if resid.numel() else 0.0
+    return math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR))
+
+
+def noise_floor(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor,
+                sigma: torch.Tensor) -> torch.Tensor:
+    """Per element ``K_SIGMA · σ + K_TRUNC · T`` (``T``: :func:`richardson_truncation`)."""
+    return K_SIGMA * sigma + K_TRUNC * richardson_truncation(odd, stencil, h)
+
+
+# dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
+# r does not depend on w, so its rounding is the same at every point (not noise).
+
+def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
+    """Model variance of ``Σ_rows g y`` per point and column, ``u² Σ_rows (g y)²``: (P, D)."""
+    gy = g2 * ys.to(torch.float64)
+    return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
+
+
+def dw_residual_var(ys: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
+                    u: float) -> torch.Tensor:
+    """Model variance of :func:`noise_residual` per column: each point's times ``c_o²``, and
+    ``y0``'s (a column's own here) times ``(2 Σ c_o)² = 90²``. ``ys`` is ``(2L, R, D)``."""
+    n = len(LEVELS)
+    pv = point_var(ys, g2, u)
+    total = (2 * sum(RESIDUAL)) ** 2 * point_var(y0[None], g2, u)[0]
+    for j, c in enumerate(RESIDUAL):
+        total = total + c * c * (pv[j] + pv[n + j])
+    return total
+
+
+def dw_estimate_var(ys: torch.Tensor, g2: torch.Tensor, stencil: Stencil, h: float,
+                    u: float) -> torch.Tensor:
+    """Model variance of ``E = Σ w_o S_o / h``: ``Σ_o w_o² (v(+o) + v(-o)) / h²``, (D,)."""
+    n = len(LEVELS)
+    at = {o: i for i, o in enumerate(LEVELS)}
+    pv = point_var(ys, g2, u)
+    total = torch.zeros_like(pv[0])
+    for o, wt in zip(stencil.offsets, stencil.weights, strict=True):
+        total = total + wt * wt * (pv[at[o]] + pv[n + at[o]])
+    return total / (h * h)
+
+
+def dw_analytic_var(ys: torch.Tensor, g2: torch.Tensor, h: float, u: float) -> torch.Tensor:
+    """The analytic dw's own rounding: a sum of ``R`` rounded products ``t = g ∂y/∂w``.
+
+    In a blocked or pairwise sum each term passes through about ``log2 R`` additions, and
+    every rounding (the product's and each addition's) is modelled at ``u`` relative to what
+    it rounds, i.e. ``u² Σ_rows t² (1 + log2 R)``, (D,). ``u`` (not the ``u/√3`` of a uniform
+    rounding error) is the margin for orders less balanced than a tree, e.g. a few sequential
+    strips. ``∂y/∂w`` comes from the forward: ``(y(+h) - y(-h)) / 2h``.
+    """
+    n = len(LEVELS)
+    t = g2 * (ys[0].to(torch.float64) - ys[n].to(torch.float64)) / (2 * h)
+    depth = 1.0 + math.log2(max(1, t.shape[0]))
+    return (u * u * depth) * row_sum((t * t).T.contiguous())

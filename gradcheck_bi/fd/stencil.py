@@ -1,14 +1,24 @@
 """Central difference stencils: ``f' ≈ Σ_o w_o (f(x + o h) - f(x - o h)) / h``.
 
->>> CENTRAL4.points, CENTRAL4.order
-(4, 4)
+Every check evaluates the forward at the offsets ``±o·h`` for ``o`` in ``LEVELS`` — the
+stencil's own, their doubles (the same stencil at ``2h``, for Richardson's truncation
+estimate) and one more even level for the rounding residual (:mod:`~gradcheck_bi.fd.noise`)
+— and once unperturbed.
+
+>>> CENTRAL4.points, CENTRAL4.order, LEVELS
+(6, 4, (1, 2, 4))
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+# Offsets (× h) the forward is evaluated at, on both sides. Covers the stencils below at h
+# and at 2h, and the three even levels the noise residual needs.
+LEVELS = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -22,11 +32,13 @@ class Stencil:
 
     @property
     def points(self) -> int:
-        return 2 * len(self.offsets)
+        """Perturbed forward evaluations per column: ``±o·h`` for every ``o`` in ``LEVELS``."""
+        return 2 * len(LEVELS)
 
     @property
-    def abs_weight_sum(self) -> float:
-        return 2 * sum(abs(w) for w in self.weights)
+    def rss_weight(self) -> float:
+        """``sqrt(2 Σ w_o²)``: the noise of ``Σ w_o S_o`` in units of one point's noise."""
+        return math.sqrt(2 * sum(w * w for w in self.weights))
 
 
 CENTRAL2 = Stencil("central-2", (1,), (0.5,), 2)
@@ -34,17 +46,18 @@ CENTRAL4 = Stencil("central-4", (1, 2), (8 / 12, -1 / 12), 4)
 STENCILS = {s.name: s for s in (CENTRAL2, CENTRAL4)}
 
 
-def combine_sums(sums: torch.Tensor, stencil: Stencil) -> tuple[torch.Tensor, torch.Tensor]:
-    """(stencil numerator, 2nd-order numerator at h) from per-offset sums ``Σ g·Δ_o y``.
+def level_offsets() -> torch.Tensor:
+    """``[+o..., -o...]`` for ``o`` in ``LEVELS``, fp64: the order points are stacked in."""
+    return torch.tensor([*LEVELS, *(-o for o in LEVELS)], dtype=torch.float64)
 
-    ``sums[o]`` holds ``Σ g (y(+o h) - y(-o h))``; divide either numerator by ``h``.
+
+def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Tensor:
+    """``Σ_j w_j S_{scale·o_j}`` from the odd level sums ``odd[l] = S_{LEVELS[l]}``.
+
+    ``scale = 2`` gives the same stencil at twice the step; divide by ``scale · h``.
     """
-    num = stencil.weights[0] * sums[0]
-    for j in range(1, len(stencil.offsets)):
-        num = num + stencil.weights[j] * sums[j]
-    return num, 0.5 * sums[0]
-
-
-def signed_offsets(stencil: Stencil) -> torch.Tensor:
-    """``[+o..., -o...]`` in fp64: the order in which stencil points are stacked."""
-    return torch.tensor([*stencil.offsets, *(-o for o in stencil.offsets)], dtype=torch.float64)
+    at = {o: i for i, o in enumerate(LEVELS)}
+    total = stencil.weights[0] * odd[at[scale * stencil.offsets[0]]]
+    for o, w in zip(stencil.offsets[1:], stencil.weights[1:], strict=True):
+        total = total + w * odd[at[scale * o]]
+    return total

@@ -1,7 +1,8 @@
 """Tables and verdicts → Rich terminal output, Markdown, and the contract's JSON.
 
 Rich and Markdown show the same tables: rows kernel × device/dtype, columns γ = randn |
-ones (control) | zeros, each cell the max abs error and its status, then the tolerance,
+ones (control) | zeros, each cell the error and its status (for dx and dw, at the element
+with the largest error / tolerance), then the tolerance,
 where the worst γ=randn element is, and the discrimination ratio (randn / ones). JSON is
 every result; anything that varies from run to run goes under ``"timing"`` only.
 """
@@ -30,10 +31,12 @@ from gradcheck_bi.vocab import CONTROLS, Result
 
 TOLERANCE_NOTES = {
     "forward": "tolerance: output rounding + fp64/fp32 summation bound, × max|ref|",
-    "dx": "tolerance: 4 × the FD noise floor estimated from the forward alone "
-    "(rounding + truncation); 4th-order central stencil, step per row",
-    "dw": "tolerance: 4 × the FD noise floor estimated from the forward alone; "
-    "4th-order central stencil",
+    "dx": "tolerance: per element, the FD noise floor from the forward alone (8σ of its "
+    "measured rounding + 2× Richardson truncation); a cell shows the error at the element "
+    "nearest its own tolerance; 4th-order central stencil, step per row",
+    "dw": "tolerance: per element, the FD noise floor from the forward alone (8σ of its "
+    "measured rounding and of dw's own row sum + 2× Richardson truncation); a cell shows "
+    "the error at the element nearest its own tolerance; 4th-order central stencil",
     "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
 }
 
