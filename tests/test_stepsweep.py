@@ -208,5 +208,8 @@ def test_point_at_the_run_step_is_the_error_run_reports() -> None:
                     steps=[2.0**e for e in range(-13, -8)])
     for c in sw.curves:
         at_run = dict(zip(c.step_rel, c.max_abs_err, strict=True))[sw.run_step_rel]
-        measured = check_dx(resolve(c.kernel).fn, Config(check="dx", shape=(2, 32))).max_abs_err
+        # The plot shows the largest error anywhere; run reports it as max_abs_err_any (its
+        # max_abs_err is the error at the element nearest its own tolerance).
+        m = check_dx(resolve(c.kernel).fn, Config(check="dx", shape=(2, 32)))
+        measured = m.details["max_abs_err_any"]
         assert at_run == measured, f"{c.kernel}: plot {at_run!r} vs run {measured!r}"
