@@ -124,3 +124,19 @@ def test_shipped_ci_baseline_matches_a_fresh_run(capsys: pytest.CaptureFixture[s
     doc = json.loads(out)
     assert doc["baseline"]["drift"] == [] and len(doc["results"]) == len(
         bl.load(SHIPPED).entries)
+
+
+def test_drift_lines_end_the_text_report_on_stdout(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    # cases/README.md: in the closing block — stdout for table/text, stderr when stdout
+    # carries a json/markdown/junit/github report.
+    path = tmp_path / "b.json"
+    assert run(capsys, *RUN, "--baseline", str(path), "--update-baseline")[0] == 0
+    _edit(path, "dx", "max_abs_err", lambda e: e / 1000)
+    text = [a if a != "json" else "text" for a in RUN]
+    code, out, err = run(capsys, *text, "--baseline", str(path))
+    assert code == 1 and "drift:" not in err
+    lines = out.rstrip().splitlines()
+    assert any("drift:" in ln for ln in lines[-4:]), out
+    assert lines[-2].startswith("BASELINE: 1 result(s) drifted") and lines[-1].startswith(
+        "VERDICT")

@@ -124,3 +124,20 @@ def test_kernels_lists_bundled_named_and_shapes_with_what_each_needs(
         assert f"\n  {name} " in out, f"{name} not listed:\n{out}"
     assert "needs a CUDA GPU and liger-kernel: pip install 'gradcheck-bi[liger]'" in out
     assert "an nn.Module class" in out and "--kernel-arg name=value" in out
+def test_junit_to_a_file_leaves_the_verdict_and_failures_on_stdout(tmp_path: Path) -> None:
+    p = cli("run", "--kernel", "tests/kernels/user_rmsnorm.py:DxDoubleWeight", "--check", "dx",
+            "--shape", "2,8,64", "--format", "junit", "--output", str(tmp_path / "r.xml"))
+    assert p.returncode == 1, p.stderr
+    assert (tmp_path / "r.xml").read_text().startswith("<?xml")
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("not as expected: 2 results")
+    assert "✗ tests/kernels/user_rmsnorm.py:DxDoubleWeight dx" in lines[1]
+    assert lines[-1].startswith("VERDICT: NOT AS EXPECTED")
+
+
+def test_json_on_stdout_puts_the_verdict_on_stderr() -> None:
+    p = cli("run", "--kernel", "after", "--check", "forward", "--shape", "2,16",
+            "--format", "json")
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["ok"] is True
+    assert p.stderr.rstrip().splitlines()[-1].startswith("VERDICT: all")

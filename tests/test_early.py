@@ -50,6 +50,7 @@ def test_missing_output_folder_is_refused_in_under_a_second(tmp_path: Path) -> N
     ("/proc/x.json", "cannot create a file in /proc"),
     ("{tmp}", "is a folder"),
     ("{tmp}/file.txt/r.json", "is not a folder"),
+    ("/dev/null", "not a regular file"),
 ])
 def test_unwritable_output_is_one_clean_line(tmp_path: Path, where: str, needle: str) -> None:
     (tmp_path / "file.txt").write_text("x")

@@ -19,7 +19,8 @@ from typing import Any
 
 from gradcheck_bi.cli.early import UsageError, preflight
 
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130  # as gradcheck_bi.gate, which imports torch
+# As in gradcheck_bi.gate (which imports torch); 125 is `git bisect run`'s "skip".
+EXIT_USAGE, EXIT_UNSUPPORTED, EXIT_INTERRUPTED, EXIT_BISECT_SKIP = 2, 3, 130, 125
 
 
 def __getattr__(name: str) -> Any:
@@ -40,10 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
-        return _main(args, debug)
+        code = _main(args, debug)
     except KeyboardInterrupt:  # also while torch is still being imported
         _err_line("gradcheck-bi: interrupted; partial results discarded")
         return EXIT_INTERRUPTED
+    if "--bisect" in args and code in (EXIT_USAGE, EXIT_UNSUPPORTED):
+        return EXIT_BISECT_SKIP  # git bisect run: this commit cannot be judged, skip it
+    return code
 
 
 def _main(args: list[str], debug: bool) -> int:

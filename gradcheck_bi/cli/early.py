@@ -32,6 +32,8 @@ def check_writable(path: Path, option: str) -> None:
     """
     if path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; name a file to write")
+    if path.exists() and not path.is_file():  # /dev/null: a rename would replace the device
+        raise UsageError(f"{option} {path}: not a regular file; name a file to write")
     folder = Path(os.path.abspath(path)).parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"

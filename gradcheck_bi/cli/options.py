@@ -1,12 +1,15 @@
-"""What the commands share: option choices (Typer needs Enums), parsers, output writing.
+"""What the commands share: option choices, the help panels, parsers, output writing.
 
-Parsers raise :class:`UsageError`, which ``main`` turns into one line on stderr and exit 2.
+Choices are plain strings checked here rather than Enums checked by Typer, so that every
+list option takes repeated flags *and* comma lists (``--check dx,dw`` = ``--check dx
+--check dw``) and a bad value gets the same one line on every Typer version. Parsers raise
+:class:`UsageError`, which ``main`` turns into one line on stderr and exit 2.
 """
 
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,61 +23,54 @@ from gradcheck_bi.cli.early import UsageError, check_paths, check_writable
 from gradcheck_bi.fd import parse_bytes
 from gradcheck_bi.vocab import CHECKS, CONTROLS, DTYPES
 
-__all__ = ["UsageError", "check_paths", "check_writable"]
+__all__ = ["CHECKS", "CONTROLS", "UsageError", "check_paths", "check_writable"]
+
+# The help's panels, in the order a first-time user needs them.
+WHAT = "What to check"
+WHERE = "Where it runs"
+JUDGE = "How to judge"
+OUTPUT = "Output"
+
+DEVICES = ("cpu", "cuda")
+DTYPE_NAMES = tuple(DTYPES)
+ZCG = {"off": [False], "on": [True], "both": [False, True]}
+FORMATS = ("table", "text", "markdown", "json", "junit", "github")
+MODES = ("full", "directional")
+EXPECTS = ("pass", "fail")
+# Finite differences of an fp16/bf16 forward sit on a noise floor near 1e-1: no V to see.
+PLOT_DTYPES = ("fp64", "fp32")
+PLOT_STENCILS = ("central-4", "central-2")
+PLOT_FORMATS = ("png", "terminal", "json")
 
 
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
+def choices(options: Sequence[str], many: bool = False) -> str:
+    """The metavar that names the choices: ``cpu|cuda``, ``dx|dw,…`` for a list."""
+    return "|".join(options) + (",…" if many else "")
 
 
-class Zcg(str, Enum):
-    off = "off"
-    on = "on"
-    both = "both"
-
-    @property
-    def settings(self) -> list[bool]:
-        return {"off": [False], "on": [True], "both": [False, True]}[self.value]
+def one_of(option: str, value: str | None, allowed: Sequence[str]) -> str | None:
+    """``value`` if it is one of ``allowed`` (``None`` stays ``None``)."""
+    if value is not None and value not in allowed:
+        raise UsageError(f"{option} {value!r}: expected one of {', '.join(allowed)}")
+    return value
 
 
-DType = Enum("DType", {k: k for k in DTYPES}, type=str)  # type: ignore[misc]
-Check = Enum("Check", {k: k for k in CHECKS}, type=str)  # type: ignore[misc]
-Control = Enum("Control", {k: k for k in CONTROLS}, type=str)  # type: ignore[misc]
+def many_of(option: str, values: Sequence[str] | None,
+            allowed: Sequence[str] | None = None) -> list[str] | None:
+    """Repeated flags and comma lists, flattened in order without repeats; ``None`` if none.
 
-
-class Format(str, Enum):
-    table = "table"
-    markdown = "markdown"
-    json = "json"
-    junit = "junit"
-
-
-class Mode(str, Enum):
-    full = "full"
-    directional = "directional"
-
-
-class Expect(str, Enum):
-    pass_ = "pass"
-    fail = "fail"
-
-
-class PlotDType(str, Enum):
-    # Finite differences of an fp16/bf16 forward sit on a noise floor near 1e-1: no V to see.
-    fp64 = "fp64"
-    fp32 = "fp32"
-
-
-class PlotStencil(str, Enum):
-    central4 = "central-4"
-    central2 = "central-2"
-
-
-class PlotFormat(str, Enum):
-    png = "png"
-    terminal = "terminal"
-    json = "json"
+    >>> many_of("--check", ["dx,dw", "dx", "forward"], ("forward", "dx", "dw"))
+    ['dx', 'dw', 'forward']
+    """
+    if not values:
+        return None
+    items = [part.strip() for v in values for part in v.split(",")]
+    if any(not item for item in items):
+        raise UsageError(f"{option} {','.join(values)!r}: empty item in a comma list")
+    for item in items:
+        if allowed is not None:
+            one_of(option, item, allowed)
+    return list(dict.fromkeys(items))
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

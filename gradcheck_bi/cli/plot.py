@@ -13,14 +13,20 @@ from typing import Annotated
 import typer
 
 from gradcheck_bi.cli.options import (
-    Control,
-    Device,
-    PlotDType,
-    PlotFormat,
-    PlotStencil,
+    CONTROLS,
+    DEVICES,
+    OUTPUT,
+    PLOT_DTYPES,
+    PLOT_FORMATS,
+    PLOT_STENCILS,
+    WHAT,
+    WHERE,
+    ZCG,
     UsageError,
-    Zcg,
     check_paths,
+    choices,
+    many_of,
+    one_of,
     parse_shape,
     write_output,
 )
@@ -47,30 +53,43 @@ def _parse_steps(text: str) -> list[float]:
 
 def plot_command(
     kernel: Annotated[list[str] | None, typer.Option(
-        "--kernel", help="Bundled name, PATH.py:ATTR or package.module:ATTR. Repeatable. "
-        "Default: before and after.")] = None,
-    weight: Annotated[list[Control] | None, typer.Option(  # type: ignore[valid-type]
-        help="γ control: randn, ones, zeros. Repeatable. Default: randn and ones.")] = None,
-    zcg: Annotated[Zcg, typer.Option(help="zero_centered_gamma: off, on or both.")
-                   ] = Zcg.off,
-    device: Annotated[Device, typer.Option(help="cpu or cuda.")] = Device.cpu,
-    dtype: Annotated[PlotDType, typer.Option(
-        help="fp64 or fp32 (finite differences of fp16/bf16 are noise).")] = PlotDType.fp64,
-    shape: Annotated[str, typer.Option(help="e.g. 4,256 (the default) or 2,8,256.")
-                     ] = DEFAULT_SHAPE,
-    eps: Annotated[float, typer.Option(help="RMSNorm eps (> 0).")] = 1e-6,
-    seed: Annotated[int, typer.Option(help="Seed of the random x, g, γ (as in run).")] = 0,
-    stencil: Annotated[PlotStencil, typer.Option(
-        help="central-4 (what run uses) or central-2.")] = PlotStencil.central4,
+        "--kernel", metavar="NAME|PATH.py:ATTR|pkg.mod:ATTR,…", rich_help_panel=WHAT,
+        show_default="before,after", help="The kernels to sweep.")] = None,
+    weight: Annotated[list[str] | None, typer.Option(
+        metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
+        help="γ controls.")] = None,
+    zcg: Annotated[str, typer.Option(
+        metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, help="zero_centered_gamma.")
+    ] = "off",
+    stencil: Annotated[str, typer.Option(
+        metavar=choices(PLOT_STENCILS), rich_help_panel=WHAT,
+        help="central-4 is what run uses.")] = "central-4",
     steps: Annotated[str | None, typer.Option(
-        help="LO:HI — sweep the relative step h/ℓ over 2^LO … 2^HI. "
-        f"Default {STEP_EXPONENTS['fp64'][0]}:0 for fp64, "
-        f"{STEP_EXPONENTS['fp32'][0]}:0 for fp32.")] = None,
-    fmt: Annotated[PlotFormat | None, typer.Option(
-        "--format", help="png (needs --output), terminal or json. Default: png with "
-        "--output FILE.png, json with --output FILE.json, else terminal.")] = None,
-    output: Annotated[Path | None, typer.Option(help="Write the PNG or JSON here.")] = None,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+        metavar="LO:HI", rich_help_panel=WHAT,
+        show_default=f"{STEP_EXPONENTS['fp64'][0]}:0 (fp64), {STEP_EXPONENTS['fp32'][0]}:0 "
+        "(fp32)", help="Sweep the relative step h/ℓ over 2^LO … 2^HI.")] = None,
+    device: Annotated[str, typer.Option(
+        metavar=choices(DEVICES), rich_help_panel=WHERE, help="Where the kernel runs.")
+    ] = "cpu",
+    dtype: Annotated[str, typer.Option(
+        metavar=choices(PLOT_DTYPES), rich_help_panel=WHERE,
+        help="Finite differences of fp16/bf16 are noise.")] = "fp64",
+    shape: Annotated[str, typer.Option(
+        metavar="D0,D1,…", rich_help_panel=WHERE, help="Input shape.")] = DEFAULT_SHAPE,
+    eps: Annotated[float, typer.Option(rich_help_panel=WHERE, help="RMSNorm eps (> 0).")
+                   ] = 1e-6,
+    seed: Annotated[int, typer.Option(
+        rich_help_panel=WHERE, help="Seed of the random x, g, γ (as in run).")] = 0,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", metavar=choices(PLOT_FORMATS), rich_help_panel=OUTPUT,
+        show_default="png/json by --output's suffix, else terminal",
+        help="png needs --output.")] = None,
+    output: Annotated[Path | None, typer.Option(
+        metavar="FILE.png|FILE.json", rich_help_panel=OUTPUT, show_default="stdout",
+        help="Write the PNG or JSON here.")] = None,
+    debug: Annotated[bool, typer.Option(
+        "--debug", rich_help_panel=OUTPUT, show_default=False, help="Show tracebacks.")
+    ] = False,
 ) -> int:
     """Plot max |analytic dx − FD dx| against the finite-difference step, on log-log axes.
 
@@ -78,21 +97,23 @@ def plot_command(
     (truncation) at large ones, the bottom near the step `run` uses. A defective backward
     stays on a plateau far above it, whatever the step.
     """
-    fmt_name = _format(fmt.value if fmt is not None else None, output)
+    fmt_name = _format(one_of("--format", fmt, PLOT_FORMATS), output)
     if not (math.isfinite(eps) and eps > 0):
         raise UsageError(f"--eps {eps}: must be a finite number > 0")
     dims = parse_shape(shape)
     step_list = _parse_steps(steps) if steps is not None else None
     if output is not None:
         check_paths(output=output)
-    specs = resolve_kernels(list(kernel) if kernel else ["before", "after"])
-    zcg_values = zcg.settings
+    specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"])
+    zcg_values = ZCG[one_of("--zcg", zcg, tuple(ZCG)) or "off"]
     try:
         sweep = step_sweep(
             specs,
-            weights=[w.value for w in weight] if weight else ["randn", "ones"],
-            zcg=zcg_values, device=device.value, dtype=dtype.value, shape=dims, eps=eps,
-            seed=seed, stencil=stencil.value, steps=step_list,
+            weights=many_of("--weight", weight, CONTROLS) or ["randn", "ones"],
+            zcg=zcg_values, device=one_of("--device", device, DEVICES) or "cpu",
+            dtype=one_of("--dtype", dtype, PLOT_DTYPES) or "fp64", shape=dims, eps=eps,
+            seed=seed, stencil=one_of("--stencil", stencil, PLOT_STENCILS) or "central-4",
+            steps=step_list,
         )
     except Unsupported as exc:
         sys.stderr.write(f"gradcheck-bi: unsupported here: {exc}\n")

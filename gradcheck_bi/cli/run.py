@@ -8,7 +8,6 @@ works.
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import sys
@@ -20,41 +19,44 @@ import typer
 from rich.console import Console
 
 from gradcheck_bi.cases import CaseError, load_case
+from gradcheck_bi.cli.emit import Report, emit
 from gradcheck_bi.cli.options import (
-    Check,
-    Control,
-    Device,
-    DType,
-    Expect,
-    Format,
-    Mode,
+    CHECKS,
+    CONTROLS,
+    DEVICES,
+    DTYPE_NAMES,
+    EXPECTS,
+    FORMATS,
+    JUDGE,
+    MODES,
+    OUTPUT,
+    WHAT,
+    WHERE,
+    ZCG,
     UsageError,
-    Zcg,
     check_paths,
+    choices,
+    many_of,
+    one_of,
     parse_kernel_arg,
     parse_memory,
     parse_shape,
-    write_output,
 )
 from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels import reduction
 from gradcheck_bi.kernels.loader import complete_ref
-from gradcheck_bi.report import baseline as drift_report
-from gradcheck_bi.report.junit import to_junit
-from gradcheck_bi.report.render import render_markdown, render_rich, to_json
-from gradcheck_bi.report.tables import build_tables, summarize
 from gradcheck_bi.runner import check_memory, resolve_kernels, run_sweeps
 from gradcheck_bi.sweep import Sweep, not_run, with_overrides
 from gradcheck_bi.vocab import Result
 
 
-def _targets(device: Device | None, dtype: Any) -> list[tuple[str, str]] | None:
+def _targets(device: str | None, dtype: str | None) -> list[tuple[str, str]] | None:
     if device is None and dtype is None:
         return None
-    dev = device.value if device is not None else "cpu"
-    dt = dtype.value if dtype is not None else ("fp64" if dev == "cpu" else "fp32")
+    dev = device if device is not None else "cpu"
+    dt = dtype if dtype is not None else ("fp64" if dev == "cpu" else "fp32")
     return [(dev, dt)]
 
 
@@ -109,84 +111,133 @@ def _progress(enabled: bool) -> tuple[Any, Any]:
 
 def run_command(
     kernel: Annotated[list[str] | None, typer.Option(
-        "--kernel", help="Bundled name (before, after, fixed-forward, fixed-dx), named "
-        "adapter (torch, liger, ...), PATH.py:ATTR or package.module:ATTR: an autograd "
-        "Function, a function f(x, weight, eps) or an nn.Module class. Repeatable. Default: "
-        "before and after. `gradcheck-bi kernels` lists them.")] = None,
-    device: Annotated[Device | None, typer.Option(help="Default: cpu (+ cuda if present).")] = None,
-    dtype: Annotated[DType | None, typer.Option(  # type: ignore[valid-type]
-        help="Default: fp64 on cpu, fp32 on cuda.")] = None,
-    shape: Annotated[str | None, typer.Option(help="e.g. 2,8,256 (the default).")] = None,
-    eps: Annotated[float | None, typer.Option(help="RMSNorm eps (> 0). Default 1e-6.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the random x, g, γ.")] = None,
-    check: Annotated[list[Check] | None, typer.Option(  # type: ignore[valid-type]
-        help="forward, dx, dw, batch_invariance. Repeatable. Default: all.")] = None,
-    weight: Annotated[list[Control] | None, typer.Option(  # type: ignore[valid-type]
-        help="γ control: randn, ones, zeros. Repeatable. Default: all.")] = None,
-    zcg: Annotated[Zcg | None, typer.Option(help="zero_centered_gamma. Default: both.")] = None,
+        "--kernel", metavar="NAME|PATH.py[:ATTR]|pkg.mod:ATTR,…", rich_help_panel=WHAT,
+        show_default="before,after",
+        help="Bundled (before, after, fixed-forward, fixed-dx), named adapter (torch, liger, "
+        "…), a file (its one Function, or PATH.py:ATTR) or package.module:ATTR: an autograd "
+        "Function, f(x, weight, eps) or an nn.Module class. `gradcheck-bi kernels` lists "
+        "them.")] = None,
+    kernel_arg: Annotated[list[str] | None, typer.Option(
+        "--kernel-arg", metavar="NAME=VALUE", rich_help_panel=WHAT, show_default="none",
+        help="A parameter of your kernel the adapter cannot fill (a module's constructor "
+        "argument, Liger's casting_mode; zcg=builtin|absent). Repeatable.")] = None,
+    check: Annotated[list[str] | None, typer.Option(
+        metavar=choices(CHECKS, many=True), rich_help_panel=WHAT, show_default="all",
+        help="Which checks.")] = None,
+    weight: Annotated[list[str] | None, typer.Option(
+        metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="all",
+        help="γ controls (on the effective weight; ones is the blind control).")] = None,
+    zcg: Annotated[str | None, typer.Option(
+        metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, show_default="both",
+        help="zero_centered_gamma.")] = None,
+    case: Annotated[Path | None, typer.Option(
+        metavar="FILE.toml", rich_help_panel=WHAT, show_default="none",
+        help="A TOML sweep (cases/README.md); other options override what it sets.")] = None,
+    mode: Annotated[str | None, typer.Option(
+        metavar=choices(MODES), rich_help_panel=WHAT, show_default="full",
+        help="dx: every element, or random projections per row (elements not checked).")
+    ] = None,
+    directions: Annotated[int | None, typer.Option(
+        rich_help_panel=WHAT, show_default="8",
+        help="Random directions per row in --mode directional.")] = None,
+    device: Annotated[str | None, typer.Option(
+        metavar=choices(DEVICES), rich_help_panel=WHERE, show_default="cpu, + cuda if present",
+        help="Where the kernel runs.")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        metavar=choices(DTYPE_NAMES), rich_help_panel=WHERE,
+        show_default="fp64 on cpu, fp32 on cuda", help="Input dtype.")] = None,
+    shape: Annotated[list[str] | None, typer.Option(
+        metavar="D0,D1,…", rich_help_panel=WHERE, show_default="2,8,256",
+        help="Input shape; repeat for several shapes.")] = None,
+    eps: Annotated[float | None, typer.Option(
+        rich_help_panel=WHERE, show_default="1e-06", help="RMSNorm eps (> 0).")] = None,
+    seed: Annotated[int | None, typer.Option(
+        rich_help_panel=WHERE, show_default="0", help="Seed of the random x, g, γ.")] = None,
+    max_memory: Annotated[str | None, typer.Option(
+        metavar="BYTES", rich_help_panel=WHERE, show_default="¼ of free memory",
+        help="Budget for the finite differences, e.g. 2G; a shape that cannot fit is "
+        "refused (exit 2).")] = None,
+    threads: Annotated[int | None, typer.Option(
+        rich_help_panel=WHERE, show_default="1, or OMP_NUM_THREADS",
+        help="torch CPU threads (more only slows the many small FD ops: docs/benchmarks.md)."
+    )] = None,
     atol: Annotated[float | None, typer.Option(
+        rich_help_panel=JUDGE, show_default="derived",
         help="Replace the derived tolerance with this absolute one.")] = None,
     rtol: Annotated[float | None, typer.Option(
-        help="Add rtol × max|reference| to the tolerance.")] = None,
-    expect: Annotated[Expect | None, typer.Option(
-        help="What non-bundled kernels are expected to do everywhere. Default: pass.")] = None,
-    max_memory: Annotated[str | None, typer.Option(
-        help="Memory budget for the finite-difference checks, e.g. 2G. Default: a quarter "
-        "of the memory available at start. A shape that cannot fit is refused (exit 2).")
-    ] = None,
-    mode: Annotated[Mode | None, typer.Option(
-        help="dx check: full (every element, the default) or directional (random "
-        "projections per row; individual elements are not checked).")] = None,
-    directions: Annotated[int | None, typer.Option(
-        help="Random directions per row in --mode directional. Default 8.")] = None,
-    fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.table,
-    output: Annotated[Path | None, typer.Option(help="Write the report here (atomically).")
-                      ] = None,
-    case: Annotated[Path | None, typer.Option(
-        help="A TOML sweep (see cases/README.md); the options above override it.")] = None,
+        rich_help_panel=JUDGE, show_default="0", help="Add rtol × max|reference|.")] = None,
+    expect: Annotated[str | None, typer.Option(
+        metavar=choices(EXPECTS), rich_help_panel=JUDGE, show_default="pass",
+        help="What kernels that declare no defects must do everywhere.")] = None,
     baseline: Annotated[Path | None, typer.Option(
+        metavar="FILE.json", rich_help_panel=JUDGE, show_default="none",
         help="Compare every result with this recorded run; drift exits 1.")] = None,
     update_baseline: Annotated[bool, typer.Option(
-        help="Record this run as --baseline FILE (atomically) instead of comparing.")] = False,
-    plot: Annotated[str | None, typer.Option(
-        help="Markdown only: embed this image (from `gradcheck-bi plot --output`).")] = None,
+        "--update-baseline", rich_help_panel=JUDGE, show_default=False,
+        help="Record this run as --baseline FILE instead of comparing.")] = False,
     strict: Annotated[bool, typer.Option(
-        help="Any unsupported result (no GPU, a kernel refusing a device or dtype) exits 1 "
-        "instead of 3: for CI jobs that must run everything.")] = False,
-    progress: Annotated[bool, typer.Option(help="Show progress on stderr (TTY only).")] = True,
-    threads: Annotated[int | None, typer.Option(
-        help="torch CPU threads. Default 1 unless OMP_NUM_THREADS is set: the finite "
-        "differences run as many cache-sized ops, where thread hand-offs cost more than "
-        "they save (measured in docs/benchmarks.md).")] = None,
-    kernel_arg: Annotated[list[str] | None, typer.Option(
-        "--kernel-arg", help="name=value for a parameter of your kernel the adapter cannot "
-        "fill (a module's constructor argument, Liger's casting_mode; zcg=builtin|absent). "
-        "Repeatable. `gradcheck-bi kernels` lists what each kernel takes.")] = None,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks.")] = False,
+        "--strict", rich_help_panel=JUDGE, show_default=False,
+        help="Unsupported results (no GPU, a kernel refusing a dtype) exit 1, not 3.")] = False,
+    bisect: Annotated[bool, typer.Option(
+        "--bisect", rich_help_panel=JUDGE, show_default=False,
+        help="For `git bisect run`: could not run or bad input (exit 2, 3) exits 125, "
+        "git's skip.")] = False,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", metavar=choices(FORMATS), rich_help_panel=OUTPUT,
+        show_default="table on a terminal, else text",
+        help="table (Rich), text (logs), markdown (PRs), json, junit, github (annotations).")
+    ] = None,
+    output: Annotated[Path | None, typer.Option(
+        metavar="FILE", rich_help_panel=OUTPUT, show_default="stdout",
+        help="Write the report here (atomically); the verdict still goes to stdout.")] = None,
+    plot: Annotated[str | None, typer.Option(
+        metavar="PNG", rich_help_panel=OUTPUT, show_default="none",
+        help="--format markdown: embed this image (from `gradcheck-bi plot --output`).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", rich_help_panel=OUTPUT, show_default=False,
+        help="List every result not as expected, not only the worst per kernel and check.")
+    ] = False,
+    progress: Annotated[bool, typer.Option(
+        rich_help_panel=OUTPUT, show_default="on", help="Progress on stderr (TTY only).")
+    ] = True,
+    debug: Annotated[bool, typer.Option(
+        "--debug", rich_help_panel=OUTPUT, show_default=False, help="Show tracebacks.")
+    ] = False,
 ) -> int:
-    """Check forward, dx, dw and batch invariance over the γ controls and zcg settings."""
+    """Check forward, dx, dw and batch invariance over the γ controls and zcg settings.
+
+    gradcheck-bi run --kernel my_norm.py --check dx,dw --shape 4,1000
+    """
     started = time.perf_counter()
     check_paths(output=output, baseline=baseline, update_baseline=update_baseline, plot=plot)
+    fmt_name = one_of("--format", fmt, FORMATS) or (
+        "table" if Console().is_terminal else "text")
     set_threads(threads)
-    _validate(eps, atol, rtol, directions, fmt, plot, update_baseline, baseline)
+    _validate(eps, atol, rtol, directions, fmt_name, plot, update_baseline, baseline)
+    expect = one_of("--expect", expect, EXPECTS)
+    zcg = one_of("--zcg", zcg, tuple(ZCG))
+    mode = one_of("--mode", mode, MODES)
     sweeps, recorded = _load(case, baseline, update_baseline)
+    kernels = many_of("--kernel", kernel)
     extra = dict(parse_kernel_arg(a) for a in kernel_arg or [])
     sweeps = [with_overrides(
         sweep,
-        kernels=[complete_ref(k) for k in kernel] if kernel else None,
-        targets=_targets(device, dtype),
-        shapes=[parse_shape(shape)] if shape is not None else None,
+        kernels=[complete_ref(k) for k in kernels] if kernels else None,
+        targets=_targets(one_of("--device", device, DEVICES),
+                         one_of("--dtype", dtype, DTYPE_NAMES)),
+        shapes=[parse_shape(s) for s in shape] if shape else None,
         eps=[eps] if eps is not None else None,
         seeds=[seed] if seed is not None else None,
-        checks=[c.value for c in check] if check else None,
-        weights=[w.value for w in weight] if weight else None,
-        zcg=zcg.settings if zcg else None,
+        checks=many_of("--check", check, CHECKS),
+        weights=many_of("--weight", weight, CONTROLS),
+        zcg=ZCG[zcg] if zcg else None,
         atol=atol,
         rtol=rtol,
-        expect=expect.value if expect else None,
+        expect=expect,
         max_memory=parse_memory(max_memory) if max_memory else None,
         expectations=[] if expect else None,  # --expect outranks a case's rules
-        mode=mode.value if mode else None,
+        mode=mode,
         directions=directions,
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
     ) for sweep in sweeps]
@@ -197,21 +248,21 @@ def run_command(
     if update_baseline and baseline is not None:
         baselines.write(baseline, baselines.Baseline.from_results(results))
         Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
-    report = _Report(results, drifts, baseline if recorded is not None else None, code, notes,
-                     strict)
-    _emit(report, fmt, output, plot, time.perf_counter() - started)
+    report = Report(results, drifts, baseline if recorded is not None else None, code,
+                    strict, verbose, environment() if fmt_name == "json" else {}, notes)
+    emit(report, fmt_name, output, plot, time.perf_counter() - started)
     return code
 
 
 def _validate(eps: float | None, atol: float | None, rtol: float | None,
-              directions: int | None, fmt: Format, plot: str | None, update_baseline: bool,
+              directions: int | None, fmt: str, plot: str | None, update_baseline: bool,
               baseline: Path | None) -> None:
     if eps is not None and not (math.isfinite(eps) and eps > 0):
         raise UsageError(f"--eps {eps}: must be a finite number > 0")
     for name, value in (("--atol", atol), ("--rtol", rtol)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise UsageError(f"{name} {value}: must be a finite number >= 0")
-    if plot is not None and fmt is not Format.markdown:
+    if plot is not None and fmt != "markdown":
         raise UsageError("--plot embeds an image in --format markdown only")
     if update_baseline and baseline is None:
         raise UsageError("--update-baseline needs --baseline FILE (where to record the run)")
@@ -254,57 +305,3 @@ def _execute(sweeps: list[Sweep], progress: bool) -> tuple[list[Result], list[st
         return run_sweeps(sweeps, specs), notes
     with bar:
         return run_sweeps(sweeps, specs, on_result), notes
-
-
-class _Report:
-    """What a run produced, for the renderers: results, drift, the baseline compared with."""
-
-    def __init__(self, results: list[Result], drifts: list[baselines.Drift],
-                 baseline: Path | None, code: int, notes: list[str], strict: bool = False
-                 ) -> None:
-        self.results, self.drifts, self.baseline, self.code = results, drifts, baseline, code
-        self.summary = summarize(results, strict)
-        self.notes = notes
-
-    @property
-    def compared(self) -> bool:
-        return self.baseline is not None
-
-    def rich(self, console: Console) -> None:
-        render_rich(build_tables(self.results), self.summary, console, self.notes)
-        drift_report.render_rich(self.drifts, self.baseline, self.compared, console)
-
-
-def _text(report: _Report, fmt: Format, plot: str | None, elapsed: float) -> str:
-    """The report in ``fmt`` as text (tables recorded without colour at 160 columns)."""
-    results, drifts = report.results, report.drifts
-    if fmt is Format.json:
-        text = to_json(results, report.code == 0, environment(), {"seconds": round(elapsed, 3)},
-                       report.notes)
-        return (drift_report.add_to_json(text, drifts, report.baseline) if report.compared
-                else text)
-    if fmt is Format.markdown:
-        text = render_markdown(build_tables(results), report.summary, plot=plot,
-                               notes=report.notes)
-        return text + (drift_report.render_markdown(drifts, report.baseline)
-                       if report.compared else "")
-    if fmt is Format.junit:
-        return to_junit(results, drifts)
-    console = Console(record=True, width=160, no_color=True, file=io.StringIO())
-    report.rich(console)
-    return console.export_text()
-
-
-def _emit(report: _Report, fmt: Format, output: Path | None, plot: str | None,
-          elapsed: float) -> None:
-    if output is None and fmt is Format.table:
-        report.rich(Console())
-        return
-    text = _text(report, fmt, plot, elapsed)
-    if output is not None:
-        write_output(output, text)
-        sys.stderr.write(f"wrote {output} — exit {report.code}\n")
-    else:
-        sys.stdout.write(text)
-    for d in report.drifts:  # the CI log shows drift whatever the report format
-        sys.stderr.write(f"gradcheck-bi: {d.line}\n")

@@ -1,10 +1,9 @@
-"""Baseline drift → Rich lines, a Markdown section, and the JSON's ``"baseline"`` key."""
+"""Baseline drift → the closing verdict line, a Markdown section, the JSON's ``"baseline"`` key."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from gradcheck_bi.gate.baseline import KEY_FIELDS, Drift
 
@@ -13,18 +12,6 @@ def verdict(drifts: list[Drift], path: str | Path | None) -> str:
     if not drifts:
         return f"BASELINE: no drift from {path}"
     return f"BASELINE: {len(drifts)} result(s) drifted from {path}"
-
-
-def render_rich(drifts: list[Drift], path: str | Path | None, compared: bool,
-                console: Any) -> None:
-    """Drift lines and a closing line on a Rich console (nothing if no baseline was used)."""
-    if not compared:
-        return
-    from rich.text import Text
-
-    for d in drifts:
-        console.print(Text("✗ " + d.line, style="red"))
-    console.print(Text(verdict(drifts, path), style="bold red" if drifts else "bold green"))
 
 
 def render_markdown(drifts: list[Drift], path: str | Path | None) -> str:

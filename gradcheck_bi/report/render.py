@@ -1,8 +1,8 @@
-"""Tables and verdicts → Rich terminal output, Markdown, and the contract's JSON.
+"""Tables and verdicts → Markdown and the contract's JSON (terminals and logs: :mod:`.text`).
 
-Rich and Markdown show the same tables: rows kernel × device/dtype, columns γ = randn |
-ones (control) | zeros, each cell the error and its status (for dx and dw, at the element
-with the largest error / tolerance), then the tolerance,
+Markdown shows the tables: rows kernel × device/dtype, columns γ = randn | ones (control) |
+zeros, each cell the error and its status (for dx and dw, at the element with the largest
+error / tolerance), then the tolerance,
 where the worst γ=randn element is, and the discrimination ratio (randn / ones). JSON is
 every result; anything that varies from run to run goes under ``"timing"`` only.
 """
@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table as RichTable
-from rich.text import Text
 
 from gradcheck_bi._version import __version__
 from gradcheck_bi.report.tables import (
@@ -64,42 +60,6 @@ def ratio_line(table: Table) -> str:
     return "discrimination ratio (γ=randn error / γ=ones error): " + " · ".join(
         f"{row.kernel} {row.target} {format_ratio(row.ratio)}" for row in table.rows
     )
-
-
-def render_rich(tables: list[Table], summary: Summary, console: Console,
-                notes: list[str] | None = None) -> None:
-    """Print the tables, ratio lines, ``notes`` (what was not run) and the verdict."""
-    for table in tables:
-        t = RichTable(title=table.title, caption=method_line(table), title_justify="left",
-                      caption_justify="left")
-        t.add_column("kernel", no_wrap=True)
-        t.add_column("target", no_wrap=True)
-        for w in CONTROLS:
-            # Numbers are never cut short: a narrow terminal wraps them instead.
-            t.add_column(COLUMN_TITLES[w], justify="right", overflow="fold", min_width=9)
-        t.add_column("tol", justify="right", overflow="fold", min_width=7)
-        t.add_column("worst@randn", justify="right", overflow="fold")
-        for row in table.rows:
-            cells = []
-            for w in CONTROLS:
-                cell = row.cells[w]
-                style = "green" if cell.as_expected else "bold red"
-                cells.append(Text(cell.text(), style=style))
-            t.add_row(row.kernel, row.target, *cells, format_tolerance(row.tolerance),
-                      format_index(row.worst_randn))
-        console.print(Text(table.subtitle, style="dim"))
-        console.print(t)
-        console.print(ratio_line(table), soft_wrap=True)
-        console.print()
-    for note in notes or []:
-        console.print(Text("note: " + note), soft_wrap=True)
-    for r in summary.unexpected:
-        console.print(Text("✗ " + describe(r), style="red"), soft_wrap=True)
-    for r in summary.unsupported:
-        console.print(Text("· " + describe(r), style="yellow"), soft_wrap=True)
-    style = "bold green" if summary.ok else ("bold yellow" if not summary.unexpected
-                                             else "bold red")
-    console.print(Text(verdict_line(summary), style=style))
 
 
 def _md_cell(table: Table, row: Any, w: str) -> str:

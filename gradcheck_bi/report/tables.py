@@ -211,12 +211,13 @@ def verdict_line(s: Summary) -> str:
             f"results detected, every other result passes")
 
 
-def describe(r: Result) -> str:
-    """One line naming a result and what went wrong with it."""
-    scales = "" if (r.input_scale, r.weight_scale) == (1.0, 1.0) else (
+def describe(r: Result, scales: bool = False) -> str:
+    """One line naming a result and what went wrong with it (``scales``: name the input and
+    γ scales even when both are 1)."""
+    scale = "" if (r.input_scale, r.weight_scale) == (1.0, 1.0) and not scales else (
         f" x·{r.input_scale:g} γ·{r.weight_scale:g}")
     where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
-             f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scales} "
+             f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scale} "
              f"eps {r.eps:g} seed {r.seed}")
     if r.status in ("error", "unsupported"):
         return f"{where}: {r.status}: {r.message}"

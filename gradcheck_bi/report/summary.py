@@ -1,0 +1,103 @@
+"""The closing block every run ends with, whatever the format: failures ranked, then the verdict.
+
+Where a CI log is read is its last lines. Results not as expected are grouped per kernel
+and check, and each group is named by its worst result — one whose kernel raised first,
+then the one furthest past its tolerance (error / tolerance) — with everything needed to
+reproduce it: shape, device/dtype, γ control, zcg, input and γ scales, eps, seed, error,
+tolerance and element. ``verbose`` lists every result instead. Baseline drift follows,
+without repeating the results already listed; the verdict is the last line.
+
+>>> from gradcheck_bi.vocab import Result
+>>> bad = Result("k", "dx", "cpu", "fp64", [3, 64], 1e-6, 0, "randn", False, 5.1e4, 2e-11,
+...              "fail", "pass", False, worst=[0, 7], input_scale=1e-4)
+>>> print(plain(closing_lines([bad], []))[:60])
+not as expected: 1 result in 1 kernel/check, worst first
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gradcheck_bi.gate.baseline import Drift, key_of
+from gradcheck_bi.report.baseline import verdict as drift_verdict
+from gradcheck_bi.report.tables import describe, summarize, verdict_line
+from gradcheck_bi.report.text import Line, plain
+from gradcheck_bi.vocab import Result
+
+__all__ = ["closing_lines", "plain", "ranked"]
+
+
+def severity(r: Result) -> tuple[int, float]:
+    """Sort key, most telling first: a kernel that raised, then the error furthest past its
+    tolerance (a declared defect missed has a ratio below 1 and comes last)."""
+    if r.status == "error":
+        return (0, 0.0)
+    err, tol = r.max_abs_err, r.tolerance
+    if err is None or math.isnan(err):
+        return (1, -math.inf)
+    ratio = math.inf if not tol else err / tol
+    return (1, -ratio)
+
+
+def ranked(results: list[Result], verbose: bool = False,
+           strict: bool = False) -> list[tuple[Result, int]]:
+    """(worst result, how many in its kernel/check group), most telling group first.
+
+    With ``verbose`` every result not as expected, each as its own entry.
+    """
+    bad = sorted(summarize(results, strict).unexpected, key=severity)
+    if verbose:
+        return [(r, 1) for r in bad]
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in bad:
+        groups.setdefault((r.kernel, r.check), []).append(r)
+    return [(members[0], len(members)) for members in groups.values()]
+
+
+def _excess(r: Result) -> str:
+    err, tol = r.max_abs_err, r.tolerance
+    if r.status != "fail" or err is None or not tol or not math.isfinite(err):
+        return ""
+    return f" ({err / tol:.1e}× tol)"
+
+
+def failure_line(r: Result, group: int) -> str:
+    """One line for a ranked entry: the result, how far past its tolerance, its group size."""
+    text = describe(r, scales=True) + _excess(r)
+    return text + (f" — worst of {group} in {r.check}" if group > 1 else "")
+
+
+def closing_lines(results: list[Result], drifts: list[Drift],
+                  baseline: str | Path | None = None, verbose: bool = False,
+                  strict: bool = False, notes: list[str] | None = None) -> list[Line]:
+    """What was not run, failures ranked, unsupported results, drift, and the verdict (the
+    last line)."""
+    summary = summarize(results, strict)
+    out: list[Line] = [[("note: " + note, "yellow")] for note in notes or []]
+    entries = ranked(results, verbose, strict)
+    if entries:
+        n = len(summary.unexpected)
+        how = ("every one, worst first" if verbose else
+               f"in {len(entries)} kernel/check, worst first"
+               + ("; --verbose lists all" if n > len(entries) else ""))
+        out.append([(f"not as expected: {n} result{'s' if n != 1 else ''} {how}", "bold")])
+        out += [[("✗ ", "bold red"), (failure_line(r, g), "red")] for r, g in entries]
+    reasons: dict[tuple[str, str], int] = {}
+    for r in summary.unsupported:
+        reasons[(r.kernel, r.message)] = reasons.get((r.kernel, r.message), 0) + 1
+    for (kernel, message), count in reasons.items():
+        out.append([("· ", "yellow"), (f"{kernel}: {count} result{'s' if count != 1 else ''} "
+                                        f"unsupported here: {message}", "yellow")])
+    if baseline is not None:
+        listed = {key_of(r) for r in summary.unexpected}
+        shown = [d for d in drifts if verbose or d.key not in listed]
+        out += [[("✗ ", "bold red"), (d.line, "red")] for d in shown]
+        repeat = len(drifts) - len(shown)
+        note = f" ({repeat} of them listed above)" if repeat else ""
+        out.append([(drift_verdict(drifts, baseline) + note,
+                     "bold red" if drifts else "bold green")])
+    style = ("bold green" if summary.ok and not drifts else
+             "bold yellow" if not summary.unexpected and not drifts else "bold red")
+    out.append([(verdict_line(summary), style)])
+    return out

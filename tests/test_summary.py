@@ -1,0 +1,71 @@
+"""The closing block: failures ranked worst first, one per kernel and check, then the verdict."""
+
+from __future__ import annotations
+
+import random
+
+from gradcheck_bi.gate.baseline import Drift, key_of
+from gradcheck_bi.report.summary import closing_lines, ranked
+from gradcheck_bi.report.text import plain
+from gradcheck_bi.vocab import Result
+
+
+def result(check: str, err: float, tol: float, shape: list[int], scale: float = 1.0,
+           expected: str = "pass", status: str = "fail") -> Result:
+    return Result("NoEps", check, "cpu", "fp64", shape, 1e-6, 0, "randn", False, err, tol,
+                  status, expected, status == expected, worst=[0, 1], input_scale=scale)
+
+
+def sweep_order(rng: random.Random) -> list[Result]:
+    """Many mild failures and one telling one (eps dropped: huge at a tiny input scale)."""
+    mild = [result("dx", rng.uniform(1e-9, 1e-8), 1e-11, [rng.randint(2, 9), 256])
+            for _ in range(40)]
+    telling = result("dx", 5.124e4, 2.5e-11, [3, 4, 64], scale=1e-4)
+    dw = [result("dw", rng.uniform(1e-10, 1e-9), 1e-11, [2, 300]) for _ in range(5)]
+    passes = [result("forward", 1e-16, 1e-14, [2, 8], status="pass") for _ in range(5)]
+    out = mild + dw + passes
+    out.insert(rng.randrange(20, 40), telling)  # buried deep, as in sweep order
+    return out
+
+
+def test_the_telling_result_comes_first_with_where_it_happened() -> None:
+    results = sweep_order(random.Random(7))
+    entries = ranked(results)
+    assert [(r.kernel, r.check) for r, _ in entries] == [("NoEps", "dx"), ("NoEps", "dw")]
+    worst, group = entries[0]
+    assert worst.max_abs_err == 5.124e4 and group == 41
+    text = plain(closing_lines(results, []))
+    first = text.splitlines()[1]
+    for part in ("shape (3, 4, 64)", "fp64", "γ=randn", "zcg=off", "x·0.0001", "γ·1",
+                 "5.124e+04", "2.500e-11", "[0,1]", "worst of 41"):
+        assert part in first, f"{part!r} not in {first!r}"
+    assert text.rstrip().splitlines()[-1].startswith("VERDICT: NOT AS EXPECTED — 46 of 51")
+    assert len(text.splitlines()) == 4  # heading, two ranked lines, the verdict
+
+
+def test_verbose_lists_every_failure_worst_first() -> None:
+    results = sweep_order(random.Random(3))
+    entries = ranked(results, verbose=True)
+    assert len(entries) == 46
+    ratios = [r.max_abs_err / r.tolerance for r, _ in entries]  # type: ignore[operator]
+    assert ratios == sorted(ratios, reverse=True)
+
+
+def test_errors_rank_above_failures_and_missed_defects_last() -> None:
+    crash = result("dx", 0.0, 1e-11, [2, 8], status="error")
+    crash.max_abs_err = None
+    missed = result("forward", 1e-15, 1e-14, [2, 8], expected="fail", status="pass")
+    big = result("dw", 1.0, 1e-11, [2, 8])
+    assert [r.check for r, _ in ranked([missed, big, crash])] == ["dx", "dw", "forward"]
+
+
+def test_drift_lines_do_not_repeat_the_failures_listed() -> None:
+    failing = result("dx", 1.0, 1e-11, [2, 8])
+    grew = result("dw", 1e-12, 1e-11, [2, 8], status="pass")
+    drifts = [Drift(key_of(failing), "status changed", "drift: dx status pass → fail"),
+              Drift(key_of(grew), "error grew", "drift: dw error grew 100×")]
+    text = plain(closing_lines([failing, grew], drifts, "b.json"))
+    assert "drift: dw error grew" in text and "drift: dx status" not in text
+    assert "BASELINE: 2 result(s) drifted from b.json (1 of them listed above)" in text
+    assert "drift: dx status" in plain(closing_lines([failing, grew], drifts, "b.json",
+                                                     verbose=True))
