@@ -69,3 +69,14 @@ def test_drift_lines_do_not_repeat_the_failures_listed() -> None:
     assert "BASELINE: 2 result(s) drifted from b.json (1 of them listed above)" in text
     assert "drift: dx status" in plain(closing_lines([failing, grew], drifts, "b.json",
                                                      verbose=True))
+
+
+def test_verdict_counts_are_grammatical() -> None:
+    from gradcheck_bi.report.tables import summarize, verdict_line
+
+    one = [result("dx", 1.0, 1e-11, [2, 8], expected="fail"),
+           result("dx", 1e-12, 1e-11, [2, 8], status="pass")]
+    assert verdict_line(summarize(one)) == (
+        "VERDICT: all 2 results as expected: 1 shows a declared defect, every other result "
+        "passes")
+    assert verdict_line(summarize(one[1:])).endswith("as expected: every result passes")

@@ -207,8 +207,12 @@ def verdict_line(s: Summary) -> str:
     if s.unsupported:
         return (f"VERDICT: nothing wrong found, but {len(s.unsupported)} of {s.total} results "
                 f"could not run here (unsupported)")
-    return (f"VERDICT: all {s.total} results as expected; {s.defects_found} declared defect "
-            f"results detected, every other result passes")
+    n = s.defects_found
+    if not n:
+        return f"VERDICT: all {s.total} results as expected: every result passes"
+    shows = "1 shows" if n == 1 else f"{n} show"
+    return (f"VERDICT: all {s.total} results as expected: {shows} a declared defect, every "
+            f"other result passes")
 
 
 def describe(r: Result, scales: bool = False) -> str:
