@@ -52,6 +52,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from gradcheck_bi import fd
+from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import CHECKS, CONTROLS, DEVICES, DTYPES, EXPECTED_STATUSES, Expectation
 
@@ -129,7 +130,7 @@ def _count(v: Any) -> int:
 def _kernel(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
         raise _Bad("a kernel name, PATH.py:ATTR or package.module:ATTR")
-    return v
+    return normal_ref(v)  # a rule names a kernel as results do
 
 
 def _shape(v: Any) -> tuple[int, ...]:

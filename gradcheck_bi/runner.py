@@ -22,6 +22,7 @@ from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.probe import probe, refusal
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.vocab import (
     DTYPES,
@@ -50,8 +51,12 @@ def check_memory(sweep: Sweep) -> None:
 
 def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None
                     ) -> list[KernelSpec]:
-    """Load every kernel once, up front: a kernel that cannot load stops the run (exit 2)."""
-    return [resolve(ref, kernel_args) for ref in refs]
+    """Load every kernel once, up front: a kernel that cannot load stops the run (exit 2).
+
+    Two spellings of one file (``./k.py:F``, ``k.py:F``) are one kernel."""
+    first = {normal_ref(ref): ref for ref in reversed(refs)}
+    return [resolve(first[key], kernel_args)
+            for key in dict.fromkeys(normal_ref(ref) for ref in refs)]
 
 
 def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) -> Result:
@@ -107,7 +112,7 @@ def run(
 
 def _specs_for(sweep: Sweep, specs: list[KernelSpec]) -> list[KernelSpec]:
     by_ref = dict(zip(_refs(specs), specs, strict=True))
-    return [by_ref[k] for k in sweep.kernels]
+    return list({id(s): s for s in (by_ref[normal_ref(k)] for k in sweep.kernels)}.values())
 
 
 def _refs(specs: list[KernelSpec]) -> list[str]:
@@ -126,10 +131,8 @@ def run_sweeps(
     reports progress over all of them.
     """
     if specs is None:
-        refs: list[str] = []
-        for s in sweeps:
-            refs += [k for k in s.kernels if k not in refs]
-        specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
+        specs = resolve_kernels([k for s in sweeps for k in s.kernels],
+                                {k: v for s in sweeps for k, v in s.kernel_args.items()})
     points = []
     seen: set[tuple[str, Config]] = set()
     for s in sweeps:

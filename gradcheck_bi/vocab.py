@@ -92,7 +92,9 @@ class Result:
     """One verdict: a check of one kernel at one configuration (a row of the JSON).
 
     The field names are the public contract's: ``weight`` is the γ control's name and
-    ``zero_centered_gamma`` the mode, as in the JSON and in baselines.
+    ``zero_centered_gamma`` the mode, as in the JSON and in baselines. ``atol`` … ``step_rel``
+    are the settings that set this check's tolerance (``None`` where a setting does not act
+    on the check, or was left to its derived default): a baseline keys on them.
     """
 
     kernel: str
@@ -113,6 +115,11 @@ class Result:
     worst: list[int] | None = None
     input_scale: float = 1.0
     weight_scale: float = 1.0
+    atol: float | None = None
+    rtol: float | None = None
+    mode: str | None = None
+    stencil: str | None = None
+    step_rel: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -93,10 +93,98 @@ def test_growth_within_the_factor_and_shrinking_errors_are_not_drift() -> None:
     assert [d.kind for d in bl.compare([res(2e-15)], zero)] == ["error grew"]
 
 
+def test_a_looser_tolerance_is_drift_a_tighter_one_is_not() -> None:
+    from gradcheck_bi.vocab import Result
+
+    def res(tol: float) -> Result:
+        return Result("k", "dx", "cpu", "fp64", [2, 4], 1e-6, 0, "randn", False, 1e-13, tol,
+                      "pass", "pass", True)
+
+    base = bl.Baseline.from_results([res(1e-10)])
+    drifts = bl.compare([res(2e-10)], base)
+    assert [d.kind for d in drifts] == ["tolerance loosened"]
+    assert "tolerance loosened 2×, 1.000e-10 → 2.000e-10" in drifts[0].line
+    assert bl.compare([res(1e-10 * (1 + bl.TOLERANCE_SLACK / 2))], base) == []
+    assert bl.compare([res(1e-10 * (1 + 2 * bl.TOLERANCE_SLACK))], base) != []
+    assert bl.compare([res(1e-12)], base) == []  # tighter: not drift
+    bitwise = bl.Baseline.from_results([res(0.0)])
+    assert bl.compare([res(0.0)], bitwise) == []
+    assert "loosened ∞" in bl.compare([res(1e-30)], bitwise)[0].line
+
+
+def test_recorded_tolerance_is_compared_end_to_end(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    """A recorded tolerance tighter than today's (what a run shows after a formula or default
+    was loosened) drifts; a recorded one looser than today's (today tightened) does not."""
+    path = tmp_path / "base.json"
+    _record(capsys, path)
+    row = _edit(path, "dx", "tolerance", lambda t: t / 3)
+    code, out, err = run(capsys, *RUN, "--baseline", str(path))
+    assert code == 1
+    drifts = json.loads(out)["baseline"]["drift"]
+    assert [d["kind"] for d in drifts] == ["tolerance loosened"]
+    assert f"γ={row['weight']}" in drifts[0]["line"] and "loosened 3×" in drifts[0]["line"]
+    _record(capsys, path)
+    _edit(path, "dx", "tolerance", lambda t: t * 1.5)
+    code, _, err = run(capsys, *RUN, "--baseline", str(path))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(("extra", "drifting"), [
+    (["--atol", "1"], {"forward", "dx"}),
+    (["--rtol", "1e-3"], {"forward", "dx"}),
+    (["--mode", "directional"], {"dx"}),
+])
+def test_settings_that_set_a_tolerance_are_part_of_the_key(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, extra: list[str],
+        drifting: set[str]) -> None:
+    """A run with --atol 1 or --mode directional is not the recorded full-mode run: each
+    result it touches is new, and the recorded one missing. batch_invariance (bitwise) and
+    checks a setting does not act on keep their keys."""
+    path = tmp_path / "base.json"
+    code, _, _ = run(capsys, *RUN, "--check", "batch_invariance", "--baseline", str(path),
+                     "--update-baseline")
+    assert code == 0
+    code, out, _ = run(capsys, *RUN, "--check", "batch_invariance", *extra,
+                       "--baseline", str(path))
+    assert code == 1
+    drifts = json.loads(out)["baseline"]["drift"]
+    assert {d["result"]["check"] for d in drifts} == drifting
+    assert {d["kind"] for d in drifts} == {"new", "missing"}
+    assert len(drifts) == 2 * 6 * len(drifting)  # 3 γ × 2 zcg, each new and missing
+
+
+def test_kernel_refs_are_normalised(capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "base.json"
+    small = ["run", "--shape", "2,24", "--check", "forward", "--no-progress", "--format",
+             "json", "--baseline", str(path)]
+    code, _, _ = run(capsys, *small, "--kernel", "./tests/kernels/user_rmsnorm.py:Correct",
+                     "--update-baseline")
+    assert code == 0
+    kernels = {r["kernel"] for r in json.loads(path.read_text())["results"]}
+    assert kernels == {"tests/kernels/user_rmsnorm.py:Correct"}
+    for ref in ("tests/kernels/user_rmsnorm.py:Correct",
+                f"{ROOT}/tests/kernels/../kernels/user_rmsnorm.py:Correct"):
+        code, out, err = run(capsys, *small, "--kernel", ref)
+        assert code == 0, err
+        assert {r["kernel"] for r in json.loads(out)["results"]} == kernels
+    # Two spellings of one kernel in one run: one kernel, checked once.
+    code, out, _ = run(capsys, "run", "--shape", "2,24", "--check", "forward", "--no-progress",
+                       "--format", "json", "--kernel", "./tests/kernels/user_rmsnorm.py:Correct",
+                       "--kernel", "tests/kernels/user_rmsnorm.py:Correct")
+    assert code == 0 and len(json.loads(out)["results"]) == 6
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     ("{not json", "cannot read"),
     ('{"format": "something else"}', "not a gradcheck-bi baseline"),
-    ('{"format": "gradcheck-bi baseline", "results": [{"kernel": "x"}]}', "result #1"),
+    ('{"format": "gradcheck-bi baseline", "schema": 2, "results": [{"kernel": "x"}]}',
+     "result #1"),
+    ('{"format": "gradcheck-bi baseline", "schema": 1, "results": []}',
+     "re-record it with --update-baseline"),
+    ('{"format": "gradcheck-bi baseline", "schema": 99, "results": []}', "schema 2"),
 ])
 def test_bad_baseline_is_exit_2_and_writes_nothing(capsys: pytest.CaptureFixture[str],
                                                    tmp_path: Path, text: str,

@@ -111,6 +111,20 @@ def test_shared_points_run_once_and_rules_decide_expectations() -> None:
     assert all(r.as_expected for r in results[1:])
 
 
+def test_a_rule_names_a_kernel_file_however_it_is_spelled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule says ``./tests/…``, the sweep ``tests/…``: one kernel, and the rule decides."""
+    monkeypatch.chdir(ROOT)
+    case = parse_case(
+        "kernels = ['tests/kernels/user_rmsnorm.py:DxDoubleWeight']\ntargets = ['cpu/fp64']\n"
+        "checks = ['dx']\nzcg = [false]\nweights = ['randn']\nshapes = [[3, 12]]\n"
+        "[[expectation]]\nkernel = './tests/kernels/user_rmsnorm.py:DxDoubleWeight'\n"
+        "status = 'fail'\n", "demo.toml")
+    [result] = run_sweeps(case.sweeps)
+    assert result.kernel == "tests/kernels/user_rmsnorm.py:DxDoubleWeight"
+    assert (result.status, result.expected, result.as_expected) == ("fail", "fail", True)
+
+
 def test_cli_options_override_the_case(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "run", "--case", str(CI), "--kernel",
                          "gradcheck_bi.kernels.rmsnorm:After", "--check", "forward",

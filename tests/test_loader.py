@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.kernels.loader import complete_ref, load
+from gradcheck_bi.kernels.loader import complete_ref, load, normal_ref
 from gradcheck_bi.kernels.registry import resolve
 from gradcheck_bi.vocab import KernelLoadError
 
@@ -33,7 +33,7 @@ def test_megatron_shaped_file_loads_by_path_and_is_unsupported_on_cpu(
     assert code == 3, err
     assert len(results) == 24 and {r["status"] for r in results} == {"unsupported"}
     assert all("requires CUDA tensors" in r["message"] for r in results), results[0]
-    assert all(r["kernel"] == ref for r in results)
+    assert all(r["kernel"] == normal_ref(ref) for r in results)  # as typed, normalised
 
 
 def test_kernel_that_refuses_fp64_is_unsupported_with_its_message(
@@ -144,3 +144,17 @@ def test_a_file_with_several_functions_lists_them() -> None:
         complete_ref(f"{KERNELS}/user_rmsnorm.py")
     message = str(info.value)
     assert "Correct" in message and "DxDoubleWeight" in message and ":NAME" in message, message
+
+
+def test_refs_are_normalised_relative_to_the_working_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "k.py").write_text("from gradcheck_bi.kernels.rmsnorm import After as F\n")
+    monkeypatch.chdir(tmp_path / "sub")
+    for ref in ("../k.py:F", f"{tmp_path}/sub/../k.py:F", "./../k.py:F"):
+        assert normal_ref(ref) == f"{tmp_path.resolve()}/k.py:F", ref  # outside: absolute
+        assert load(ref).name == load(ref).source == f"{tmp_path.resolve()}/k.py:F"
+    monkeypatch.chdir(tmp_path)
+    assert {normal_ref(r) for r in ("k.py:F", "./k.py:F", f"{tmp_path}/k.py:F")} == {"k.py:F"}
+    assert normal_ref("k.py:Outer.F") == "k.py:Outer.F"
+    assert normal_ref("after") == "after" and normal_ref("pkg.mod:F") == "pkg.mod:F"

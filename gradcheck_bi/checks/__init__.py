@@ -12,7 +12,8 @@ floor).
 * ``batch_invariance`` (:mod:`.batch_invariance`) — bitwise, alone vs. in batches, and
   run to run.
 
-Tolerances: :mod:`.tolerance`.
+Tolerances: :mod:`.tolerance`; which of a config's settings act on each check's
+tolerance: :data:`TOLERANCE_SETTINGS`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,25 @@ CHECK_FUNCTIONS: dict[str, Callable[[Any, Config], Measurement]] = {
 }
 
 
+# The Config fields that set each check's tolerance (or what it is compared with): a
+# baseline keys on them, so that a run with another atol, mode or stencil is not taken for
+# the recorded one. dw always checks every element with its own fixed step (fd.step).
+TOLERANCE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "forward": ("atol", "rtol"),
+    "dx": ("atol", "rtol", "mode", "stencil", "step_rel"),
+    "dw": ("atol", "rtol", "stencil"),
+    "batch_invariance": (),  # bitwise: nothing loosens it
+}
+SETTING_NAMES = ("atol", "rtol", "mode", "stencil", "step_rel")
+
+
+def tolerance_settings(cfg: Config) -> dict[str, Any]:
+    """``{setting: value}`` for every name in :data:`SETTING_NAMES`; ``None`` where the
+    setting does not act on ``cfg.check``."""
+    acting = TOLERANCE_SETTINGS[cfg.check]
+    return {name: getattr(cfg, name) if name in acting else None for name in SETTING_NAMES}
+
+
 def run_check(fn: Any, cfg: Config) -> Measurement:
     """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -44,10 +64,13 @@ def run_check(fn: Any, cfg: Config) -> Measurement:
 
 __all__ = [
     "CHECK_FUNCTIONS",
+    "SETTING_NAMES",
+    "TOLERANCE_SETTINGS",
     "batch_sizes",
     "check_batch_invariance",
     "check_dw",
     "check_dx",
     "check_forward",
     "run_check",
+    "tolerance_settings",
 ]

@@ -1,10 +1,20 @@
 """Baselines: a recorded run, and the drift of a new run from it.
 
 A baseline is a JSON file holding, per result, what identifies it (kernel, check, device,
-dtype, shape, eps, seed, γ control, zero_centered_gamma, input and weight scale) and what was
-measured (status, max_abs_err, tolerance). Comparing a run with it, a result *drifts* when:
+dtype, shape, eps, seed, γ control, zero_centered_gamma, input and weight scale, and every
+setting that sets the check's tolerance: atol, rtol, mode, stencil, step_rel) and what was
+measured (status, max_abs_err, tolerance). Kernel refs are keyed normalised
+(:func:`~gradcheck_bi.kernels.loader.normal_ref`: ``./k.py:F`` and ``k.py:F`` are one key).
+Comparing a run with it, a result *drifts* when:
 
 * its status changed (``pass`` → ``fail``, ``pass`` → ``error``, ``unsupported`` → ``pass``…);
+* its tolerance loosened: ``now > recorded × (1 + tolerance_slack)``. A run with another
+  ``--atol``, ``--mode``, stencil or step is another key (new + missing); this catches the
+  same settings giving a looser tolerance — a changed formula or default, or a derived
+  floor that grew because the kernel's forward got noisier. ``tolerance_slack`` (stored in
+  the file) absorbs what the derived floor moves by with no change at all: the last bits of
+  the kernel's output differ between backends and machines, and the truncation estimate
+  ``|D2 - D4|`` is a difference of noisy estimates (see :data:`TOLERANCE_SLACK`);
 * its error grew: ``now > max_growth × max(recorded, floor_fraction × tolerance)``. The
   default ``max_growth`` is 10 and ``floor_fraction`` 1e-6, both stored in the file (edit
   them there). The floor keeps an error that was recorded as exactly 0 (γ = zeros, a
@@ -12,7 +22,9 @@ measured (status, max_abs_err, tolerance). Comparing a run with it, a result *dr
 * it is new (not in the baseline), or a recorded result did not run: the gate must not
   shrink silently. Record a new baseline with ``--update-baseline`` when the sweep changes.
 
-Errors that shrink are not drift. Files are written atomically (temporary file + rename).
+Errors that shrink and tolerances that tighten are not drift. Files are written atomically
+(temporary file + rename). A file of an older schema (whose keys lack the tolerance
+settings) is refused with a message to re-record it, never read with guessed settings.
 Rendering drift lines is the report's job (:mod:`gradcheck_bi.report.baseline`).
 
 >>> from gradcheck_bi.vocab import Result
@@ -34,14 +46,23 @@ from typing import Any
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
+from gradcheck_bi.checks import SETTING_NAMES
 from gradcheck_bi.vocab import Result
 
 FORMAT = "gradcheck-bi baseline"
-SCHEMA = 1
+# 2: keys carry the tolerance settings, kernel refs normalised, tolerance_slack in the head.
+SCHEMA = 2
 MAX_GROWTH = 10.0
 FLOOR_FRACTION = 1e-6
+# How far a derived tolerance moves with nothing changed but the last bits of the kernel's
+# output: cases/ci.toml's dx/dw for `after`, torch backend vs Triton's interpreter on one
+# machine, moved 72 of 110 tolerances, by at most 9.7% (both ways); one backend run twice,
+# or on 1 vs 2 threads, moved none. 0.25 sits above that with room, and far below a real
+# loosening (a safety factor or step default doubled: ×2; an fp64 kernel computing in fp32:
+# ×1e8). Same machine and backend, a tighter slack (even 0) holds; edit it in the file.
+TOLERANCE_SLACK = 0.25
 KEY_FIELDS = ("kernel", "check", "device", "dtype", "shape", "eps", "seed", "weight",
-              "zero_centered_gamma", "input_scale", "weight_scale")
+              "zero_centered_gamma", "input_scale", "weight_scale", *SETTING_NAMES)
 Key = tuple[Any, ...]
 
 
@@ -63,6 +84,10 @@ def describe_key(key: Key) -> str:
         text += f" x-scale {d['input_scale']:g}"
     if d["weight_scale"] != 1.0:
         text += f" γ-scale {d['weight_scale']:g}"
+    for name in SETTING_NAMES:  # only what a run set: None is the derived default
+        value = d[name]
+        if value is not None and (name, value) not in (("mode", "full"), ("stencil", "central-4")):
+            text += f" {name} {value:g}" if isinstance(value, float) else f" {name} {value}"
     return text
 
 
@@ -86,6 +111,7 @@ class Baseline:
     entries: dict[Key, Recorded] = field(default_factory=dict)
     max_growth: float = MAX_GROWTH
     floor_fraction: float = FLOOR_FRACTION
+    tolerance_slack: float = TOLERANCE_SLACK
 
     @classmethod
     def from_results(cls, results: list[Result]) -> Baseline:
@@ -100,7 +126,8 @@ class Baseline:
                        tolerance=_jsonable(rec.tolerance))
             rows.append(row)
         head = {"format": FORMAT, "schema": SCHEMA, "version": __version__,
-                "max_growth": self.max_growth, "floor_fraction": self.floor_fraction}
+                "max_growth": self.max_growth, "floor_fraction": self.floor_fraction,
+                "tolerance_slack": self.tolerance_slack}
         # One result per line: a re-recorded baseline reviews as a readable diff.
         lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
         body = ",\n".join("    " + json.dumps(row, ensure_ascii=False) for row in rows)
@@ -123,9 +150,18 @@ def load(path: str | Path) -> Baseline:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BaselineError(f"baseline {path}: not a gradcheck-bi baseline "
                             f"(expected \"format\": \"{FORMAT}\")")
+    schema = doc.get("schema")
+    if schema != SCHEMA:
+        older = isinstance(schema, int) and schema < SCHEMA
+        raise BaselineError(
+            f"baseline {path}: schema {schema} " + (
+                "was recorded by an older gradcheck-bi (its keys lack the tolerance settings "
+                "and normalised kernel refs); re-record it with --update-baseline"
+                if older else f"is not one this gradcheck-bi reads (schema {SCHEMA})"))
     try:
         base = Baseline(max_growth=float(doc.get("max_growth", MAX_GROWTH)),
-                        floor_fraction=float(doc.get("floor_fraction", FLOOR_FRACTION)))
+                        floor_fraction=float(doc.get("floor_fraction", FLOOR_FRACTION)),
+                        tolerance_slack=float(doc.get("tolerance_slack", TOLERANCE_SLACK)))
         for i, row in enumerate(doc["results"]):
             try:
                 key = key_of(row)
@@ -136,8 +172,9 @@ def load(path: str | Path) -> Baseline:
                                     ) from None
     except (KeyError, TypeError, ValueError) as exc:
         raise BaselineError(f"baseline {path}: malformed ({exc!r})") from None
-    if not (base.max_growth >= 1 and base.floor_fraction >= 0):
-        raise BaselineError(f"baseline {path}: max_growth must be >= 1, floor_fraction >= 0")
+    if not (base.max_growth >= 1 and base.floor_fraction >= 0 and base.tolerance_slack >= 0):
+        raise BaselineError(f"baseline {path}: max_growth must be >= 1, floor_fraction >= 0, "
+                            "tolerance_slack >= 0")
     return base
 
 
@@ -155,12 +192,24 @@ class Drift:
     """One result that moved away from the baseline, with the line that says how."""
 
     key: Key
-    kind: str  # "status changed" | "error grew" | "new" | "missing"
+    kind: str  # "status changed" | "tolerance loosened" | "error grew" | "new" | "missing"
     line: str
 
 
 def _fmt(v: float | None) -> str:
     return "—" if v is None else ("0" if v == 0 else f"{v:.3e}")
+
+
+def _loosened(now: float | None, was: float | None, slack: float) -> str:
+    """The drift line's tail when ``now`` is looser than ``was`` past the slack, else ""."""
+    if now is None or was is None or math.isnan(now) or math.isnan(was):
+        return ""
+    if not now > was * (1 + slack):
+        return ""
+    factor = "∞" if was == 0 or math.isinf(now) else f"{now / was:.3g}×"
+    return (f"tolerance loosened {factor}, {_fmt(was)} → {_fmt(now)} (a looser tolerance "
+            f"passes larger errors; allowed up to {_fmt(was * (1 + slack))}: "
+            f"tolerance_slack {slack:g})")
 
 
 def compare(results: list[Result], base: Baseline) -> list[Drift]:
@@ -181,6 +230,9 @@ def compare(results: list[Result], base: Baseline) -> list[Drift]:
                                 f"drift: {where}: status {rec.status} → {r.status} "
                                 f"(max |err| {_fmt(rec.max_abs_err)} → {_fmt(r.max_abs_err)})"))
             continue
+        loosened = _loosened(r.tolerance, rec.tolerance, base.tolerance_slack)
+        if loosened:
+            drifts.append(Drift(key, "tolerance loosened", f"drift: {where}: {loosened}"))
         now, was = r.max_abs_err, rec.max_abs_err
         if now is None or was is None or math.isnan(now):
             continue

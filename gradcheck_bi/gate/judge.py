@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from gradcheck_bi.checks import tolerance_settings
 from gradcheck_bi.vocab import Config, Measurement, Result
 
 EXIT_OK = 0
@@ -57,6 +58,7 @@ def judge(
         worst=measurement.worst if measurement else None,
         input_scale=cfg.input_scale,
         weight_scale=cfg.weight_scale,
+        **tolerance_settings(cfg),
         details=measurement.details if measurement else {},
     )
 

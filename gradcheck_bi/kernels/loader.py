@@ -53,6 +53,29 @@ def is_path(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
+def normal_ref(ref: str) -> str:
+    """One spelling per kernel: ``PATH.py:ATTR`` with the path resolved and made relative to
+    the working directory when the file is below it (else absolute), ``/`` separated.
+
+    ``./k.py:F``, ``k.py:F`` and ``$PWD/k.py:F`` are one kernel, so one key in a baseline.
+    Bundled names, module refs and refs that do not parse are returned as given.
+
+    >>> normal_ref("./kernels/../k.py:F"), normal_ref("k.py:F")
+    ('k.py:F', 'k.py:F')
+    >>> normal_ref("after"), normal_ref("gradcheck_bi.kernels.rmsnorm:After")
+    ('after', 'gradcheck_bi.kernels.rmsnorm:After')
+    """
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr or not is_path(target):
+        return ref
+    path = Path(target).expanduser().resolve()
+    try:
+        path = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass  # outside the working directory: keep it absolute
+    return f"{path.as_posix()}:{attr}"
+
+
 def _where(exc: BaseException, path: Path | None) -> str:
     """`` (file.py line N)`` for the innermost frame in the kernel's own file, if any."""
     if isinstance(exc, SyntaxError) and exc.lineno is not None:
@@ -176,17 +199,19 @@ def load(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     """Load ``PATH.py:ATTR`` or ``package.module:ATTR`` as a kernel with no declared defects.
 
     ``ATTR`` may be any shape :func:`~gradcheck_bi.kernels.adapters.adapt` takes (an
-    autograd Function, a plain function, an nn.Module class or factory). Raises
+    autograd Function, a plain function, an nn.Module class or factory). The spec's
+    name and source are :func:`normal_ref` of ``ref``. Raises
     :class:`KernelLoadError` (exit 2) when the kernel cannot be loaded at all; an
     ``ImportError`` inside the kernel's module gives a kernel whose results are all
     ``unsupported`` with that message.
     """
     target, attr = split_ref(ref)
+    name = normal_ref(ref)  # how results, baselines and case rules name it
     try:
         module = _load_file(target) if is_path(target) else _load_module(target)
     except ImportError as exc:
-        return unimportable(ref, f"kernel {ref} cannot be imported here: {first_line(exc)}")
-    return adapt(_attribute(module, attr, target), ref, ref, kernel_args)
+        return unimportable(name, f"kernel {ref} cannot be imported here: {first_line(exc)}")
+    return adapt(_attribute(module, attr, target), name, name, kernel_args)
 
 
 def unimportable(ref: str, reason: str) -> KernelSpec:
