@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.vocab import CHECKS, CONTROLS, HALF_DTYPES, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
@@ -99,7 +100,8 @@ def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
     lines = []
     for spec in kernels:
         for zcg in (False, True):
-            asked = [s for s in sweeps if {spec.name, spec.source} & set(s.kernels)]
+            asked = [s for s in sweeps
+                     if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked):
                 lines.append(spec.not_run(zcg))
     return lines

@@ -12,10 +12,12 @@ import torch
 from gradcheck_bi import check, cli
 from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.kernels.adapters import Adapted, gamma_at_zero
+from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.vocab import KernelLoadError, Unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = f"{ROOT}/tests/kernels/hf_style.py"
+HF_NAME = normal_ref(f"{HF}:F")[:-2]  # how results and messages name the file
 FP32 = ["--device", "cpu", "--dtype", "fp32", "--shape", "2,3,16", "--format", "json",
         "--no-progress"]
 
@@ -107,7 +109,7 @@ def test_zcg_override_is_taken_and_a_wrong_one_fails_rather_than_hides(
     code, doc, _ = run(capsys, "run", "--kernel", f"{HF}:GemmaRMSNorm", "--kernel-arg",
                        "zcg=absent", "--check", "forward", *FP32)
     assert code == 1 and doc["not_run"] == [
-        f"{HF}:GemmaRMSNorm: zcg=on results not run — zero_centered_gamma is absent "
+        f"{HF_NAME}:GemmaRMSNorm: zcg=on results not run — zero_centered_gamma is absent "
         "(γ = w; --kernel-arg zcg=absent)"]
     assert {r["weight"]: r["status"] for r in doc["results"]} == {
         "randn": "fail", "ones": "fail", "zeros": "fail"}
@@ -191,7 +193,7 @@ def test_refusals_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
                                           args: list[str], message: str) -> None:
     code, _, err = run(capsys, "run", "--kernel", *args, *FP32)
     assert code == 2
-    assert err.strip() == "gradcheck-bi: error: " + message.replace("{HF}", HF), err
+    assert err.strip() == "gradcheck-bi: error: " + message.replace("{HF}", HF_NAME), err
 
 
 def test_a_module_instance_is_refused_with_what_to_give_instead() -> None:
