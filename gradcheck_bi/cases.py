@@ -218,6 +218,8 @@ class Case:
     description: str = ""
     sweeps: list[Sweep] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
+    # Targets skip_missing_devices left out: {"target": "cuda/fp32", "reason": …, "sweep": name}
+    dropped: list[dict[str, str]] = field(default_factory=list)
 
 
 def _check_table(table: dict[str, Any], allowed: dict[str, Callable[[Any], Any]],
@@ -243,14 +245,21 @@ def _missing_devices() -> set[str]:
     return set() if torch.cuda.is_available() else {"cuda"}
 
 
-def _to_sweep(values: dict[str, Any], source: str, where: str) -> Sweep:
+MISSING_REASON = {"cuda": "no CUDA GPU is visible here"}
+
+
+def _to_sweep(values: dict[str, Any], source: str, where: str
+              ) -> tuple[Sweep, list[tuple[str, str]]]:
+    """The block's sweep, and the ``(device, dtype)`` targets skip_missing_devices dropped."""
     kwargs = {k: v for k, v in values.items() if k in SWEEP_KEYS}
+    dropped: list[tuple[str, str]] = []
     if values.get("skip_missing_devices") and "targets" in kwargs:
         missing = _missing_devices()
+        dropped = [t for t in kwargs["targets"] if t[0] in missing]
         kwargs["targets"] = [t for t in kwargs["targets"] if t[0] not in missing]
         if not kwargs["targets"]:
             raise CaseError(f"{source}: {where}: no target is available on this machine")
-    return Sweep(**kwargs)
+    return Sweep(**kwargs), dropped
 
 
 def parse_case(text: str, source: str) -> Case:
@@ -284,11 +293,13 @@ def parse_case(text: str, source: str) -> Case:
         where = f"in [[sweep]] #{i}" + (f" ({block['name']})" if isinstance(
             block.get("name"), str) else "")
         values = {**top, **_check_table(block, {**SWEEP_KEYS, **BLOCK_KEYS}, where, source)}
-        sweep = _to_sweep(values, source, where)
+        sweep, dropped = _to_sweep(values, source, where)
         sweep.expectations = list(expectations)
         sweep.kernel_args = dict(kernel_args)
         case.sweeps.append(sweep)
         case.names.append(values.get("name", f"sweep {i}"))
+        case.dropped += [{"target": f"{device}/{dtype}", "reason": MISSING_REASON[device],
+                          "sweep": case.names[-1]} for device, dtype in dropped]
     return case
 
 

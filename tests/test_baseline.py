@@ -118,14 +118,14 @@ def test_recorded_tolerance_is_compared_end_to_end(capsys: pytest.CaptureFixture
     was loosened) drifts; a recorded one looser than today's (today tightened) does not."""
     path = tmp_path / "base.json"
     _record(capsys, path)
-    row = _edit(path, "dx", "tolerance", lambda t: t / 3)
+    row = _edit(path, "dx", "tolerance_max", lambda t: t / 3)
     code, out, err = run(capsys, *RUN, "--baseline", str(path))
     assert code == 1
     drifts = json.loads(out)["baseline"]["drift"]
     assert [d["kind"] for d in drifts] == ["tolerance loosened"]
     assert f"γ={row['weight']}" in drifts[0]["line"] and "loosened 3×" in drifts[0]["line"]
     _record(capsys, path)
-    _edit(path, "dx", "tolerance", lambda t: t * 1.5)
+    _edit(path, "dx", "tolerance_max", lambda t: t * 1.5)
     code, _, err = run(capsys, *RUN, "--baseline", str(path))
     assert code == 0, err
 

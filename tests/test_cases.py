@@ -203,3 +203,54 @@ def test_single_defects_fail_only_where_they_show() -> None:
         got = {(r.check, r.weight): r.status for r in run_sweep(sweep, [spec])}
         assert got[(bad_check, bad_w)] == "fail", f"{attr}: {got}"
         assert got[(good_check, good_w)] == "pass", f"{attr}: {got}"
+
+
+DROPPING = """
+skip_missing_devices = true
+kernels = ["after"]
+shapes = [[2, 16]]
+checks = ["forward"]
+weights = ["randn"]
+zcg = [false]
+[[sweep]]
+name = "both"
+targets = ["cpu/fp64", "cuda/fp32", "cuda/bf16"]
+[[sweep]]
+name = "cpu only"
+targets = ["cpu/fp32"]
+"""
+
+
+def test_dropped_targets_are_reported(capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """skip_missing_devices drops targets with a line each on stderr and a JSON entry each,
+    the same from run to run; targets the command line replaces are not reported."""
+    import gradcheck_bi.cases as cases
+
+    monkeypatch.setattr(cases, "_missing_devices", lambda: {"cuda"})  # as on a CPU machine
+    path = tmp_path / "drop.toml"
+    path.write_text(DROPPING)
+    want = [{"target": "cuda/fp32", "reason": "no CUDA GPU is visible here", "sweep": "both"},
+            {"target": "cuda/bf16", "reason": "no CUDA GPU is visible here", "sweep": "both"}]
+    assert load_case(path).dropped == want
+    docs = []
+    for _ in range(2):
+        code, out, err = run(capsys, "run", "--case", str(path), "--format", "json",
+                             "--no-progress")
+        assert code == 0, err
+        doc = json.loads(out)
+        assert doc["dropped"] == want
+        assert {(r["device"], r["dtype"]) for r in doc["results"]} == {("cpu", "fp64"),
+                                                                       ("cpu", "fp32")}
+        notes = [ln for ln in err.splitlines() if "dropped" in ln]
+        assert notes == [
+            "gradcheck-bi: note: cuda/fp32 dropped from sweep 'both' (skip_missing_devices): "
+            "no CUDA GPU is visible here",
+            "gradcheck-bi: note: cuda/bf16 dropped from sweep 'both' (skip_missing_devices): "
+            "no CUDA GPU is visible here"], err
+        doc.pop("timing")
+        docs.append(doc)
+    assert docs[0] == docs[1]
+    code, out, err = run(capsys, "run", "--case", str(path), "--device", "cpu", "--format",
+                         "json", "--no-progress")
+    assert code == 0 and "dropped" not in json.loads(out) and "dropped" not in err

@@ -176,3 +176,37 @@ def test_forward_reports_the_precision_it_delivers() -> None:
     narrow = run_check(Narrow, Config(check="forward", dtype="fp64"))
     assert not narrow.passed
     assert 2.0**-27 < narrow.details["u_eff"] < 2.0**-22, narrow.details
+
+
+class _GradModeDispatch:
+    """A wrapper that picks its training path when grad is enabled (as one choosing between
+    an inference and a training kernel would); the training path is off by 2^-40 relative."""
+
+    @staticmethod
+    def apply(x, w, eps, zcg):  # type: ignore[no-untyped-def]
+        y = FN["after"].apply(x, w, eps, zcg)
+        return y * (1 + 2.0**-40) if torch.is_grad_enabled() else y
+
+
+class _RequiresGradBranch(torch.autograd.Function):
+    """`after`, plus 1e-9 wherever x requires grad (inside a Function's forward grad mode is
+    off, so only requires_grad tells the paths apart)."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps, zcg):  # type: ignore[no-untyped-def]
+        y = FN["after"].forward(ctx, x, w, eps, zcg)
+        return y + 1e-9 if x.requires_grad else y
+
+    backward = FN["after"].backward
+
+
+@pytest.mark.parametrize("fn", [_RequiresGradBranch, _GradModeDispatch])
+def test_training_forward_must_equal_the_checked_one(fn: type) -> None:
+    m = run_check(fn, Config(check="forward", shape=(3, 64), control="randn"))
+    assert not m.passed
+    assert m.message.startswith("forward with grad enabled differs from forward under "
+                                "no_grad in "), m.message
+    assert "of 192 elements (max |Δ|" in m.message, m.message
+    # The no_grad forward alone is right: the error against the reference stays tiny.
+    assert m.max_abs_err <= m.tolerance, (m.max_abs_err, m.tolerance)
+    assert run_check(FN["after"], Config(check="forward", shape=(3, 64))).passed

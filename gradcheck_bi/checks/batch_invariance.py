@@ -7,11 +7,11 @@ compared run to run. Tolerance 0: every compared element must have the same bits
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from gradcheck_bi.checks._measure import bitwise_diff
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads
 from gradcheck_bi.vocab import Config, Measurement
@@ -19,23 +19,6 @@ from gradcheck_bi.vocab import Config, Measurement
 # Batch sizes a probe row is placed into, capped so a batch stays under this many elements.
 BATCH_SIZES = (3, 8, 64, 512, 4096)
 MAX_BATCH_ELEMENTS = 1 << 22
-
-
-def _bitwise_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[int, float, list[int] | None]:
-    """(number of elements whose bits differ, max |a - b|, index of the first such element)."""
-    ia = a.contiguous().view(_int_view(a.dtype))
-    ib = b.contiguous().view(_int_view(b.dtype))
-    differ = ia != ib
-    n = int(differ.sum().item())
-    if n == 0:
-        return 0, 0.0, None
-    diff = (a.to(torch.float64) - b.to(torch.float64)).abs()
-    first = torch.nonzero(differ)[0].tolist()
-    return n, float(torch.nan_to_num(diff[differ], nan=math.inf).max().item()), first
-
-
-def _int_view(dtype: torch.dtype) -> torch.dtype:
-    return {8: torch.int64, 4: torch.int32, 2: torch.int16}[dtype.itemsize]
 
 
 def batch_sizes(n_cols: int) -> list[int]:
@@ -65,7 +48,7 @@ def check_batch_invariance(fn: Any, cfg: Config) -> Measurement:
     def compare(label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
         nonlocal worst_err, worst_at, compared
         compared += 1
-        n, err, first = _bitwise_diff(a, b)
+        n, err, first = bitwise_diff(a, b)
         if n:
             failures.append(f"{label}: {n} of {a.numel()} elements differ (max {err:.3e})")
             if err >= worst_err:

@@ -39,6 +39,7 @@ class Report:
     verbose: bool = False
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # kernels and zcg settings not run
+    dropped: list[dict[str, str]] = field(default_factory=list)  # by skip_missing_devices
 
     def closing(self) -> list[Line]:
         return closing_lines(self.results, self.drifts, self.baseline, self.verbose,
@@ -58,7 +59,7 @@ def render(report: Report, fmt: str, plot: str | None, elapsed: float) -> str:
     results, drifts = report.results, report.drifts
     if fmt == "json":
         text = to_json(results, report.code == 0, report.environment,
-                       {"seconds": round(elapsed, 3)}, report.notes)
+                       {"seconds": round(elapsed, 3)}, report.notes, report.dropped)
         return drift_report.add_to_json(text, drifts, report.baseline) if report.baseline \
             else text
     if fmt == "markdown":

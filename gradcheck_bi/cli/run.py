@@ -218,14 +218,19 @@ def run_command(
     expect = one_of("--expect", expect, EXPECTS)
     zcg = one_of("--zcg", zcg, tuple(ZCG))
     mode = one_of("--mode", mode, MODES)
-    sweeps, recorded = _load(case, baseline, update_baseline)
+    sweeps, recorded, dropped = _load(case, baseline, update_baseline)
     kernels = many_of("--kernel", kernel)
     extra = dict(parse_kernel_arg(a) for a in kernel_arg or [])
+    targets = _targets(one_of("--device", device, DEVICES), one_of("--dtype", dtype, DTYPE_NAMES))
+    if targets is not None:
+        dropped = []  # the command line's targets replace the case's: nothing of it dropped
+    for d in dropped:  # one line per target skip_missing_devices left out
+        sys.stderr.write(f"gradcheck-bi: note: {d['target']} dropped from sweep "
+                         f"{d['sweep']!r} (skip_missing_devices): {d['reason']}\n")
     sweeps = [with_overrides(
         sweep,
         kernels=[complete_ref(k) for k in kernels] if kernels else None,
-        targets=_targets(one_of("--device", device, DEVICES),
-                         one_of("--dtype", dtype, DTYPE_NAMES)),
+        targets=targets,
         shapes=[parse_shape(s) for s in shape] if shape else None,
         eps=[eps] if eps is not None else None,
         seeds=[seed] if seed is not None else None,
@@ -249,7 +254,8 @@ def run_command(
         baselines.write(baseline, baselines.Baseline.from_results(results))
         Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
     report = Report(results, drifts, baseline if recorded is not None else None, code,
-                    strict, verbose, environment() if fmt_name == "json" else {}, notes)
+                    strict, verbose, environment() if fmt_name == "json" else {}, notes,
+                    dropped)
     emit(report, fmt_name, output, plot, time.perf_counter() - started)
     return code
 
@@ -271,15 +277,18 @@ def _validate(eps: float | None, atol: float | None, rtol: float | None,
 
 
 def _load(case: Path | None, baseline: Path | None, update_baseline: bool
-          ) -> tuple[list[Sweep], baselines.Baseline | None]:
-    """The case's sweeps (or the default one) and the recorded baseline to compare with."""
+          ) -> tuple[list[Sweep], baselines.Baseline | None, list[dict[str, str]]]:
+    """The case's sweeps (or the default one), the recorded baseline to compare with, and
+    the targets the case dropped (skip_missing_devices)."""
     try:
-        sweeps = load_case(case).sweeps if case is not None else [Sweep()]
+        loaded = load_case(case) if case is not None else None
         recorded = (baselines.load(baseline)
                     if baseline is not None and not update_baseline else None)
     except (CaseError, baselines.BaselineError) as exc:
         raise UsageError(str(exc)) from None
-    return sweeps, recorded
+    if loaded is None:
+        return [Sweep()], recorded, []
+    return loaded.sweeps, recorded, loaded.dropped
 
 
 def _check_memory(sweeps: list[Sweep]) -> None:

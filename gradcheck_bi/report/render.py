@@ -103,9 +103,11 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
 
 
 def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
-            timing: dict[str, Any] | None = None, notes: list[str] | None = None) -> str:
+            timing: dict[str, Any] | None = None, notes: list[str] | None = None,
+            dropped: list[dict[str, str]] | None = None) -> str:
     """The contract's JSON: tool, version, ok, environment, results; timing kept apart;
-    ``"not_run"``: one line per kernel and zcg setting left out (only when there is one)."""
+    ``"not_run"``: one line per kernel and zcg setting left out, ``"dropped"``: one entry
+    per target a case's skip_missing_devices left out (each only when there is one)."""
     doc: dict[str, Any] = {
         "tool": "gradcheck-bi",
         "version": __version__,
@@ -115,6 +117,8 @@ def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
     }
     if notes:
         doc["not_run"] = list(notes)
+    if dropped:
+        doc["dropped"] = [dict(d) for d in dropped]
     if timing is not None:
         doc["timing"] = timing
     return json.dumps(doc, indent=2) + "\n"
