@@ -10,7 +10,7 @@ from gradcheck_bi.checks._measure import measured_per_element
 from gradcheck_bi.kernels.registry import BUNDLED
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.vocab import Config
+from gradcheck_bi.vocab import Config, KernelSpec
 
 FN = {name: spec.fn for name, spec in BUNDLED.items()}
 
@@ -210,3 +210,14 @@ def test_training_forward_must_equal_the_checked_one(fn: type) -> None:
     # The no_grad forward alone is right: the error against the reference stays tiny.
     assert m.max_abs_err <= m.tolerance, (m.max_abs_err, m.tolerance)
     assert run_check(FN["after"], Config(check="forward", shape=(3, 64))).passed
+
+
+def test_a_fail_within_tolerance_is_not_described_as_over_it() -> None:
+    from gradcheck_bi.report.tables import describe
+
+    sweep = Sweep(kernels=["branch"], targets=[("cpu", "fp64")], checks=["forward"],
+                  shapes=[(2, 16)], weights=["randn"], zcg=[False])
+    [r] = run(sweep, [KernelSpec("branch", _RequiresGradBranch, source="api")])
+    assert r.status == "fail" and r.max_abs_err <= r.tolerance  # type: ignore[operator]
+    line = describe(r)
+    assert "≤ tol" in line and "> tol" not in line and "grad enabled differs" in line, line

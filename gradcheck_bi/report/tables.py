@@ -227,9 +227,12 @@ def describe(r: Result, scales: bool = False) -> str:
         return f"{where}: {r.status}: {r.message}"
     err = "—" if r.max_abs_err is None else f"{r.max_abs_err:.3e}"
     tol = "—" if r.tolerance is None else f"{r.tolerance:.3e}"
-    text = (f"{where}: {r.status} (expected {r.expected}), max |err| {err} > tol {tol}"
-            if r.status == "fail" else
-            f"{where}: {r.status} (expected {r.expected}), max |err| {err} ≤ tol {tol}")
+    # A fail within tolerance failed on its message (non-finite values, a training forward
+    # that differs): say "≤" there, never a comparison that did not happen.
+    within = (r.max_abs_err is not None and r.tolerance is not None
+              and r.max_abs_err <= r.tolerance)
+    sign = ">" if r.status == "fail" and not within else "≤"
+    text = f"{where}: {r.status} (expected {r.expected}), max |err| {err} {sign} tol {tol}"
     if r.worst:
         text += f" at {format_index(r.worst)}"
     if r.message:
