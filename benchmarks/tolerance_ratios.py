@@ -1,7 +1,8 @@
 """Tolerance / measured error of correct kernels: how far the floor sits above a true error.
 
     PYTHONPATH=. python3 benchmarks/tolerance_ratios.py [--device cpu] [--dtype fp32 ...]
-        [--d 256 1024 ...] [--jsonl out.jsonl]
+        [--d 256 1024 ...] [--controls randn ones zeros] [--kernels after independent]
+        [--no-zcg] [--jsonl out.jsonl]
 
 For ``after`` and the independent RMSNorm (tests/independent/rmsnorm_ref.py), dx and dw, every
 γ control and zcg, at each D (shape (4, D) up to 1024, (2, 4096), (1, 8192); seed 1000 + D):
@@ -36,14 +37,21 @@ def shape_for(d: int) -> tuple[int, int]:
     return (4, d) if d <= 1024 else (2, d) if d <= 4096 else (1, d)
 
 
-def measure(device: str, dtypes: list[str], widths: list[int], out: Path | None) -> list[dict]:
+KERNELS = {"after": After, "independent": IndependentRMSNorm}
+
+
+def measure(device: str, dtypes: list[str], widths: list[int], out: Path | None,
+            controls: list[str], kernels: list[str], zcg_on: bool = True) -> list[dict]:
+    plan = [(c, False) for c in controls]
+    if zcg_on and "randn" in controls:
+        plan.insert(1, ("randn", True))
     rows = []
     for d in widths:
         for dtype in dtypes:
-            for kname, fn in (("after", After), ("independent", IndependentRMSNorm)):
+            for kname in kernels:
+                fn = KERNELS[kname]
                 for check in ("dx", "dw"):
-                    for control, zcg in (("randn", False), ("randn", True), ("ones", False),
-                                         ("zeros", False)):
+                    for control, zcg in plan:
                         cfg = Config(check=check, device=device, dtype=dtype, shape=shape_for(d),
                                      seed=1000 + d, control=control, zero_centered_gamma=zcg)
                         t0 = time.perf_counter()
@@ -89,9 +97,12 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", nargs="+", default=["fp32", "fp64"])
     p.add_argument("--d", nargs="+", type=int, default=[256, 1024, 4096, 8192])
+    p.add_argument("--controls", nargs="+", default=["randn", "ones", "zeros"])
+    p.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=list(KERNELS))
+    p.add_argument("--no-zcg", action="store_true", help="skip zcg = on (γ = randn)")
     p.add_argument("--jsonl", type=Path, default=None)
     a = p.parse_args()
-    rows = measure(a.device, a.dtype, a.d, a.jsonl)
+    rows = measure(a.device, a.dtype, a.d, a.jsonl, a.controls, a.kernels, not a.no_zcg)
     print(table(rows))
     return 0 if all(r["passed"] for r in rows) else 1
 

@@ -64,6 +64,8 @@ def main() -> int:
         f"ci.toml data regimes (shape, input scale, eps; {n_regimes} in all) where the primary",
         "check caught it. The last column is `torch.autograd.gradcheck(f, (x, w))` with default",
         "arguments (fp64, x 2×3×16, γ = randn) for zcg off / on.",
+        "Small defects (m21–m24) under the tolerance before and after issue 11, in fp32 and",
+        "fp64: [small_defects.md](small_defects.md).",
         "",
         "| # | defect | exit | caught by (check: γ control, zcg) | regimes (primary check) "
         "| torch gradcheck (zcg off / on) |",
