@@ -75,6 +75,36 @@ def side_by_side(shape: tuple[int, ...]) -> dict[str, Any]:
     return {"cold": cold, "warm": warm, "gradcheck": measure_gradcheck(shape)}
 
 
+def thread_crossover(counts: list[int]) -> dict[str, Any]:
+    """ns per perturbed element of a (16, 1024) fp64 dx check by chunk size and threads."""
+    import torch
+
+    from gradcheck_bi.fd import input_grad, threads
+    from gradcheck_bi.kernels.rmsnorm import After
+
+    gen = torch.Generator().manual_seed(0)
+    x, g = (torch.randn(16, 1024, generator=gen, dtype=torch.float64) for _ in range(2))
+    w = torch.randn(1024, generator=gen, dtype=torch.float64)
+
+    def fwd(t: torch.Tensor) -> torch.Tensor:
+        return After.apply(t, w, 1e-6, False)
+
+    out: dict[str, Any] = {}
+    for chunk in ((1, 1), (1, 4), (1, 16), (4, 16), (16, 16)):
+        elements = 4 * chunk[0] * chunk[1] * 1024
+        for n in counts:
+            threads.fix_threads(n)
+            input_grad(fwd, x[:2], g[:2], 1e-6, chunk=chunk)  # warm the thread pool
+            best = math.inf
+            for _ in range(3):
+                t = time.perf_counter()
+                input_grad(fwd, x, g, 1e-6, chunk=chunk)
+                best = min(best, time.perf_counter() - t)
+            out[f"{elements}/{n}"] = best / (4 * 16 * 1024 * 1024) * 1e9
+    threads.fix_threads(None)
+    return out
+
+
 def noise_table() -> dict[str, Any]:
     from gradcheck_bi.checks import check_dx
     from gradcheck_bi.kernels.rmsnorm import After, Before
@@ -107,6 +137,12 @@ def _child(args: argparse.Namespace) -> None:
                            spec.get("checks", "dx,dw"), spec.get("mode", "full"))
     elif kind == "side":
         res = side_by_side(tuple(spec["shape"]))
+    elif kind == "floor":
+        from floor import side_by_side as check_vs_floor
+
+        res = check_vs_floor(tuple(spec["shape"]), "fp64", "cpu", spec["reps"])
+    elif kind == "threads":
+        res = thread_crossover(spec["threads"])
     else:
         res = noise_table()
     res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -117,7 +153,7 @@ def run_child(spec: dict[str, Any], threads: int | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
     if threads:
         cmd += ["--threads", str(threads)]
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")])}
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=ROOT)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -235,8 +271,35 @@ def section_noise(threads: int | None) -> None:
               f"{r['ratio']:.2e} | {targets[dtype]} |")
 
 
+def section_floor(threads: int | None, shapes: tuple[tuple[int, int], ...] = ((16, 8192),),
+                  reps: int = 3) -> None:
+    print("\n### Full dx + dw (fp64 CPU) over its forward-evaluation floor, one process\n")
+    print("The floor runs exactly the forward calls the check needs (same chunks) and nothing "
+          f"else; check and floor alternate {reps} times, medians.\n")
+    print("| shape | forward calls | check s | floor s | check / floor | passed (dx, dw) |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for shape in shapes:
+        r = run_child({"kind": "floor", "shape": shape, "reps": reps}, threads)
+        print(f"| {tuple(shape)} | {r['forward_calls']} | {r['check_s']:.2f} | "
+              f"{r['floor_s']:.2f} | **{r['ratio']:.2f}x** | {tuple(r['passed'])} |")
+    print("\ntarget: (16, 8192) check / floor <= 1.5x")
+
+
+def section_threads(threads: int | None) -> None:
+    counts = sorted({1, 2, os.cpu_count() or 1} | ({threads} if threads else set()))
+    res = run_child({"kind": "threads", "threads": counts}, None)
+    print("\n### Threads by chunk size: (16, 1024) fp64 dx, ns per perturbed element "
+          "(min of 3)\n")
+    print("| chunk elements | " + " | ".join(f"{n} thread(s)" for n in counts) + " |")
+    print("| ---: | " + " | ".join("---:" for _ in counts) + " |")
+    for elements in sorted({int(k.split("/")[0]) for k in res if "/" in k}):
+        print(f"| {elements} | " + " | ".join(f"{res[f'{elements}/{n}']:.2f}" for n in counts)
+              + " |")
+
+
 SECTIONS = {"gradcheck": section_gradcheck, "big": section_big, "cli": section_cli,
-            "growth": section_growth, "noise": section_noise}
+            "growth": section_growth, "noise": section_noise, "floor": section_floor,
+            "threads": section_threads}
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.probe import probe, refusal
+from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.loader import normal_ref
@@ -84,19 +85,145 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
 def run_points(
     points: list[tuple[KernelSpec, Config, Sweep]],
     on_result: Callable[[Result, int, int], None] | None = None,
+    devices: list[str] | None = None,
 ) -> list[Result]:
     """Measure and judge each ``(kernel, config, its sweep)`` point, probing each kernel once
-    per (device, dtype); ``on_result(result, done, total)`` reports progress."""
-    refusals: dict[tuple[str, str, str], str | None] = {}
+    per (device, dtype); ``on_result(result, done, total)`` reports progress.
+
+    ``devices``: one worker process per entry measures a share of the points there
+    (:func:`spread`); ``None`` means every visible GPU when there are two or more and some
+    point runs on CUDA. The results come back in the order of ``points`` whatever worker
+    measured them, so the report is the one a single process writes.
+    """
+    if devices is None:
+        devices = visible_gpus(points)
+    if len(devices) >= 2 and len(points) >= 2 and _refs_or_none(points) is not None:
+        return spread(points, devices, on_result)
+    measure = _PointMeasurer()
     results = []
     for i, (spec, cfg, sweep) in enumerate(points):
-        key = (spec.name, cfg.device, cfg.dtype)
-        if key not in refusals:
-            refusals[key] = probe(spec, cfg.device, cfg.dtype)
-        results.append(run_point(spec, cfg, sweep, refusals[key]))
+        results.append(measure(spec, cfg, sweep))
         if on_result is not None:
             on_result(results[-1], i + 1, len(points))
     return results
+
+
+class _PointMeasurer:
+    """:func:`run_point` with each kernel probed once per (device, dtype)."""
+
+    def __init__(self) -> None:
+        self.refusals: dict[tuple[str, str, str], str | None] = {}
+
+    def __call__(self, spec: KernelSpec, cfg: Config, sweep: Sweep) -> Result:
+        key = (spec.name, cfg.device, cfg.dtype)
+        if key not in self.refusals:
+            self.refusals[key] = probe(spec, cfg.device, cfg.dtype)
+        return run_point(spec, cfg, sweep, self.refusals[key])
+
+
+def visible_gpus(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[str]:
+    """``cuda:0 … cuda:N-1`` when N ≥ 2 GPUs are visible and some point runs on CUDA."""
+    import torch
+
+    if not any(cfg.device == "cuda" for _, cfg, _ in points) or not torch.cuda.is_available():
+        return []
+    n = torch.cuda.device_count()
+    return [f"cuda:{i}" for i in range(n)] if n >= 2 else []
+
+
+def _refs_or_none(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[str] | None:
+    """Each point's kernel as a reference a fresh process can load; ``None`` if one cannot
+    be (a Function handed to the API directly)."""
+    refs = _refs([spec for spec, _, _ in points])
+    return None if any(spec.source == "api" for spec, _, _ in points) else refs
+
+
+def spread(
+    points: list[tuple[KernelSpec, Config, Sweep]],
+    devices: list[str],
+    on_result: Callable[[Result, int, int], None] | None = None,
+) -> list[Result]:
+    """Measure the points in one spawned process per device, each taking the next point
+    from a shared queue; return the results in the order of ``points``.
+
+    A worker makes its device the current one (so ``device="cuda"`` means that GPU), loads
+    the kernels from their references and measures each point exactly as :func:`run_points`
+    does in one process: every point's inputs come from its own seed, so its result does
+    not depend on the worker or on what the worker measured before.
+    """
+    import torch.multiprocessing as mp
+
+    refs = _refs_or_none(points)
+    if refs is None:
+        raise ValueError("spread needs kernels that a fresh process can load by reference")
+    ctx = mp.get_context("spawn")
+    tasks, done = ctx.Queue(), ctx.Queue()
+    for i, ((_, cfg, sweep), ref) in enumerate(zip(points, refs, strict=True)):
+        tasks.put((i, ref, cfg, sweep))
+    for _ in devices:
+        tasks.put(None)
+    workers = [ctx.Process(target=_worker, args=(dev, fd_threads.fixed_threads(), tasks, done),
+                           daemon=True) for dev in devices]
+    for w in workers:
+        w.start()
+    try:
+        return _collect(done, workers, len(points), on_result)
+    finally:
+        for w in workers:
+            w.join(timeout=10)
+            if w.is_alive():
+                w.terminate()
+
+
+def _collect(done: Any, workers: list[Any], total: int,
+             on_result: Callable[[Result, int, int], None] | None) -> list[Result]:
+    """Results by point index until every worker has signed off; a worker's failure (its
+    message, or its death without one) raises ``RuntimeError``."""
+    import queue
+
+    results: list[Result | None] = [None] * total
+    finished, n = 0, 0
+    while finished < len(workers):
+        try:
+            i, item = done.get(timeout=1.0)
+        except queue.Empty:
+            dead = [w for w in workers if not w.is_alive() and w.exitcode != 0]
+            if dead and done.empty():
+                raise RuntimeError(f"a worker died with exit code {dead[0].exitcode}") from None
+            continue
+        if i >= 0:
+            results[i], n = item, n + 1
+            if on_result is not None:
+                on_result(item, n, total)
+        elif item is None:
+            finished += 1
+        else:
+            raise RuntimeError(f"a worker failed on {item}")
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} point(s) came back from no worker")
+    return [r for r in results if r is not None]
+
+
+def _worker(device: str, threads: int | None, tasks: Any, done: Any) -> None:
+    """One spawned worker: measure points from ``tasks`` on ``device`` until ``None``."""
+    import torch
+
+    try:
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        fd_threads.fix_threads(threads)
+        torch.set_num_threads(threads or 1)
+        measure = _PointMeasurer()
+        specs: dict[str, KernelSpec] = {}
+        while (task := tasks.get()) is not None:
+            i, ref, cfg, sweep = task
+            if ref not in specs:
+                specs[ref] = resolve(ref)
+            done.put((i, measure(specs[ref], cfg, sweep)))
+        done.put((-1, None))
+    except BaseException as exc:  # the parent must hear of it, or it waits forever
+        done.put((-1, f"{device}: {type(exc).__name__}: {exc}"))
 
 
 def run(

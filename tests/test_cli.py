@@ -141,3 +141,24 @@ def test_json_on_stdout_puts_the_verdict_on_stderr() -> None:
     assert p.returncode == 0
     assert json.loads(p.stdout)["ok"] is True
     assert p.stderr.rstrip().splitlines()[-1].startswith("VERDICT: all")
+
+
+def test_threads_option_pins_the_fd_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from gradcheck_bi.cli.run import set_threads
+    from gradcheck_bi.fd import threads
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        set_threads(None)
+        assert (threads.fixed_threads(), torch.get_num_threads()) == (None, 1)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        set_threads(None)
+        assert (threads.fixed_threads(), torch.get_num_threads()) == (2, 2)
+        set_threads(1)
+        assert (threads.fixed_threads(), torch.get_num_threads()) == (1, 1)
+    finally:
+        threads.fix_threads(None)
+        torch.set_num_threads(before)

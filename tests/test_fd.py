@@ -181,3 +181,41 @@ def test_weight_grad_floor_is_per_column_and_measured() -> None:
     assert bool((err <= est.noise_floor).all()), where_differs(est.grad, wr.grad)
     # The floor sits near the error, not orders of magnitude above it.
     assert float(est.noise_floor.max()) < 100 * float(err.max()) + 1e-15
+
+
+def test_thread_count_never_changes_a_bit() -> None:
+    x, g, w = rand(5, 160, seed=21), rand(5, 160, seed=22), rand(160, seed=23)
+    runs = []
+    try:
+        for n in (1, 2):
+            fd.threads.fix_threads(n)
+            runs.append(fd.input_grad(_forward(w), x, g, 1e-6, chunk=(160, 5)))
+    finally:
+        fd.threads.fix_threads(None)
+    one, two = runs
+    assert torch.equal(one.grad, two.grad), where_differs(one.grad, two.grad)
+    assert torch.equal(one.noise_floor, two.noise_floor), "noise floor differs by threads"
+
+
+def test_threads_by_chunk_size_and_restored_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fd.threads, "usable_cores", lambda: 3)
+    small, large = fd.threads.PARALLEL_MIN_ELEMENTS - 1, fd.threads.PARALLEL_MIN_ELEMENTS
+    assert (fd.threads.threads_for(small), fd.threads.threads_for(large)) == (1, 3)
+    try:
+        fd.threads.fix_threads(2)
+        assert fd.threads.threads_for(small) == fd.threads.threads_for(large) == 2
+    finally:
+        fd.threads.fix_threads(None)
+    before = torch.get_num_threads()
+    with fd.threads.cpu_threads(torch.device("cpu"), large) as inside:
+        assert (inside, torch.get_num_threads()) == (3, 3)
+    assert torch.get_num_threads() == before, "torch's thread count was not restored"
+    with pytest.raises(ValueError, match=">= 1"):
+        fd.threads.fix_threads(0)
+
+
+def test_usable_cores_leave_room_for_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fd.threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    for load, cores in ((0.5, 4), (1.0, 4), (2.4, 3), (3.6, 1), (40.0, 1)):
+        monkeypatch.setattr(fd.threads.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert fd.threads.usable_cores() == cores, f"load {load}"

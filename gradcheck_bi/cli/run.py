@@ -43,6 +43,7 @@ from gradcheck_bi.cli.options import (
     parse_shape,
 )
 from gradcheck_bi.fd import MemoryBudgetError
+from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels import reduction
@@ -61,13 +62,17 @@ def _targets(device: str | None, dtype: str | None) -> list[tuple[str, str]] | N
 
 
 def set_threads(threads: int | None) -> None:
-    """Pin torch's CPU threads: ``--threads``, else ``OMP_NUM_THREADS``, else 1."""
+    """torch's CPU threads: ``--threads N`` (or ``OMP_NUM_THREADS``) pins every op, the
+    finite-difference loop included, to N; by default the loop chooses by the size of its
+    chunks (:mod:`gradcheck_bi.fd.threads`) and everything else runs on one thread."""
     import torch
 
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
-    if threads is None and os.environ.get("OMP_NUM_THREADS"):
-        return
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if threads is None and env.isdigit() and int(env) >= 1:
+        threads = int(env)
+    fd_threads.fix_threads(threads)
     torch.set_num_threads(threads or 1)
 
 
@@ -158,9 +163,10 @@ def run_command(
         help="Budget for the finite differences, e.g. 2G; a shape that cannot fit is "
         "refused (exit 2).")] = None,
     threads: Annotated[int | None, typer.Option(
-        rich_help_panel=WHERE, show_default="1, or OMP_NUM_THREADS",
-        help="torch CPU threads (more only slows the many small FD ops: docs/benchmarks.md)."
-    )] = None,
+        rich_help_panel=WHERE, show_default="by chunk size, or OMP_NUM_THREADS",
+        help="Pin every torch CPU op to N threads. Default: the finite differences use one "
+        "thread for small chunks and every idle core for large ones (docs/benchmarks.md).")
+    ] = None,
     atol: Annotated[float | None, typer.Option(
         rich_help_panel=JUDGE, show_default="derived",
         help="Replace the derived tolerance with this absolute one.")] = None,

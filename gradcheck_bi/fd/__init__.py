@@ -5,10 +5,12 @@
 * :mod:`~gradcheck_bi.fd.noise` — the noise floor model every estimate is held to (measured
   rounding, Richardson truncation);
 * :mod:`~gradcheck_bi.fd.budget` — memory: the default budget, chunk sizes, the refusal;
+* :mod:`~gradcheck_bi.fd.threads` — CPU threads for the chunk loop, by chunk size;
 * :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
   of dx, every element of dw.
 """
 
+from gradcheck_bi.fd import threads
 from gradcheck_bi.fd.budget import (
     BYTES_PER_ELEMENT,
     FIXED_BYTES_PER_ELEMENT,
@@ -54,6 +56,7 @@ __all__ = [
     "memory_estimate",
     "parse_bytes",
     "row_steps",
+    "threads",
     "unit_roundoff",
     "weight_grad",
 ]

@@ -48,6 +48,7 @@ from gradcheck_bi.fd.noise import (
 )
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
+from gradcheck_bi.fd.threads import cpu_threads
 from gradcheck_bi.kernels.reduction import row_sum
 
 
@@ -95,6 +96,43 @@ def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
     return y0.to(torch.float64)
 
 
+def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Tensor,
+                  g2: torch.Tensor, y0: torch.Tensor, delta: torch.Tensor,
+                  chunk: tuple[int, int], sums: torch.Tensor) -> int:
+    """Fill ``sums[:, column, row]`` (:func:`level_sums`) chunk by chunk; returns the number
+    of forward calls. ``delta[p, r]``: the step of stencil point ``p`` for row ``r``."""
+    n_rows, n_cols = x2.shape
+    n_c_max, n_r_max = chunk
+    points, dev = delta.shape[0], x2.device
+    calls = 0
+    for r0 in range(0, n_rows, n_r_max):
+        rows = x2[r0 : r0 + n_r_max]
+        n_r = rows.shape[0]
+        # points × n_c_max copies of the row block; any prefix of them is unperturbed rows.
+        buf = rows.repeat(points * n_c_max, 1)
+        g_r, y0_r, delta_r = g2[r0 : r0 + n_r], y0[r0 : r0 + n_r], delta[:, r0 : r0 + n_r]
+        for c0 in range(0, n_cols, n_c_max):
+            n_c = min(n_c_max, n_cols - c0)
+            xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
+            local = torch.arange(n_c, device=dev)
+            cols = local + c0
+            base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r)
+            # xs[p, c, r, c0 + c] = x[r, c0 + c] + delta[p, r]; the index result is (n_c, p, r)
+            xs[:, local, :, cols] = base[:, None, :] + delta_r[None, :, :]
+            with torch.no_grad():
+                ys = forward(xs.view(-1, n_cols))
+            calls += 1
+            if tuple(ys.shape) != (points * n_c * n_r, n_cols):
+                raise ValueError(
+                    f"forward returned shape {tuple(ys.shape)} for a batch of "
+                    f"{(points * n_c * n_r, n_cols)}"
+                )
+            s = level_sums(ys.reshape(points, n_c, n_r, n_cols), y0_r, g_r)
+            sums[:, c0 : c0 + n_c, r0 : r0 + n_r] = s
+            xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
+    return calls
+
+
 def input_grad(
     forward: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
@@ -137,31 +175,8 @@ def input_grad(
     n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
     y0 = _unperturbed(forward, x2)
     calls = 1
-    for r0 in range(0, n_rows, n_r_max):
-        rows = x2[r0 : r0 + n_r_max]
-        n_r = rows.shape[0]
-        # points × n_c_max copies of the row block; any prefix of them is unperturbed rows.
-        buf = rows.repeat(points * n_c_max, 1)
-        g_r, y0_r, delta_r = g2[r0 : r0 + n_r], y0[r0 : r0 + n_r], delta[:, r0 : r0 + n_r]
-        for c0 in range(0, n_cols, n_c_max):
-            n_c = min(n_c_max, n_cols - c0)
-            xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
-            local = torch.arange(n_c, device=dev)
-            cols = local + c0
-            base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r)
-            # xs[p, c, r, c0 + c] = x[r, c0 + c] + delta[p, r]; the index result is (n_c, p, r)
-            xs[:, local, :, cols] = base[:, None, :] + delta_r[None, :, :]
-            with torch.no_grad():
-                ys = forward(xs.view(-1, n_cols))
-            calls += 1
-            if tuple(ys.shape) != (points * n_c * n_r, n_cols):
-                raise ValueError(
-                    f"forward returned shape {tuple(ys.shape)} for a batch of "
-                    f"{(points * n_c * n_r, n_cols)}"
-                )
-            s = level_sums(ys.reshape(points, n_c, n_r, n_cols), y0_r, g_r)
-            sums[:, c0 : c0 + n_c, r0 : r0 + n_r] = s
-            xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
+    with cpu_threads(dev, points * n_c_max * n_r_max * n_cols):
+        calls += _chunked_sums(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums)
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, D, R)
     grad = (stencil_sum(odd, stencil) / h).T
     u = unit_roundoff(x.dtype)
@@ -237,20 +252,21 @@ def directional_input_grad(
     sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
     calls = 1
-    for m0 in range(0, n_m, per_call):
-        sl = slice(m0, min(n_m, m0 + per_call))
-        xm, hm = x_m[sl], h_m[sl]
-        steps = signed[:, None, None] * hm[None, :, None] * v_m[sl][None]
-        xs = xm[None] + steps.to(x.dtype)
-        with torch.no_grad():
-            ys = forward(xs.reshape(-1, n_cols))
-        calls += 1
-        if tuple(ys.shape) != (xs.shape[0] * xs.shape[1], n_cols):
-            raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
-                             f"{(xs.shape[0] * xs.shape[1], n_cols)}")
-        real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
-        sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl])
-        veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
+    with cpu_threads(dev, stencil.points * min(per_call, n_m) * n_cols):
+        for m0 in range(0, n_m, per_call):
+            sl = slice(m0, min(n_m, m0 + per_call))
+            xm, hm = x_m[sl], h_m[sl]
+            steps = signed[:, None, None] * hm[None, :, None] * v_m[sl][None]
+            xs = xm[None] + steps.to(x.dtype)
+            with torch.no_grad():
+                ys = forward(xs.reshape(-1, n_cols))
+            calls += 1
+            if tuple(ys.shape) != (xs.shape[0] * xs.shape[1], n_cols):
+                raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
+                                 f"{(xs.shape[0] * xs.shape[1], n_cols)}")
+            real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
+            sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl])
+            veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, K·R)
     proj = stencil_sum(odd, stencil) / h_m
     u = unit_roundoff(x.dtype)

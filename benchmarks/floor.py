@@ -1,0 +1,87 @@
+"""The forward-evaluation floor of a full dx + dw check, and the check timed beside it.
+
+A black-box per-element check cannot do less than run the kernel's forward on every batch of
+perturbed rows it needs: ``stencil.points × D × R`` rows of length ``D`` for dx, in the very
+chunks :func:`gradcheck_bi.fd.input_grad` uses, plus ``stencil.points`` calls on ``(R, D)``
+for dw. :func:`forward_floor` runs exactly those forward calls (on unperturbed copies of the
+rows: the same work) and nothing else. :func:`side_by_side` alternates the full check and
+the floor ``reps`` times in one process, so both see the same machine state, and returns
+their medians and the ratio the performance target is judged by.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi.checks import check_dw, check_dx
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.vocab import DTYPES, Config
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn: Callable[[], Any], device: str) -> float:
+    _sync(device)
+    t = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def forward_floor(shape: tuple[int, int], dtype: str, device: str) -> tuple[Callable[[], None],
+                                                                            int]:
+    """A callable that runs every forward evaluation of the dx + dw check, and their count."""
+    cfg = Config(check="dx", shape=shape, dtype=dtype, device=device)
+    x, w, _ = make_inputs(cfg)
+    rows, cols = shape
+    stencil = fd.CENTRAL4
+    n_c, n_r = fd.chunk_shape(rows, cols, stencil, DTYPES[dtype], None, device)
+    n_c, n_r = min(n_c, cols), min(n_r, rows)
+    bufs = []  # one buffer per distinct chunk shape, as input_grad keeps one per row block
+    for r0 in range(0, rows, n_r):
+        block = x[r0 : r0 + n_r]
+        buf = block.repeat(stencil.points * n_c, 1)
+        for c0 in range(0, cols, n_c):
+            k = min(n_c, cols - c0)
+            bufs.append(buf[: stencil.points * k * block.shape[0]])
+
+    def run() -> None:
+        with torch.no_grad():
+            for b in bufs:
+                After.apply(b, w, cfg.eps, False)
+            for _ in range(stencil.points):  # dw: the whole input at each stencil point
+                After.apply(x, w, cfg.eps, False)
+
+    return run, len(bufs) + stencil.points
+
+
+def full_check(shape: tuple[int, int], dtype: str, device: str) -> Callable[[], tuple[bool, bool]]:
+    cfg = {k: Config(check=k, shape=shape, dtype=dtype, device=device) for k in ("dx", "dw")}
+    return lambda: (check_dx(After, cfg["dx"]).passed, check_dw(After, cfg["dw"]).passed)
+
+
+def side_by_side(shape: tuple[int, int], dtype: str, device: str, reps: int) -> dict[str, Any]:
+    """Medians of the full check and of its forward floor, alternated ``reps`` times after a
+    warm-up of each; ``ratio`` = check / floor."""
+    check = full_check(shape, dtype, device)
+    floor, calls = forward_floor(shape, dtype, device)
+    passed = check()
+    floor()
+    checks, floors = [], []
+    for _ in range(reps):
+        checks.append(_timed(check, device))
+        floors.append(_timed(floor, device))
+    c, f = statistics.median(checks), statistics.median(floors)
+    return {"shape": list(shape), "dtype": dtype, "device": device, "passed": list(passed),
+            "check_s": c, "floor_s": f, "ratio": c / f, "forward_calls": calls,
+            "check_all": checks, "floor_all": floors}

@@ -1,0 +1,85 @@
+"""CPU threads for the finite-difference loop, chosen by the work in one chunk.
+
+The loop runs a few dozen torch ops per chunk. Below ``PARALLEL_MIN_ELEMENTS`` perturbed
+elements per chunk an op lasts a few microseconds, and handing it to a second thread costs
+more than it saves; above it the ops stream megabytes and every idle core helps. "Idle" is
+what the load average leaves: on a shared machine, threads that the OS keeps descheduling
+make every op wait for the slowest one (measured in docs/benchmarks.md, "Threads").
+
+The thread count never changes a bit of the result: every op of the loop is elementwise
+or a fixed-order sum built from elementwise ops.
+
+``fix_threads(n)`` pins the loop to ``n`` threads (the CLI's ``--threads`` or
+``OMP_NUM_THREADS``); ``fix_threads(None)`` restores the choice by work size.
+
+>>> threads_for(1 << 10)
+1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+
+# Measured (docs/benchmarks.md, "Threads"): the crossover where a second thread starts to
+# pay for the chunk's ops.
+PARALLEL_MIN_ELEMENTS = 1 << 18
+_fixed: int | None = None
+
+
+def fix_threads(n: int | None) -> None:
+    """Pin the finite-difference loop to ``n`` CPU threads (``None``: choose by work size)."""
+    global _fixed
+    if n is not None and n < 1:
+        raise ValueError(f"threads must be >= 1, got {n}")
+    _fixed = n
+
+
+def fixed_threads() -> int | None:
+    """The number :func:`fix_threads` pinned, or ``None``."""
+    return _fixed
+
+
+def usable_cores() -> int:
+    """Cores this process may run on that the 1-minute load average leaves idle (≥ 1).
+
+    The load average counts this process too, so one unit of it is ours.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        busy = max(0.0, os.getloadavg()[0] - 1.0)
+    except (AttributeError, OSError):
+        busy = 0.0
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
+def threads_for(chunk_elements: int) -> int:
+    """Threads for a chunk of ``chunk_elements`` perturbed elements: the pinned number, else
+    one below ``PARALLEL_MIN_ELEMENTS``, else every usable core."""
+    if _fixed is not None:
+        return _fixed
+    if chunk_elements < PARALLEL_MIN_ELEMENTS:
+        return 1
+    return usable_cores()
+
+
+@contextlib.contextmanager
+def cpu_threads(device: torch.device, chunk_elements: int) -> Iterator[int]:
+    """Run the body with :func:`threads_for` torch threads on CPU; restore them after."""
+    if device.type != "cpu":
+        yield torch.get_num_threads()
+        return
+    previous, wanted = torch.get_num_threads(), threads_for(chunk_elements)
+    if wanted != previous:
+        torch.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
+        if wanted != previous:
+            torch.set_num_threads(previous)
