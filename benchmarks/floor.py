@@ -1,12 +1,13 @@
 """The forward-evaluation floor of a full dx + dw check, and the check timed beside it.
 
-A black-box per-element check cannot do less than run the kernel's forward on every batch of
-perturbed rows it needs: ``stencil.points × D × R`` rows of length ``D`` for dx, in the very
-chunks :func:`gradcheck_bi.fd.input_grad` uses, plus ``stencil.points`` calls on ``(R, D)``
-for dw. :func:`forward_floor` runs exactly those forward calls (on unperturbed copies of the
-rows: the same work) and nothing else. :func:`side_by_side` alternates the full check and
-the floor ``reps`` times in one process, so both see the same machine state, and returns
-their medians and the ratio the performance target is judged by.
+A black-box per-element check cannot do less than run the kernel's forward on every batch
+of rows it needs: for dx the unperturbed ``(R, D)`` once and ``stencil.points × D × R``
+perturbed rows of length ``D``, in the very chunks :func:`gradcheck_bi.fd.input_grad`
+uses; for dw ``stencil.points + 1`` calls on ``(R, D)``. :func:`forward_floor` runs exactly
+those forward calls (on unperturbed copies of the rows: the same work) and nothing else.
+:func:`side_by_side` alternates the full check and the floor ``reps`` times in one process,
+so both see the same machine state, and returns their medians and the ratio the
+performance target is judged by.
 """
 
 from __future__ import annotations
@@ -55,14 +56,16 @@ def forward_floor(shape: tuple[int, int], dtype: str, device: str) -> tuple[Call
             k = min(n_c, cols - c0)
             bufs.append(buf[: stencil.points * k * block.shape[0]])
 
+    whole = 1 + stencil.points + 1  # dx's unperturbed y0; dw at each point and unperturbed
+
     def run() -> None:
         with torch.no_grad():
             for b in bufs:
                 After.apply(b, w, cfg.eps, False)
-            for _ in range(stencil.points):  # dw: the whole input at each stencil point
+            for _ in range(whole):
                 After.apply(x, w, cfg.eps, False)
 
-    return run, len(bufs) + stencil.points
+    return run, len(bufs) + whole
 
 
 def full_check(shape: tuple[int, int], dtype: str, device: str) -> Callable[[], tuple[bool, bool]]:
