@@ -1,33 +1,45 @@
-"""GPU benchmark for issue 5: (64, 8192) fp32 full dx + dw on one GPU, and the achieved
-bandwidth of the batched FD forward against a measured device-to-device copy.
+"""GPU benchmark (issue 15): full dx + dw checks beside their forward-evaluation floor, the
+fused finite-difference reduction against the torch ops it replaces, and its correctness.
 
-    PYTHONPATH=. python3 benchmarks/gpu_bench.py [--rows 64] [--cols 8192] [--reps 5]
+    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_bench.py [--reps 5] [--threads 1,4,16]
 
-Warms up first (Triton compiles the row-sum kernel), then times with
-``torch.cuda.synchronize()`` around each call. Prints a markdown table.
+Sections (each prints a markdown table; a failing section prints its error and the rest run):
+
+1. the fused level-sum kernel on fresh random data against an fp64 reference, a sub-batch
+   bitwise equal to the full batch, and two runs bitwise equal;
+2. for (64, 8192), (64, 16384) and (256, 8192) fp32: the full check and the forward calls it
+   needs, alternated ``--reps`` times (medians), and their ratio;
+3. one (64, 8192) chunk: the forward, the fused sums, the torch-op sums, against a measured
+   device-to-device copy;
+4. the CPU crossover of threads by chunk size on this host's cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks import check_dw, check_dx
-from gradcheck_bi.fd.estimate import _differences
 from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels import _triton_fd
+from gradcheck_bi.kernels.reduction import use_backend
 from gradcheck_bi.kernels.rmsnorm import After
 from gradcheck_bi.vocab import Config
 
+SHAPES = ((64, 8192), (64, 16384), (256, 8192))
 
-def timed(fn, reps: int) -> list[float]:  # type: ignore[no-untyped-def]
+
+def timed(fn: Callable[[], object], reps: int) -> list[float]:
     out = []
     for _ in range(reps):
         torch.cuda.synchronize()
@@ -43,73 +55,127 @@ def copy_bandwidth(n_bytes: int = 4 << 30, reps: int = 10) -> float:
     a = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").uniform_()
     b = torch.empty_like(a)
     b.copy_(a)
-    return 2 * n_bytes / min(timed(lambda: b.copy_(a), reps))
+    best = min(timed(lambda: b.copy_(a), reps))
+    a = b = None  # type: ignore[assignment]
+    torch.cuda.empty_cache()
+    return 2 * n_bytes / best
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=64)
-    ap.add_argument("--cols", type=int, default=8192)
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("gpu_bench: no CUDA GPU visible")
-    shape = (args.rows, args.cols)
-    cfg = {k: Config(check=k, device="cuda", dtype="fp32", shape=shape) for k in ("dx", "dw")}
+def section_correctness() -> None:
+    print("\n### Fused level sums on CUDA vs an fp64 reference (fresh random data)\n")
+    print("| dtype | shape (points, cols, rows, D) | max err / Σ|terms| | sub-batch bitwise | "
+          "run-to-run bitwise |\n| --- | --- | ---: | --- | --- |")
+    gen = torch.Generator().manual_seed(int(time.time()))
+    for dtype, shape in ((torch.float32, (6, 7, 33, 1000)), (torch.float64, (6, 3, 64, 8192)),
+                         (torch.float32, (4, 5, 9, 4097))):
+        ys_d = torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype).cuda()
+        y0 = torch.randn(shape[-2:], generator=gen, dtype=torch.float64)
+        g = torch.randn(shape[-2:], generator=gen, dtype=torch.float64)
+        n = shape[0] // 2
+        yr = ys_d.double().cpu()  # the inputs as the kernel sees them
+        ref = torch.stack([((yr[o] - yr[o + n]) * g).sum(-1) for o in range(n)]
+                          + [((yr[o] + yr[o + n] - 2 * y0) * g).sum(-1) for o in range(n)])
+        scale = torch.stack(
+            [((yr[o].abs() + yr[o + n].abs()) * g.abs()).sum(-1) for o in range(n)]
+            + [((yr[o].abs() + yr[o + n].abs() + 2 * y0.abs()) * g.abs()).sum(-1)
+               for o in range(n)])
+        got = _triton_fd.level_sums(ys_d, y0.cuda(), g.cuda(), True, True)
+        again = _triton_fd.level_sums(ys_d, y0.cuda(), g.cuda(), True, True)
+        part = _triton_fd.level_sums(ys_d[:, 1:3, 2:7].contiguous(), y0[2:7].cuda(),
+                                     g[2:7].cuda(), True, True)
+        torch.cuda.synchronize()
+        err = float(((got.cpu() - ref).abs() / scale).max())
+        ok_part = torch.equal(part, got[:, 1:3, 2:7])
+        print(f"| {str(dtype).split('.')[-1]} | {shape} | {err:.2e} | {ok_part} | "
+              f"{torch.equal(got, again)} |")
 
-    def full_check() -> tuple[bool, bool]:
-        return check_dx(After, cfg["dx"]).passed, check_dw(After, cfg["dw"]).passed
 
-    t = time.perf_counter()
-    passed = full_check()  # warm-up: Triton compile, allocator
-    torch.cuda.synchronize()
-    warmup = time.perf_counter() - t
-    check_times = timed(full_check, args.reps)
-    dx_m = check_dx(After, cfg["dx"])
+def section_ratio(reps: int) -> None:
+    from floor import side_by_side
 
-    # The batched FD forward on one chunk, exactly as input_grad builds it.
-    x, w, g = make_inputs(cfg["dx"])
+    print("\n### Full dx + dw (fp32 CUDA) over its forward-evaluation floor, one process\n")
+    print(f"Check and floor alternate {reps} times after a warm-up of each; medians.\n")
+    print("| shape | forward calls | check s | floor s | check / floor | passed (dx, dw) |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for shape in SHAPES:
+        r = side_by_side(shape, "fp32", "cuda", reps)
+        print(f"| {shape} | {r['forward_calls']} | {r['check_s']:.4f} | {r['floor_s']:.4f} | "
+              f"**{r['ratio']:.2f}x** | {tuple(r['passed'])} |", flush=True)
+        torch.cuda.empty_cache()
+    print("\ntarget: (64, 8192) check / floor <= 2x")
+
+
+def section_chunk(reps: int) -> None:
+    rows, cols = 64, 8192
+    cfg = Config(check="dx", device="cuda", dtype="fp32", shape=(rows, cols))
+    x, w, g = make_inputs(cfg)
     stencil = fd.CENTRAL4
-    n_c, n_r = fd.chunk_shape(args.rows, args.cols, stencil, torch.float32,
-                              None, "cuda")
+    n_c, n_r = fd.chunk_shape(rows, cols, stencil, torch.float32, None, "cuda")
+    n_c, n_r = min(n_c, cols), min(n_r, rows)
     xs = x[:n_r].repeat(stencil.points * n_c, 1)
-    g64 = g[:n_r].double()
+    g64, y0 = g[:n_r].double(), After.apply(x[:n_r], w, 1e-6, False).double()
 
     def fwd() -> torch.Tensor:
         with torch.no_grad():
             return After.apply(xs, w, 1e-6, False)
 
-    def fwd_and_sums() -> None:
-        ys = fwd()
-        _differences(ys.view(stencil.points, n_c, n_r, args.cols), g64, g64.abs(),
-                        len(stencil.offsets), True)
+    ys = fwd().view(stencil.points, n_c, n_r, cols)
+    fused = min(timed(lambda: fd.reduce.level_sums(ys, y0, g64), reps * 4))
+    with use_backend("torch"):
+        ops = min(timed(lambda: fd.reduce.level_sums(ys, y0, g64), reps * 2))
+    f_best = min(timed(fwd, reps * 4))
+    bw = copy_bandwidth()
+    moved = 2 * xs.numel() * 4
+    read = xs.numel() * 4
+    print(f"\n### One ({rows}, {cols}) fp32 chunk: {n_c} columns x {n_r} rows x "
+          f"{stencil.points} points ({xs.numel() * 4 / 2**30:.2f} GiB of y), min of runs\n")
+    print("| what | ms | GB/s | of copy |\n| --- | ---: | ---: | ---: |")
+    print(f"| copy (4 GiB D2D, read + write) | | {bw / 1e9:.0f} | 100% |")
+    print(f"| batched forward (x read, y written) | {f_best * 1e3:.2f} | "
+          f"{moved / f_best / 1e9:.0f} | {moved / f_best / bw:.0%} |")
+    print(f"| fused level sums (y read once) | {fused * 1e3:.2f} | {read / fused / 1e9:.0f} | "
+          f"{read / fused / bw:.0%} |")
+    print(f"| torch-op level sums (before) | {ops * 1e3:.2f} | {read / ops / 1e9:.0f} | "
+          f"{read / ops / bw:.0%} |")
 
-    fwd()
-    fwd_and_sums()
-    f_best = min(timed(fwd, args.reps * 2))
-    s_best = min(timed(fwd_and_sums, args.reps * 2))
-    copy_bw = copy_bandwidth()
-    torch.cuda.empty_cache()
-    moved = 2 * xs.numel() * xs.element_size()  # read the perturbed rows, write y: the minimum
-    chunks = -(-args.cols // n_c) * -(-args.rows // n_r)
 
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    print(f"\n### ({args.rows}, {args.cols}) fp32 CUDA, full dx + dw\n")
-    print("| what | value | target |\n| --- | ---: | --- |")
-    print(f"| first call (warm-up, includes Triton compile) | {warmup:.3f} s | |")
-    print(f"| full dx + dw, min of {args.reps} | {min(check_times):.3f} s | <= 0.5 s |")
-    print(f"| full dx + dw, median | {statistics.median(check_times):.3f} s | |")
-    print(f"| passed (dx, dw) | {passed} | |")
-    print(f"| dx max abs err / tolerance | {dx_m.max_abs_err:.3e} / {dx_m.tolerance:.3e} | |")
-    print(f"| chunk (columns x rows), chunks, forward calls | {n_c} x {n_r}, {chunks}, "
-          f"{dx_m.details['forward_calls']} | |")
-    print(f"| copy bandwidth (4 GiB D2D, read + write) | {copy_bw / 1e9:.0f} GB/s | |")
-    print(f"| batched FD forward, one chunk | {f_best * 1e3:.2f} ms, "
-          f"{moved / f_best / 1e9:.0f} GB/s = {moved / f_best / copy_bw:.0%} of copy | >= 50% |")
-    print(f"| forward + FD sums, one chunk | {s_best * 1e3:.2f} ms, "
-          f"{moved / s_best / 1e9:.0f} GB/s = {moved / s_best / copy_bw:.0%} of copy | |")
-    print("\nBandwidth counts the minimum traffic of the forward: the perturbed input read once "
-          "and y written once (2 x 4 bytes per element).")
+def section_threads(counts: list[int]) -> None:
+    from cpu_bench import thread_crossover
+
+    res = thread_crossover(counts)
+    print(f"\n### CPU threads by chunk size on this host ({os.cpu_count()} cores): "
+          "(16, 1024) fp64 dx, ns per perturbed element (min of 3)\n")
+    print("| chunk elements | " + " | ".join(f"{n} thread(s)" for n in counts) + " |")
+    print("| ---: | " + " | ".join("---:" for _ in counts) + " |")
+    for elements in sorted({int(k.split("/")[0]) for k in res}):
+        print(f"| {elements} | " + " | ".join(f"{res[f'{elements}/{n}']:.2f}" for n in counts)
+              + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", default="1,4,16")
+    ap.add_argument("--only", action="append",
+                    choices=["correctness", "ratio", "chunk", "threads"])
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gpu_bench: no CUDA GPU visible")
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+          f"GPUs visible: {torch.cuda.device_count()}")
+    sections: dict[str, Callable[[], None]] = {
+        "correctness": section_correctness,
+        "ratio": lambda: section_ratio(args.reps),
+        "chunk": lambda: section_chunk(args.reps),
+        "threads": lambda: section_threads([int(n) for n in args.threads.split(",")]),
+    }
+    for name in args.only or list(sections):
+        t = time.perf_counter()
+        try:
+            sections[name]()
+        except Exception:
+            print(f"\nsection {name} failed:\n{traceback.format_exc()}")
+        print(f"\n({name}: {time.perf_counter() - t:.1f} s)", flush=True)
 
 
 if __name__ == "__main__":

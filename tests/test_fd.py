@@ -219,3 +219,62 @@ def test_usable_cores_leave_room_for_the_load(monkeypatch: pytest.MonkeyPatch) -
     for load, cores in ((0.5, 4), (1.0, 4), (2.4, 3), (3.6, 1), (40.0, 1)):
         monkeypatch.setattr(fd.threads.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
         assert fd.threads.usable_cores() == cores, f"load {load}"
+
+
+def _reference_level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
+                          n: int) -> torch.Tensor:
+    y = ys.double()
+    odd = [((y[o] - y[o + n]) * g).sum(-1) for o in range(n)]
+    even = [((y[o] + y[o + n] - 2 * y0) * g).sum(-1) for o in range(n)]
+    return torch.stack(odd + even)
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("levels", [1, 2, 3])
+def test_level_sums_are_the_sums_asked_for_in_a_fixed_order(
+        backend: str, dtype: torch.dtype, levels: int) -> None:
+    from gradcheck_bi.kernels.reduction import triton_available, use_backend
+
+    if backend == "triton" and not triton_available():
+        pytest.skip("triton is not installed")
+    ys = rand(2 * levels, 3, 5, 300, dtype=dtype, seed=31 + levels)
+    y0, g = rand(5, 300, dtype=dtype, seed=33).double(), rand(5, 300, seed=32)
+    with use_backend(backend):
+        got = fd.reduce.level_sums(ys, y0, g)
+        # A sub-batch (2 of the 3 columns, rows 1..3) gives the same bits for its rows.
+        part = fd.reduce.level_sums(ys[:, 1:, 1:4], y0[1:4], g[1:4])
+        odd = fd.reduce.level_sums(ys, y0, g, fd.reduce.Sums(levels, even=False))
+        even = fd.reduce.level_sums(ys, y0, g, fd.reduce.Sums(levels, odd=False))
+    assert got.shape == (2 * levels, 3, 5)
+    ref = _reference_level_sums(ys, y0, g, levels)
+    scale = _reference_level_sums(ys.abs(), -y0.abs(), g.abs(), levels)  # Σ of |terms|
+    rel = ((got - ref).abs() / scale).max()
+    assert rel < 1e-13, f"{backend}: max error / Σ|terms| = {float(rel):.2e}"
+    assert torch.equal(part, got[:, 1:, 1:4]), where_differs(part, got[:, 1:, 1:4])
+    assert torch.equal(torch.cat([odd, even]), got), "odd / even alone differ from both"
+
+
+def test_level_sums_refuse_what_they_cannot_compute() -> None:
+    with pytest.raises(ValueError, match="odd or even"):
+        fd.reduce.Sums(2, odd=False, even=False)
+    with pytest.raises(ValueError, match="stencil points"):
+        fd.reduce.level_sums(rand(5, 2, 8), rand(2, 8), rand(2, 8), fd.reduce.Sums(3))
+    with pytest.raises(ValueError, match="rows, D"):
+        fd.reduce.level_sums(rand(6, 2, 8), rand(3, 8), rand(2, 8))
+
+
+def test_input_grad_through_the_fused_kernel_matches_the_torch_path() -> None:
+    from gradcheck_bi.kernels.reduction import triton_available, use_backend
+
+    if not triton_available():
+        pytest.skip("triton is not installed")
+    x, g, w = rand(3, 40, seed=41), rand(3, 40, seed=42), rand(40, seed=43)
+    with use_backend("torch"):
+        ref = fd.input_grad(_forward(w), x, g, 1e-6)
+    with use_backend("triton"):  # the interpreter on CPU: the kernel CUDA compiles
+        fused = fd.input_grad(_forward(w), x, g, 1e-6, chunk=(7, 2))
+    assert torch.allclose(fused.grad, ref.grad, rtol=1e-9, atol=1e-12), \
+        where_differs(fused.grad, ref.grad)
+    assert torch.allclose(fused.noise_floor, ref.noise_floor, rtol=1e-6), \
+        where_differs(fused.noise_floor, ref.noise_floor)

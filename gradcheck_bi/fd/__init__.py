@@ -6,11 +6,12 @@
   rounding, Richardson truncation);
 * :mod:`~gradcheck_bi.fd.budget` — memory: the default budget, chunk sizes, the refusal;
 * :mod:`~gradcheck_bi.fd.threads` — CPU threads for the chunk loop, by chunk size;
+* :mod:`~gradcheck_bi.fd.reduce` — the per-(row, column) level sums of a chunk (fused on CUDA);
 * :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
   of dx, every element of dw.
 """
 
-from gradcheck_bi.fd import threads
+from gradcheck_bi.fd import reduce, threads
 from gradcheck_bi.fd.budget import (
     BYTES_PER_ELEMENT,
     FIXED_BYTES_PER_ELEMENT,
@@ -55,6 +56,7 @@ __all__ = [
     "input_grad",
     "memory_estimate",
     "parse_bytes",
+    "reduce",
     "row_steps",
     "threads",
     "unit_roundoff",

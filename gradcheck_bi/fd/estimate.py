@@ -46,10 +46,10 @@ from gradcheck_bi.fd.noise import (
     noise_scale,
     unit_roundoff,
 )
+from gradcheck_bi.fd.reduce import level_sums
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
 from gradcheck_bi.fd.threads import cpu_threads
-from gradcheck_bi.kernels.reduction import row_sum
 
 
 @dataclass
@@ -63,28 +63,6 @@ class FDEstimate:
     forward_calls: int
     noise_scale: float = 1.0  # λ: the forward's measured rounding / the dtype model
     u_eff: float = 0.0  # λ·u: the unit roundoff the forward actually delivers
-
-
-def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Row sums ``[S_o for o in LEVELS] + [A_o for o in LEVELS]``, shape ``(2L, ...)``.
-
-    ``ys`` is ``(2L, ..., D)``, the ``+o`` outputs first; ``y0`` the unperturbed output
-    (broadcast). ``S_o = Σ g (y(+o) - y(-o))``, ``A_o = Σ g ((y(+o) - y0) + (y(-o) - y0))``:
-    each difference is taken elementwise in fp64 between nearby values (exact) before the
-    dot with ``g``, so the sums add almost no rounding of their own to what they measure.
-    """
-    n = len(LEVELS)
-    work = torch.empty((2 * n, *ys.shape[1:]), dtype=torch.float64, device=ys.device)
-    work.copy_(ys)
-    work[:n].sub_(work[n:])  # S: y(+o) - y(-o)
-    work[n:].sub_(y0)  # y(-o) - y0
-    plus = torch.empty_like(work[0])
-    for j in range(n):
-        plus.copy_(ys[j])
-        work[n + j].add_(plus.sub_(y0))  # + (y(+o) - y0)
-    work.mul_(g)
-    return row_sum(work)
-
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
                  x2: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,96 @@
+"""The per-(row, column) sums of one chunk of perturbed outputs, in one pass where it can.
+
+What a chunk must yield is data: :class:`Sums` says how many levels were evaluated and which
+sums the estimate and its noise-floor model read. For ``ys`` of shape ``(2L, ..., R, D)``
+(the ``+o`` outputs first), the unperturbed ``y0`` and the upstream ``g`` of ``(R, D)``,
+:func:`level_sums` returns, per perturbed row and in this order,
+
+    S_o = Σ_i g_i (y_i(+o h) - y_i(-o h))                       (odd, one per level)
+    A_o = Σ_i g_i ((y_i(-o h) - y0_i) + (y_i(+o h) - y0_i))     (even, one per level)
+
+in fp64, each with one fixed summation order per ``D`` (bitwise the same in any chunk, with
+any number of threads, run to run). Every difference is taken elementwise in fp64 between
+nearby values (exact) before the product with ``g``, so the sums add almost no rounding of
+their own to what they measure.
+
+Two paths: where the reduction backend is Triton (CUDA by default) one fused kernel reads
+each perturbed output once and keeps every sum in registers
+(:mod:`gradcheck_bi.kernels._triton_fd`); elsewhere a few whole-chunk torch ops (no fp64 copy
+of an fp64 chunk) and one fixed-order :func:`~gradcheck_bi.kernels.reduction.row_sum`.
+
+>>> import torch
+>>> ys = torch.randn(6, 3, 2, 8, dtype=torch.float64)
+>>> y0, g = torch.randn(2, 8, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64)
+>>> level_sums(ys, y0, g, Sums(levels=3)).shape
+torch.Size([6, 3, 2])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gradcheck_bi.kernels.reduction import resolve_backend, row_sum
+
+
+@dataclass(frozen=True)
+class Sums:
+    """The sums a chunk yields: ``S_o`` for every level (``odd``), then ``A_o`` (``even``)."""
+
+    levels: int
+    odd: bool = True
+    even: bool = True
+
+    def __post_init__(self) -> None:
+        if self.levels < 1 or not (self.odd or self.even):
+            raise ValueError(f"need >= 1 level and odd or even sums, got {self}")
+
+    @property
+    def count(self) -> int:
+        return self.levels * (int(self.odd) + int(self.even))
+
+
+def _fused(ys: torch.Tensor, sums: Sums) -> bool:
+    """The fused kernel runs where ``row_sum`` runs Triton: compiled on CUDA by default, by
+    the interpreter on CPU when the backend is forced to ``triton``."""
+    if resolve_backend(ys) != "triton":
+        return False
+    from gradcheck_bi.kernels import _triton_fd
+
+    return sums.levels <= _triton_fd.MAX_LEVELS
+
+
+def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
+               sums: Sums | None = None) -> torch.Tensor:
+    """``(sums.count, *ys.shape[1:-1])`` fp64: see the module docstring. ``y0`` and ``g`` are
+    ``ys.shape[-2:]`` (shared by every leading index); ``sums`` defaults to odd and even for
+    every level."""
+    sums = sums or Sums(ys.shape[0] // 2)
+    if ys.shape[0] != 2 * sums.levels:
+        raise ValueError(f"{ys.shape[0]} stencil points for {sums.levels} levels")
+    if y0.shape != ys.shape[-2:] or g.shape != ys.shape[-2:]:
+        raise ValueError(f"y0 {tuple(y0.shape)} and g {tuple(g.shape)} must be the (rows, D) "
+                         f"of ys {tuple(ys.shape)}")
+    if _fused(ys, sums):
+        from gradcheck_bi.kernels import _triton_fd
+
+        return _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even)
+    return _level_sums_torch(ys, y0, g, sums)
+
+
+def _level_sums_torch(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
+                      sums: Sums) -> torch.Tensor:
+    n = sums.levels
+    work = torch.empty((sums.count, *ys.shape[1:]), dtype=torch.float64, device=ys.device)
+    src = ys if ys.dtype == torch.float64 else ys.to(torch.float64)
+    k = 0
+    if sums.odd:
+        torch.sub(src[:n], src[n:], out=work[:n])  # y(+o) - y(-o)
+        k = n
+    if sums.even:
+        even = work[k : k + n]
+        torch.sub(src[n:], y0, out=even)  # y(-o) - y0
+        even.add_(torch.sub(src[:n], y0))  # + (y(+o) - y0)
+    work.mul_(g)
+    return row_sum(work)
