@@ -14,7 +14,8 @@ target's results ``unsupported``; a crash is no refusal (each point then reports
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from gradcheck_bi import fd
@@ -143,13 +144,15 @@ def spread(
     devices: list[str],
     on_result: Callable[[Result, int, int], None] | None = None,
 ) -> list[Result]:
-    """Measure the points in one spawned process per device, each taking the next point
-    from a shared queue; return the results in the order of ``points``.
+    """Measure the points on every device at once; return the results in the order of
+    ``points``.
 
-    A worker makes its device the current one (so ``device="cuda"`` means that GPU), loads
-    the kernels from their references and measures each point exactly as :func:`run_points`
-    does in one process: every point's inputs come from its own seed, so its result does
-    not depend on the worker or on what the worker measured before.
+    This process measures on ``devices[0]``; one spawned process per further device measures
+    there (its device made the current one, so ``device="cuda"`` means that GPU, and the
+    kernels loaded from their references). Each takes the next unclaimed point from a shared
+    counter and measures it exactly as :func:`run_points` does in one process: a point's
+    inputs come from its own seed, so its result does not depend on where it ran or what ran
+    there before.
     """
     import torch.multiprocessing as mp
 
@@ -157,56 +160,106 @@ def spread(
     if refs is None:
         raise ValueError("spread needs kernels that a fresh process can load by reference")
     ctx = mp.get_context("spawn")
-    tasks, done = ctx.Queue(), ctx.Queue()
-    for i, ((_, cfg, sweep), ref) in enumerate(zip(points, refs, strict=True)):
-        tasks.put((i, ref, cfg, sweep))
-    for _ in devices:
-        tasks.put(None)
-    workers = [ctx.Process(target=_worker, args=(dev, fd_threads.fixed_threads(), tasks, done),
-                           daemon=True) for dev in devices]
+    tasks = [(ref, cfg, sweep) for ref, (_, cfg, sweep) in zip(refs, points, strict=True)]
+    claim, done = _Claim(ctx), ctx.Queue()
+    workers = [ctx.Process(target=_worker, daemon=True,
+                           args=(dev, fd_threads.fixed_threads(), tasks, claim, done))
+               for dev in devices[1:]]
     for w in workers:
         w.start()
     try:
-        return _collect(done, workers, len(points), on_result)
+        with _on_device(devices[0]):
+            return _measure_and_collect(points, claim, done, workers, on_result)
     finally:
+        claim.close()
         for w in workers:
             w.join(timeout=10)
             if w.is_alive():
                 w.terminate()
 
 
-def _collect(done: Any, workers: list[Any], total: int,
-             on_result: Callable[[Result, int, int], None] | None) -> list[Result]:
-    """Results by point index until every worker has signed off; a worker's failure (its
-    message, or its death without one) raises ``RuntimeError``."""
+class _Claim:
+    """A counter shared by the processes of one spread: ``next()`` claims a point index."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.value = ctx.Value("q", 0)
+
+    def next(self) -> int:
+        with self.value.get_lock():
+            i = int(self.value.value)
+            self.value.value = i + 1
+        return i
+
+    def close(self) -> None:  # no point is claimed after this
+        with self.value.get_lock():
+            self.value.value = 1 << 62
+
+
+@contextlib.contextmanager
+def _on_device(device: str) -> Iterator[None]:
+    import torch
+
+    if not device.startswith("cuda"):
+        yield
+        return
+    previous = torch.cuda.current_device()
+    torch.cuda.set_device(device)
+    try:
+        yield
+    finally:
+        torch.cuda.set_device(previous)
+
+
+def _measure_and_collect(points: list[tuple[KernelSpec, Config, Sweep]], claim: _Claim,
+                         done: Any, workers: list[Any],
+                         on_result: Callable[[Result, int, int], None] | None) -> list[Result]:
+    """Measure claimed points here and gather the workers' results until every worker has
+    signed off; a worker's failure (its message, or its death without one) raises."""
     import queue
 
+    total = len(points)
     results: list[Result | None] = [None] * total
-    finished, n = 0, 0
+    measure, finished, n = _PointMeasurer(), 0, 0
+
+    def record(i: int, result: Result) -> None:
+        nonlocal n
+        results[i], n = result, n + 1
+        if on_result is not None:
+            on_result(result, n, total)
+
+    while (i := claim.next()) < total:
+        record(i, measure(*points[i]))
+        while not done.empty():
+            finished += _take(done.get(), record)
     while finished < len(workers):
         try:
-            i, item = done.get(timeout=1.0)
+            item = done.get(timeout=1.0)
         except queue.Empty:
             dead = [w for w in workers if not w.is_alive() and w.exitcode != 0]
             if dead and done.empty():
                 raise RuntimeError(f"a worker died with exit code {dead[0].exitcode}") from None
             continue
-        if i >= 0:
-            results[i], n = item, n + 1
-            if on_result is not None:
-                on_result(item, n, total)
-        elif item is None:
-            finished += 1
-        else:
-            raise RuntimeError(f"a worker failed on {item}")
+        finished += _take(item, record)
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:
         raise RuntimeError(f"{len(missing)} point(s) came back from no worker")
     return [r for r in results if r is not None]
 
 
-def _worker(device: str, threads: int | None, tasks: Any, done: Any) -> None:
-    """One spawned worker: measure points from ``tasks`` on ``device`` until ``None``."""
+def _take(item: tuple[int, Any], record: Callable[[int, Result], None]) -> int:
+    """Record a worker's message; 1 when it signs off, 0 for a result; raise its failure."""
+    i, payload = item
+    if i >= 0:
+        record(i, payload)
+        return 0
+    if payload is None:
+        return 1
+    raise RuntimeError(f"a worker failed on {payload}")
+
+
+def _worker(device: str, threads: int | None, tasks: list[tuple[str, Config, Sweep]],
+            claim: _Claim, done: Any) -> None:
+    """One spawned worker: measure claimed points on ``device`` until none is left."""
     import torch
 
     try:
@@ -216,10 +269,10 @@ def _worker(device: str, threads: int | None, tasks: Any, done: Any) -> None:
         torch.set_num_threads(threads or 1)
         measure = _PointMeasurer()
         specs: dict[str, KernelSpec] = {}
-        while (task := tasks.get()) is not None:
-            i, ref, cfg, sweep = task
+        while (i := claim.next()) < len(tasks):
+            ref, cfg, sweep = tasks[i]
             if ref not in specs:
-                specs[ref] = resolve(ref)
+                specs[ref] = resolve(ref, sweep.kernel_args)
             done.put((i, measure(specs[ref], cfg, sweep)))
         done.put((-1, None))
     except BaseException as exc:  # the parent must hear of it, or it waits forever

@@ -278,3 +278,25 @@ def test_input_grad_through_the_fused_kernel_matches_the_torch_path() -> None:
         where_differs(fused.grad, ref.grad)
     assert torch.allclose(fused.noise_floor, ref.noise_floor, rtol=1e-6), \
         where_differs(fused.noise_floor, ref.noise_floor)
+
+
+def test_cuda_chunk_ignores_what_the_allocator_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two processes (or two moments of one) with the same memory to take must get the same
+    # chunk, however much torch's allocator keeps cached: the report records the call count.
+    state = {"free": 60 << 30, "reserved": 0, "allocated": 0}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (state["free"], 80 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev: state["allocated"])
+
+    def chunk() -> tuple[int, int]:
+        return fd.chunk_shape(64, 8192, fd.CENTRAL4, torch.float32, 1 << 40, "cuda")
+
+    fresh = chunk()
+    state.update(free=50 << 30, reserved=11 << 30, allocated=1 << 30)  # 10 GiB cached
+    assert chunk() == fresh, "cached allocator memory changed the chunk"
+    state.update(free=58 << 30, reserved=0, allocated=0)  # a little less free
+    assert chunk() == fresh, "a small change in free memory changed the chunk"
+    cols, rows = fresh
+    room = (60 << 30) // 4 // fd.BYTES_PER_ELEMENT[torch.float32]
+    assert rows == 64 and room // 2 < cols * rows * 6 * 8192 <= room, (cols, rows)

@@ -50,7 +50,7 @@ def test_spread_over_two_cpu_workers_gives_the_one_process_report() -> None:
 def test_a_worker_that_dies_is_reported_not_waited_for() -> None:
     points = _points("cpu", "fp64", seeds=[0])[:2]
     with pytest.raises(RuntimeError, match="cuda:99"):
-        spread(points, ["cuda:99", "cpu"])
+        spread(points, ["cpu", "cuda:99"])
 
 
 def test_one_gpu_or_none_means_one_process() -> None:

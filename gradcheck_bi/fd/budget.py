@@ -91,12 +91,23 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     if dev.type == "cpu":
         room = min(room, CPU_CHUNK_ELEMENTS)
     elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
-        free = torch.cuda.mem_get_info(dev)[0]
+        free = _cuda_free(dev)
         room = min(room, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
+        # A power of two: the chunk (and the forward-call count in the report) stays the
+        # same when free memory moves a little between processes or runs.
+        room = 1 << (room.bit_length() - 1)
     per_row = stencil.points * n_cols  # one perturbed column of one row
     rows = max(1, min(n_rows, room // per_row))
     cols = max(1, min(n_cols, room // (per_row * rows))) if rows == n_rows else 1
     return cols, rows
+
+
+def _cuda_free(dev: torch.device) -> int:
+    """Bytes this process could take on ``dev``: what the driver reports free plus what
+    torch's caching allocator holds that no tensor uses, so the answer does not depend on
+    what earlier checks in this process left cached."""
+    free = int(torch.cuda.mem_get_info(dev)[0])
+    return free + int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
 
 
 def columns_per_chunk(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
