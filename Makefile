@@ -29,11 +29,11 @@ test: $(STAMP) lint
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
-# CPU benchmarks of issue 5 (~2-3 min); docs/benchmarks.md holds the numbers. One torch
-# thread: on a shared 2-core machine two OpenMP threads ran the small FD chunks 5-30x slower.
-BENCH_THREADS ?= 1
+# CPU benchmarks (issues 5 and 15); docs/benchmarks.md holds the numbers. Threads as the CLI
+# chooses them (by chunk size and idle cores); BENCH_THREADS=N pins every op to N.
+BENCH_THREADS ?=
 bench: $(STAMP)
-	PYTHONPATH=. $(BIN)/python benchmarks/cpu_bench.py --threads $(BENCH_THREADS)
+	PYTHONPATH=. $(BIN)/python benchmarks/cpu_bench.py $(if $(BENCH_THREADS),--threads $(BENCH_THREADS),)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -5,7 +5,7 @@ full check (time and peak RSS), the CLI end to end, growth in D and rows, noise 
     PYTHONPATH=. python3 benchmarks/cpu_bench.py --only big  # one section
 
 Each timed measurement runs in a fresh subprocess, so peak RSS is that measurement's own.
-``--threads N`` sets torch's intra-op threads in those subprocesses (default: torch's).
+``--threads N`` pins torch's threads in those subprocesses to N (default: as the CLI chooses).
 Prints markdown tables for docs/benchmarks.md.
 """
 
@@ -26,10 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _setup(threads: int | None) -> None:
-    import torch
+    """Threads as the CLI sets them: ``--threads N`` pins every op to N; by default the
+    finite-difference loop chooses by chunk size and every other op runs on one thread."""
+    from gradcheck_bi.cli.run import set_threads
 
-    if threads:
-        torch.set_num_threads(threads)
+    set_threads(threads)
 
 
 def measure_ours(shape: tuple[int, ...], dtype: str = "fp64", checks: str = "dx,dw",
@@ -105,6 +106,58 @@ def thread_crossover(counts: list[int]) -> dict[str, Any]:
     return out
 
 
+def _copy_first_level_sums(ys: Any, y0: Any, g: Any) -> Any:
+    """The level sums as computed before issue 15 (an fp64 copy of the chunk first), kept
+    here only as the yardstick for :func:`chunk_parts`."""
+    import torch
+
+    from gradcheck_bi.kernels.reduction import row_sum
+
+    n = ys.shape[0] // 2
+    work = torch.empty((2 * n, *ys.shape[1:]), dtype=torch.float64)
+    work.copy_(ys)
+    work[:n].sub_(work[n:])
+    work[n:].sub_(y0)
+    plus = torch.empty_like(work[0])
+    for j in range(n):
+        plus.copy_(ys[j])
+        work[n + j].add_(plus.sub_(y0))
+    work.mul_(g)
+    return row_sum(work)
+
+
+def chunk_parts() -> dict[str, Any]:
+    """CPU seconds per (16, 8192) fp64 chunk: the forward, the level sums, the old sums."""
+    import torch
+
+    from gradcheck_bi import fd
+    from gradcheck_bi.kernels.rmsnorm import After
+
+    gen = torch.Generator().manual_seed(1)
+    rows, cols, points = 16, 8192, fd.CENTRAL4.points
+    n_c, n_r = fd.chunk_shape(rows, cols, fd.CENTRAL4, torch.float64, None, "cpu")
+    x = torch.randn(n_r, cols, generator=gen, dtype=torch.float64)
+    g, y0 = (torch.randn(n_r, cols, generator=gen, dtype=torch.float64) for _ in range(2))
+    w = torch.randn(cols, generator=gen, dtype=torch.float64)
+    xs = x.repeat(points * n_c, 1)
+    ys = After.apply(xs, w, 1e-6, False).view(points, n_c, n_r, cols)
+    new, old = fd.reduce.level_sums(ys, y0, g), _copy_first_level_sums(ys, y0, g)
+    parts = {"forward": lambda: After.apply(xs, w, 1e-6, False),
+             "level sums (now)": lambda: fd.reduce.level_sums(ys, y0, g),
+             "level sums (copy first, before)": lambda: _copy_first_level_sums(ys, y0, g)}
+    out: dict[str, Any] = {"chunk": [n_c, n_r, points], "same_bits": bool(torch.equal(new, old))}
+    for name, fn in parts.items():
+        fn()
+        runs = []
+        for _ in range(7):
+            c = time.process_time()
+            for _ in range(10):
+                fn()
+            runs.append((time.process_time() - c) / 10)
+        out[name] = sorted(runs)[3]
+    return out
+
+
 def noise_table() -> dict[str, Any]:
     from gradcheck_bi.checks import check_dx
     from gradcheck_bi.kernels.rmsnorm import After, Before
@@ -141,6 +194,8 @@ def _child(args: argparse.Namespace) -> None:
         from floor import side_by_side as check_vs_floor
 
         res = check_vs_floor(tuple(spec["shape"]), "fp64", "cpu", spec["reps"])
+    elif kind == "parts":
+        res = chunk_parts()
     elif kind == "threads":
         res = thread_crossover(spec["threads"])
     else:
@@ -287,6 +342,17 @@ def section_floor(threads: int | None, shapes: tuple[tuple[int, int], ...] = ((1
     print("\ntarget: (16, 8192) check / floor <= 1.5x")
 
 
+def section_sums(threads: int | None) -> None:
+    r = run_child({"kind": "parts"}, threads)
+    n_c, n_r, points = r["chunk"]
+    print(f"\n### One (16, 8192) fp64 chunk ({n_c} column x {n_r} rows x {points} points), "
+          "CPU ms (median of 7 x 10)\n")
+    print("| part | CPU ms | / forward |\n| --- | ---: | ---: |")
+    for name in ("forward", "level sums (now)", "level sums (copy first, before)"):
+        print(f"| {name} | {r[name] * 1e3:.2f} | {r[name] / r['forward']:.2f} |")
+    print(f"\nnow and before give the same bits: {r['same_bits']}")
+
+
 def section_threads(threads: int | None) -> None:
     counts = sorted({1, 2, os.cpu_count() or 1} | ({threads} if threads else set()))
     res = run_child({"kind": "threads", "threads": counts}, None)
@@ -301,7 +367,7 @@ def section_threads(threads: int | None) -> None:
 
 SECTIONS = {"gradcheck": section_gradcheck, "big": section_big, "cli": section_cli,
             "growth": section_growth, "noise": section_noise, "floor": section_floor,
-            "threads": section_threads}
+            "threads": section_threads, "sums": section_sums}
 
 
 def main() -> None:

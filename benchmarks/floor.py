@@ -60,8 +60,11 @@ def forward_floor(shape: tuple[int, int], dtype: str, device: str) -> tuple[Call
 
     whole = 1 + stencil.points + 1  # dx's unperturbed y0; dw at each point and unperturbed
 
+    chunk_elements = stencil.points * n_c * n_r * cols
+
     def run() -> None:
-        with torch.no_grad():
+        # the threads the check's chunk loop gets (fd.threads), for the same batches
+        with torch.no_grad(), fd.threads.cpu_threads(torch.device(device), chunk_elements):
             for b in bufs:
                 After.apply(b, w, cfg.eps, False)
             for _ in range(whole):
