@@ -164,7 +164,7 @@ def run_command(
         "refused (exit 2).")] = None,
     threads: Annotated[int | None, typer.Option(
         rich_help_panel=WHERE, show_default="by chunk size, or OMP_NUM_THREADS",
-        help="Pin every torch CPU op to N threads. Default: the finite differences use one "
+        help="Pin every torch CPU op to N threads; unset, the finite differences use one "
         "thread for small chunks and every idle core for large ones (docs/benchmarks.md).")
     ] = None,
     atol: Annotated[float | None, typer.Option(
