@@ -1,11 +1,13 @@
-"""False alarms on a GPU: `after` and the independent RMSNorm, fp32 on CUDA, 200+ configs.
+"""False alarms on a GPU: `after` and the independent RMSNorm on CUDA, 200+ configs.
 
-    PYTHONPATH=. python3 benchmarks/gpu_false_alarms.py [N] [--out docs/false_alarms_gpu.md]
+    PYTHONPATH=. python3 benchmarks/gpu_false_alarms.py [N] [--dtype fp32 --dtype bf16 ...]
 
 The same seeded generator as tests/test_false_alarms.py (tests/independent/false_alarms.py),
-with device cuda and dtype fp32: every check (forward, dx, dw, batch_invariance) of both
-correct kernels at each configuration. Prints a Markdown table — count, false alarms and the
-worst err/tolerance per (kernel, check) — and exits 1 if any check failed.
+with device cuda and each configuration's dtype drawn from ``--dtype`` (default fp32;
+bf16/fp16 run the ulp audit and the lifted gradients): every check (forward, dx, dw,
+batch_invariance) of both correct kernels at each configuration. Prints a Markdown
+table — count, false alarms and the worst err/tolerance per (kernel, check) — and exits 1
+if any check failed.
 """
 
 from __future__ import annotations
@@ -29,21 +31,24 @@ def main() -> int:
     parser.add_argument("n", nargs="?", type=int, default=200)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of this script")
+    parser.add_argument("--dtype", action="append", choices=["fp64", "fp32", "bf16", "fp16"])
     args = parser.parse_args()
+    dtypes = tuple(args.dtype or ["fp32"])
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA GPU visible; this script checks fp32 on CUDA", file=sys.stderr)
+        print("no CUDA GPU visible; this script checks CUDA kernels", file=sys.stderr)
         return 3
     started = time.perf_counter()
-    tallies = false_alarms.run(args.n, ("fp32",), args.device,
+    tallies = false_alarms.run(args.n, dtypes, args.device,
                                log=lambda s: print(s, file=sys.stderr, flush=True))
     import triton
 
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else platform.machine()
     header = (f"### {args.device}: {args.n} seeded configurations × 2 kernels × 4 checks, "
-              f"fp32\n\n{where}, torch {torch.__version__}, triton "
+              f"{'/'.join(dtypes)}\n\n{where}, torch {torch.__version__}, triton "
               f"{triton.__version__}, {platform.python_version()}; "
               f"{time.perf_counter() - started:.0f} s; "
-              f"`PYTHONPATH=. python3 benchmarks/gpu_false_alarms.py {args.n}`")
+              f"`PYTHONPATH=. python3 benchmarks/gpu_false_alarms.py {args.n}"
+              f"{''.join(' --dtype ' + d for d in args.dtype or [])}`")
     text = false_alarms.summary(tallies, header)
     print(text)
     if args.out:

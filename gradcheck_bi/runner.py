@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.probe import probe, refusal
@@ -42,14 +44,15 @@ def check_memory(sweep: Sweep) -> None:
     """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a shape whose dx or dw
     check cannot fit in ``sweep.max_memory``."""
     for _, dtype in sweep.targets:
-        if not {"dx", "dw"} & set(sweep.checks_for(dtype)) or dtype in HALF_DTYPES:
+        if not {"dx", "dw"} & set(sweep.checks_for(dtype)):
             continue
+        # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
+        fd_dtype = torch.float64 if dtype in HALF_DTYPES else DTYPES[dtype]
         for shape in sweep.shapes:
             checked = tuple(shape)
             if sweep.mode == "directional":  # one stacked row per (direction, row)
                 checked = (sweep.directions, *checked)
-            fd.check_budget(checked, fd.STENCILS[sweep.stencil], DTYPES[dtype],
-                            sweep.max_memory)
+            fd.check_budget(checked, fd.STENCILS[sweep.stencil], fd_dtype, sweep.max_memory)
 
 
 def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.vocab import CHECKS, CONTROLS, HALF_DTYPES, Config, Expectation, KernelSpec
+from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
 
@@ -62,11 +62,7 @@ class Sweep:
     kernel_args: dict[str, Any] = field(default_factory=dict)
 
     def checks_for(self, dtype: str) -> list[str]:
-        if self.checks is not None:
-            return list(self.checks)
-        if dtype in HALF_DTYPES:  # FD of a half-precision forward: see checks.gradients
-            return ["forward", "batch_invariance"]
-        return list(CHECKS)
+        return list(self.checks) if self.checks is not None else list(CHECKS)
 
 
 def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, Config]]:

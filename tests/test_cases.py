@@ -44,7 +44,11 @@ def test_ci_case_covers_every_regime_it_promises() -> None:
     for sw in case.sweeps:
         assert set(sw.checks or []) == set(CHECKS)
         assert set(sw.weights) == set(CONTROLS) and set(sw.zcg) == {False, True}
-        assert sw.targets == [("cpu", "fp64")] and sw.kernels == ["after"]
+        # fp64 on CPU, and one bf16 block (CUDA too when a GPU is present).
+        assert sw.targets in ([("cpu", "fp64")], [("cpu", "bf16")],
+                              [("cpu", "bf16"), ("cuda", "bf16")]), sw.targets
+        assert sw.kernels == ["after"]
+    assert sum(sw.targets[0] == ("cpu", "bf16") for sw in case.sweeps) == 1, "one bf16 block"
 
 
 def test_pr_tables_case_has_both_tables() -> None:

@@ -40,7 +40,7 @@ def test_catalog_covers_every_mutant_file() -> None:
 @pytest.mark.parametrize("stem", STEMS)
 def test_mutant_caught_by_its_check(stem: str) -> None:
     m = catalog.BY_STEM[stem]
-    results = catalog.run_points(catalog.load(stem), stem, [m.fast])
+    results = catalog.run_points(catalog.load(stem), stem, [m.fast], m.dtype)
     assert all(r.status == "fail" for r in results), (
         f"{stem} escaped its {m.primary} check: {_describe(results)}")
 
@@ -49,18 +49,30 @@ def test_mutant_caught_by_its_check(stem: str) -> None:
 def test_mutant_hidden_at_its_blind_controls(stem: str) -> None:
     """A blind control passes a mutant whose defect vanishes there: the discriminator."""
     m = catalog.BY_STEM[stem]
-    results = catalog.run_points(catalog.load(stem), stem, list(m.blind))
+    results = catalog.run_points(catalog.load(stem), stem, list(m.blind), m.dtype)
     assert all(r.status == "pass" for r in results), (
         f"{stem} was flagged where its defect cannot show: {_describe(results)}")
+
+
+@pytest.mark.parametrize("stem", [m.stem for m in catalog.MUTANTS if m.dtype != "fp64"])
+def test_low_precision_mutant_passes_every_check_in_fp64(stem: str) -> None:
+    """Its casts are no-ops in fp64: an fp64 gate passes it (why the bf16 checks exist)."""
+    m = catalog.BY_STEM[stem]
+    _, weight, zcg, shape = m.fast
+    points = [(check, weight, zcg, shape) for check in ("forward", "dx", "dw")]
+    results = catalog.run_points(catalog.load(stem), stem, points, "fp64")
+    assert all(r.status == "pass" for r in results), (
+        f"{stem} failed in fp64, where its defect cannot show: {_describe(results)}")
 
 
 @pytest.mark.parametrize("name", ["after", "independent"])
 def test_correct_kernels_pass_every_mutant_point(name: str) -> None:
     fn = After if name == "after" else catalog.load("rmsnorm_ref", "IndependentRMSNorm")
-    points = sorted({m.fast for m in catalog.MUTANTS} | {p for m in catalog.MUTANTS
-                                                           for p in m.blind})
-    results = catalog.run_points(fn, name, points)
-    bad = [r for r in results if r.status != "pass"]
+    bad = []
+    for dtype in sorted({m.dtype for m in catalog.MUTANTS}):
+        mine = [m for m in catalog.MUTANTS if m.dtype == dtype]
+        points = sorted({m.fast for m in mine} | {p for m in mine for p in m.blind})
+        bad += [r for r in catalog.run_points(fn, name, points, dtype) if r.status != "pass"]
     assert not bad, f"correct kernel {name} flagged: {_describe(bad)}"
 
 
@@ -93,7 +105,7 @@ def test_ci_sweep_catches_mutant(stem: str) -> None:
     if why:
         pytest.skip(why)
     m = catalog.BY_STEM[stem]
-    code, doc = catalog.run_ci(m.ref)
+    code, doc = catalog.run_ci(m.ref, dtype=m.dtype)
     assert code == 1, f"{stem}: gradcheck-bi exited {code}, expected 1 (defect found)"
     caught = catalog.caught_by(doc["results"])
     assert m.primary in caught, f"{stem}: caught by {sorted(caught)}, not by {m.primary}"

@@ -6,7 +6,8 @@
 
 Each element is held to its own noise floor (:mod:`gradcheck_bi.fd.noise`), which comes
 from the forward alone: a wrong backward cannot widen its own tolerance. Pass iff
-``max_i err_i / floor_i ≤ 1``.
+``max_i err_i / floor_i ≤ 1``. bf16/fp16 kernels are checked by lifting the differences to
+fp64/fp32 (:mod:`.lifted`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
+from gradcheck_bi.checks.lifted import check_dw_lifted, check_dx_lifted
 from gradcheck_bi.checks.tolerance import fd_tolerance
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, call_forward
 from gradcheck_bi.kernels.reduction import row_sum
-from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement, Unsupported
+from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 
 def _forward_in_x(fn: Any, w: torch.Tensor, cfg: Config) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -33,18 +35,12 @@ def _forward_in_w(fn: Any, x: torch.Tensor, cfg: Config) -> Callable[[torch.Tens
     return lambda v: call_forward(fn, x, v, cfg.eps, cfg.zero_centered_gamma)
 
 
-def _fd_stencil(cfg: Config) -> fd.Stencil:
-    if cfg.dtype in HALF_DTYPES:
-        raise Unsupported(
-            f"finite differences of a {cfg.dtype} forward sit on a noise floor near 1e-1; "
-            "check gradients in fp32 or fp64 (forward and batch_invariance run in every dtype)"
-        )
-    return fd.STENCILS[cfg.stencil]
-
-
 def check_dx(fn: Any, cfg: Config) -> Measurement:
-    """Analytic ``dx`` vs. row-coloured central differences of the kernel's own forward."""
-    stencil = _fd_stencil(cfg)
+    """Analytic ``dx`` vs. row-coloured central differences of the kernel's own forward
+    (bf16/fp16: lifted, see :mod:`.lifted`)."""
+    if cfg.dtype in HALF_DTYPES:
+        return check_dx_lifted(fn, cfg)
+    stencil = fd.STENCILS[cfg.stencil]
     x, w, g = make_inputs(cfg)
     _, dx, _ = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
     if cfg.mode == "directional":
@@ -96,7 +92,9 @@ def _fdmeasured(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, 
 
 def check_dw(fn: Any, cfg: Config) -> Measurement:
     """Analytic ``dw`` vs. central differences of the forward in the weight."""
-    stencil = _fd_stencil(cfg)
+    if cfg.dtype in HALF_DTYPES:
+        return check_dw_lifted(fn, cfg)
+    stencil = fd.STENCILS[cfg.stencil]
     x, w, g = make_inputs(cfg)
     _, _, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
     est = fd.weight_grad(_forward_in_w(fn, x, cfg), w, x, g, stencil)

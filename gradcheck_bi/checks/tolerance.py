@@ -27,9 +27,15 @@ import torch
 from gradcheck_bi.vocab import Config
 
 
+def summation_factor(n_terms: int) -> float:
+    """``4 + 2·log2(n + 1)``: rounding errors of a blocked sum of ``n`` terms, in units of
+    ``u_compute × Σ|terms|``."""
+    return 4 + 2 * math.log2(n_terms + 1)
+
+
 def forward_tolerance(scale: float, u_out: float, u_compute: float, n_cols: int) -> float:
     """Output rounding plus a summation bound, relative to ``scale = max|ref|``."""
-    return scale * (u_out + u_compute * (4 + 2 * math.log2(n_cols + 1)))
+    return scale * (u_out + u_compute * summation_factor(n_cols))
 
 
 def fd_tolerance(floor: torch.Tensor, scale: float, cfg: Config) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gradcheck_bi import lowp
 from gradcheck_bi._version import __version__
 from gradcheck_bi.report.tables import (
     COLUMN_TITLES,
@@ -35,6 +36,16 @@ TOLERANCE_NOTES = {
     "the error at the element nearest its own tolerance; 4th-order central stencil",
     "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
 }
+HALF_TOLERANCE_NOTES = {
+    "forward": "error in ulps of the output dtype; pass: max ≤ {ulp} ulp, at most {frac} of "
+    "elements not correctly rounded, no overflow (a kernel that computes in fp32 and rounds "
+    "once)",
+    "dx": "judged per element (worst shown): ½ ulp of the output dtype at |reference| + fp32 "
+    "summation bound on the terms + the lifted FD noise floor",
+    "dw": "judged per element (worst shown): ½ ulp of the output dtype at |reference| + fp32 "
+    "summation bound on the terms + the lifted FD noise floor",
+    "batch_invariance": TOLERANCE_NOTES["batch_invariance"],
+}
 
 
 def _steps(table: Table) -> str:
@@ -49,7 +60,13 @@ def _steps(table: Table) -> str:
 
 
 def method_line(table: Table) -> str:
-    parts = [TOLERANCE_NOTES[table.check]]
+    if table.half:
+        parts = [HALF_TOLERANCE_NOTES[table.check].format(
+            ulp=lowp.MAX_ULP_THRESHOLD, frac=f"{lowp.FRAC_THRESHOLD:.0%}")]
+        if table.check in ("dx", "dw") and table.methods:
+            parts.insert(0, "method: " + ", ".join(table.methods))
+    else:
+        parts = [TOLERANCE_NOTES[table.check]]
     step = _steps(table)
     if step:
         parts.append(step)

@@ -10,13 +10,14 @@ blind one did not.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
-from gradcheck_bi.vocab import CHECKS, CONTROLS, Result
+from gradcheck_bi.vocab import CHECKS, CONTROLS, HALF_DTYPES, Result
 
 CHECK_TITLES = {
     "forward": "forward: y vs an independent fp64 reference with the effective weight γ",
@@ -24,6 +25,17 @@ CHECK_TITLES = {
     "dw": "dw: analytic vs central finite differences of the kernel's own forward",
     "batch_invariance": "batch invariance: rows alone vs in batches, bitwise (y, dx); "
     "run to run (y, dx, dw)",
+}
+# bf16/fp16 results get tables of their own: their forward is measured in ulps and their
+# gradients against a lifted reference (gradcheck_bi.checks.lifted), not like fp32/fp64.
+HALF_CHECK_TITLES = {
+    "forward": "forward (bf16/fp16): y in ulps vs the correctly rounded fp64 reference",
+    "dx": "dx (bf16/fp16): analytic vs central differences of the kernel's own forward "
+    "lifted to a higher precision at the same inputs",
+    "dw": "dw (bf16/fp16): analytic vs central differences of the kernel's own forward "
+    "lifted to a higher precision at the same inputs",
+    "batch_invariance": "batch invariance (bf16/fp16): rows alone vs in batches, bitwise "
+    "(y, dx); run to run (y, dx, dw)",
 }
 T = TypeVar("T")
 COLUMN_TITLES = {"randn": "γ=randn", "ones": "γ=ones (control)", "zeros": "γ=zeros"}
@@ -102,10 +114,18 @@ class Table:
     shapes: list[list[int]]
     eps: list[float]
     seeds: list[int]
+    half: bool = False  # bf16/fp16 rows (see HALF_CHECK_TITLES)
 
     @property
     def title(self) -> str:
-        return f"{CHECK_TITLES[self.check]} · zero_centered_gamma={'on' if self.zcg else 'off'}"
+        titles = HALF_CHECK_TITLES if self.half else CHECK_TITLES
+        return f"{titles[self.check]} · zero_centered_gamma={'on' if self.zcg else 'off'}"
+
+    @property
+    def methods(self) -> list[str]:
+        """The methods the results name (``"lifted to fp64"``, ...), in first-seen order."""
+        return _unique(str(r.details["method"]) for row in self.rows
+                       for c in row.cells.values() for r in c.results if "method" in r.details)
 
     @property
     def subtitle(self) -> str:
@@ -121,24 +141,25 @@ class Table:
 
 
 def build_tables(results: list[Result]) -> list[Table]:
-    """Group results into tables in check order, zcg off before on, rows in first-seen order."""
+    """Group results into tables in check order, zcg off before on, fp32/fp64 before
+    bf16/fp16, rows in first-seen order."""
     tables = []
-    for check in CHECKS:
-        for zcg in (False, True):
-            mine = [r for r in results if r.check == check and r.zero_centered_gamma == zcg]
-            if not mine:
-                continue
-            rows: dict[tuple[str, str], Row] = {}
-            for r in mine:
-                key = (short_name(r.kernel), f"{r.device} {r.dtype}")
-                if key not in rows:
-                    rows[key] = Row(key[0], key[1], {w: Cell() for w in CONTROLS})
-                rows[key].cells[r.weight].results.append(r)
-            tables.append(Table(
-                check, zcg, list(rows.values()),
-                _unique(r.shape for r in mine), _unique(r.eps for r in mine),
-                _unique(r.seed for r in mine),
-            ))
+    for check, zcg, half in itertools.product(CHECKS, (False, True), (False, True)):
+        mine = [r for r in results if r.check == check and r.zero_centered_gamma == zcg
+                and (r.dtype in HALF_DTYPES) == half]
+        if not mine:
+            continue
+        rows: dict[tuple[str, str], Row] = {}
+        for r in mine:
+            key = (short_name(r.kernel), f"{r.device} {r.dtype}")
+            if key not in rows:
+                rows[key] = Row(key[0], key[1], {w: Cell() for w in CONTROLS})
+            rows[key].cells[r.weight].results.append(r)
+        tables.append(Table(
+            check, zcg, list(rows.values()),
+            _unique(r.shape for r in mine), _unique(r.eps for r in mine),
+            _unique(r.seed for r in mine), half,
+        ))
     return tables
 
 

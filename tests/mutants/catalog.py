@@ -5,7 +5,9 @@ Each mutant is a correct batch-invariant RMSNorm with one defect (``# MUTANT`` i
 ``primary`` is the check that should catch it; ``fast`` is one (check, γ, zcg, shape) point
 where that check must fail, cheap enough for the default test suite; ``blind`` lists points
 where the defect is invisible by construction (a γ control that hides it), which is what
-makes the controls a discriminator and not a measurement.
+makes the controls a discriminator and not a measurement. ``dtype`` is where those points
+run: fp64 for most; bf16 for the low-precision mutants (m31-m35), whose casts are no-ops
+in fp64 — there they must pass.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Mutant:
     fast: Point
     blind: tuple[Point, ...] = field(default=())
     attr: str = "Mutant"
+    dtype: str = "fp64"
 
     @property
     def path(self) -> Path:
@@ -96,6 +99,17 @@ MUTANTS: list[Mutant] = [
     Mutant("m22_dw_rsigma_18_bits", "dw", _p("dw")),
     Mutant("m23_dx_eps_scaled", "dx", _p("dx")),
     Mutant("m24_dx_variance_d_minus_1_wide", "dx", _p("dx", shape=WIDE_SHAPE), (_p("dx"),)),
+    # Low precision: each is the correct kernel in fp64 and rounds wrong in bf16/fp16.
+    Mutant("m31_lowp_zcg_offset_in_input_dtype", "forward", _p("forward", zcg=True),
+           (_p("forward", "ones", zcg=True), _p("forward", "zeros", zcg=True),
+            _p("forward", zcg=False)), dtype="bf16"),
+    Mutant("m32_lowp_rsigma_rounded", "forward", _p("forward", "ones"), dtype="bf16"),
+    Mutant("m33_lowp_normalised_row_cast_down", "forward", _p("forward"),
+           (_p("forward", "ones"), _p("forward", "zeros")), dtype="bf16"),
+    Mutant("m34_lowp_dx_sum_in_input_dtype", "dx", _p("dx", "ones"), (_p("dx", "zeros"),),
+           dtype="bf16"),
+    Mutant("m35_lowp_dw_accumulated_in_input_dtype", "dw", _p("dw"), (_p("forward"),),
+           dtype="bf16"),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 
@@ -117,8 +131,8 @@ def load(stem: str, attr: str = "Mutant") -> Any:
     return getattr(_modules[name], attr)
 
 
-def run_points(fn: Any, name: str, points: list[Point]) -> list[Any]:
-    """Run single (check, γ, zcg, shape) points through the library, fp64 on CPU."""
+def run_points(fn: Any, name: str, points: list[Point], dtype: str = "fp64") -> list[Any]:
+    """Run single (check, γ, zcg, shape) points through the library, on CPU."""
     from gradcheck_bi.runner import run
     from gradcheck_bi.sweep import Sweep
     from gradcheck_bi.vocab import KernelSpec
@@ -126,20 +140,21 @@ def run_points(fn: Any, name: str, points: list[Point]) -> list[Any]:
     spec = KernelSpec(name, fn, source="test")
     results = []
     for check, weight, zcg, shape in points:
-        sweep = Sweep(kernels=[], targets=[("cpu", "fp64")], shapes=[shape], checks=[check],
+        sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[shape], checks=[check],
                       weights=[weight], zcg=[zcg])
         results.extend(run(sweep, [spec]))
     return results
 
 
-def run_ci(ref: str, extra: list[str] | None = None) -> tuple[int, dict[str, Any]]:
-    """``gradcheck-bi run --case cases/ci.toml --kernel REF`` in fp64 on CPU → (exit, JSON)."""
+def run_ci(ref: str, extra: list[str] | None = None,
+           dtype: str = "fp64") -> tuple[int, dict[str, Any]]:
+    """``gradcheck-bi run --case cases/ci.toml --kernel REF`` on CPU in ``dtype`` → (exit, JSON)."""
     from gradcheck_bi.cli import main
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
         code = main(["run", "--case", str(CI_CASE), "--kernel", ref, "--device", "cpu",
-                     "--dtype", "fp64", "--format", "json", "--output", str(out),
+                     "--dtype", dtype, "--format", "json", "--output", str(out),
                      "--no-progress", *(extra or [])])
         doc = json.loads(out.read_text()) if out.exists() else {}
     return code, doc

@@ -1,0 +1,266 @@
+"""Gradients of a half-precision kernel, checked by *lifting* the finite differences.
+
+Central differences of a bf16/fp16 forward sit on a floor near 1e-1: useless. But the
+inputs of a bf16 point are exactly representable in fp32 and fp64, so the *same kernel's*
+forward can be evaluated there — at exactly the inputs its bf16 backward saw — and
+differenced on that dtype's floor. The kernel's bf16 ``dx`` / ``dw`` is then compared with
+that lifted reference ``R``, element by element, against
+
+    tol_i = ½ ulp_out(R_i)                              one rounding to the output dtype
+          + u_fp32 · (4 + 2·log2(n + 1) + K_OPS) · M_i  fp32 arithmetic inside the kernel
+          + the lifted estimate's noise floor            (gradcheck_bi.fd.noise, per element)
+
+where ``M_i`` is the magnitude of the terms that make up element ``i`` (dx:
+``|g γ r| + 3 r³ |x| Σ|g x γ| / D`` over ``n = D`` columns — r's relative error enters the
+variance term three times; dw: ``Σ_rows |g x r|`` over ``n`` rows) — the summation bound the
+forward check uses, on the terms instead of the result, so an element that cancels to near 0
+is not held to the ulp of its tiny value. ``K_OPS = 4`` ulps cover rsqrt, sqrt and division,
+which GPUs do not always round correctly (measured: Liger's dx at D = 1, pure cancellation,
+needs it).
+A kernel that computes in fp32 and rounds each gradient once to the output dtype stays
+within ``tol``; one that rounds an intermediate to bf16, or sums in bf16, is off by ulps.
+
+The lifted dtype is fp64 if the kernel's forward accepts it and is accurate to fp64 there,
+else fp32. A kernel that
+refuses both is compared with the independent fp64 reference formula, and the details
+say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd, lowp
+from gradcheck_bi.checks._measure import measured_per_element, nonfinite
+from gradcheck_bi.checks.probe import refusal
+from gradcheck_bi.checks.tolerance import fd_tolerance, forward_tolerance, summation_factor
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.call import analytic_grads, call_forward
+from gradcheck_bi.kernels.rmsnorm import reference_forward
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
+
+LIFT_DTYPES = (torch.float64, torch.float32)
+U_COMPUTE = 2.0**-24  # fp32: where a correct half-precision kernel does its arithmetic
+K_OPS = 4.0  # ulps of rsqrt / sqrt / division (not always correctly rounded on GPUs)
+
+
+@dataclass
+class Lift:
+    """The higher dtype the kernel's forward ran in (``None``: it refused every one) and why
+    each dtype before it was passed over (``"fp64: Unsupported dtype ..."``)."""
+
+    dtype: torch.dtype | None
+    refusals: list[str]
+
+    @property
+    def method(self) -> str:
+        if self.dtype is None:
+            return "independent fp64 formula"
+        return f"lifted to {_NAMES[self.dtype]}"
+
+
+_NAMES = {torch.float64: "fp64", torch.float32: "fp32"}
+
+
+def lift_dtype(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config) -> Lift:
+    """The first of fp64, fp32 in which the kernel's forward runs on these inputs **and**
+    delivers that dtype's accuracy.
+
+    Only an explicit refusal of the dtype (:func:`~gradcheck_bi.checks.probe.refusal`)
+    moves on to the next; anything else the kernel raises is a crash and propagates. A
+    forward that runs in fp64 but computes in fp32 inside (Liger's llama and gemma modes)
+    is lifted to fp32: differenced as fp64, its fp32 noise would sit above the floor the
+    estimate assumes where there are too few columns to measure it (D = 1).
+    """
+    refusals = []
+    for dt in LIFT_DTYPES:
+        xh, wh = x.to(dt), w.to(dt)
+        try:
+            with torch.no_grad():
+                y = call_forward(fn, xh, wh, cfg.eps, cfg.zero_centered_gamma)
+        except Exception as exc:
+            why = refusal(exc)
+            if why is None:
+                raise
+            refusals.append(f"{_NAMES[dt]}: {why}")
+            continue
+        ref = reference_forward(xh, wh, cfg.eps, cfg.zero_centered_gamma)
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        u = fd.unit_roundoff(dt)
+        err = float((y.to(torch.float64) - ref).abs().max()) if ref.numel() else 0.0
+        if dt != LIFT_DTYPES[-1] and err > forward_tolerance(scale, u, u, x.shape[-1]):
+            refusals.append(f"{_NAMES[dt]}: runs, but its forward is off by {err:.2e} "
+                            f"(max |y| {scale:.2e}): less than {_NAMES[dt]} accuracy inside")
+            continue
+        return Lift(dt, refusals)
+    return Lift(None, refusals)
+
+
+def _reference_grads(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor,
+                     cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx, dw of the independent fp64 formula (no kernel involved)::
+
+        dx = g γ r - r³ x (Σ_i g_i x_i γ_i) / D,     dw = Σ_rows g x r
+    """
+    x64, g64 = x.to(torch.float64), g.to(torch.float64)
+    gamma = w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
+    r = torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + cfg.eps)
+    s = (g64 * x64 * gamma).sum(-1, keepdim=True)
+    dx = g64 * gamma * r - r**3 * x64 * s / x.shape[-1]
+    return dx, (g64 * x64 * r).reshape(-1, x.shape[-1]).sum(0)
+
+
+def _term_magnitudes(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor,
+                     cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    """``M`` for dx and dw (see the module docstring), exact in fp64."""
+    x64, g64 = x.to(torch.float64), g.to(torch.float64)
+    gamma = w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
+    r = torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + cfg.eps)
+    s_abs = (g64 * x64 * gamma).abs().sum(-1, keepdim=True)
+    m_dx = (g64 * gamma * r).abs() + 3 * r**3 * x64.abs() * s_abs / x.shape[-1]
+    m_dw = (g64 * x64 * r).abs().reshape(-1, x.shape[-1]).sum(0)
+    return m_dx, m_dw
+
+
+def _judge(analytic: torch.Tensor, ref: torch.Tensor, fd_tol: torch.Tensor,
+           magnitude: torch.Tensor, n_terms: int, lift: Lift, cfg: Config, name: str,
+           extra: dict[str, Any], higher: Callable[[], str | None] | None = None) -> Measurement:
+    a64 = analytic.to(torch.float64)
+    rounded = lowp.round_to(ref, analytic.dtype).to(torch.float64)
+    err = (a64 - ref).abs()
+    # Where the reference overflows the output dtype, the correctly rounded value is ±inf.
+    err = torch.where(torch.isinf(a64) & (a64 == rounded), torch.zeros_like(err), err)
+    tol = (0.5 * lowp.ulp_of(ref, analytic.dtype)
+           + U_COMPUTE * (summation_factor(n_terms) + K_OPS) * magnitude + fd_tol)
+    audit = lowp.audit(analytic, ref)
+    median_ulp = float((err / lowp.ulp_of(ref, analytic.dtype)).median()) if err.numel() else 0.0
+    details = {
+        "method": lift.method,
+        "reference": (f"the kernel's own forward in {_NAMES[lift.dtype]} at the "
+                      f"{cfg.dtype} inputs, central differences" if lift.dtype is not None
+                      else "the independent fp64 formula (the kernel refuses fp64 and fp32)"),
+        "not_correctly_rounded": audit.frac_not_correctly_rounded,
+        "max_ulp": audit.max_ulp,
+        "mean_signed_ulp": audit.mean_signed_ulp,
+        "median_ulp": median_ulp,
+        **extra,
+    }
+    if lift.refusals:
+        details["not_lifted_to"] = "; ".join(lift.refusals)
+    # Non-finite where the correctly rounded reference is finite (an exact value beyond the
+    # dtype's range is inf when correctly rounded, and inf is then the right answer).
+    bad = int((~torch.isfinite(a64) & torch.isfinite(rounded)).sum())
+    notes = [f"analytic {name} has {bad} non-finite element(s) where the correctly rounded "
+             "reference is finite" if bad else "", nonfinite(f"lifted {name}", ref)]
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    m = measured_per_element(err, fd_tolerance(tol, scale, cfg), notes, details)
+    if not m.passed and not m.message:
+        m.message = _diagnosis(name, audit, median_ulp, higher() if higher else None)
+    return m
+
+
+def _diagnosis(name: str, audit: lowp.AuditResult, median_ulp: float,
+               higher: str | None) -> str:
+    """A failing gradient in a kernel maintainer's words: precision or formula.
+
+    Decided by the kernel's own backward in the lifted dtype (``higher``: ``"fp64"`` when it
+    matched the lifted differences there, ``"!fp64"`` when it did not): a formula error
+    shows in every precision, a precision error vanishes when the casts become no-ops.
+    Without it (no lift), by the typical (median) element: near-zero elements have huge
+    errors in ulps of their own tiny value whatever the cause.
+    """
+    numbers = (f"{name}: {audit.frac_not_correctly_rounded:.1%} of elements not correctly "
+               f"rounded against the lifted reference, median error {median_ulp:.2g} ulp, max "
+               f"{audit.max_ulp:.3g}, mean signed {audit.mean_signed_ulp:+.2g} ulp")
+    if higher is not None and higher.startswith("!"):
+        why = (f"wrong formula: the kernel's {higher[1:]} backward disagrees with its own "
+               f"{higher[1:]} forward too")
+    elif higher is not None:
+        why = (f"precision: in {higher} the same backward matches its forward, so an "
+               "intermediate is rounded to, or summed in, a precision below fp32")
+    elif median_ulp > lowp.WRONG_FORMULA_ULP:
+        why = "the typical element is off beyond any rounding: a wrong formula"
+    else:
+        why = ("the typical element is off by a few ulps at most: a rounding or accumulation "
+               "in low precision, or a formula error this small (the kernel's backward could "
+               "not run in a higher precision to tell them apart)")
+    return f"{numbers} — {why}"
+
+
+def _higher_backward(fn: Any, xh: torch.Tensor, wh: torch.Tensor, gh: torch.Tensor,
+                     est: fd.FDEstimate, fd_tol: torch.Tensor, magnitude: torch.Tensor,
+                     n_terms: int, cfg: Config, which: str) -> str | None:
+    """``"fp64"`` if the kernel's backward in the lifted dtype matches the lifted
+    differences, ``"!fp64"`` if not, ``None`` if it cannot run there."""
+    try:
+        _, dxh, dwh = analytic_grads(fn, xh, wh, gh, cfg.eps, cfg.zero_centered_gamma)
+    except Exception:  # only a diagnosis: the verdict stands without it
+        return None
+    grad = (dxh if which == "dx" else dwh).to(torch.float64)
+    # The formula is right if the lifted backward is within the lifted floor plus a margin far
+    # below the half-precision ulp (a kernel may compute its fp64 path in fp32).
+    tol = fd_tol + (U_COMPUTE * (summation_factor(n_terms) + K_OPS)
+                    + fd.unit_roundoff(cfg.torch_dtype) / 16) * magnitude
+    name = _NAMES[xh.dtype]
+    return name if bool(((grad - est.grad).abs() <= tol).all()) else f"!{name}"
+
+
+def _lifted_inputs(cfg: Config) -> tuple[Any, ...]:
+    if cfg.mode != "full":
+        raise Unsupported(
+            f"the {cfg.dtype} gradient check compares every element with a lifted reference; "
+            "--mode directional is for fp32/fp64"
+        )
+    return make_inputs(cfg)
+
+
+def _fd_extra(est: fd.FDEstimate) -> dict[str, Any]:
+    steps = est.step.reshape(-1)
+    return {"stencil": est.stencil.name, "step_min": float(steps.min()),
+            "step_max": float(steps.max()), "noise_floor": float(est.noise_floor.max()),
+            "forward_calls": est.forward_calls}
+
+
+def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
+    x, w, g = _lifted_inputs(cfg)
+    _, dx, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
+    lift = lift_dtype(fn, x, w, cfg)
+    m_dx, m_dw = _term_magnitudes(x, w, g, cfg)
+    analytic, magnitude = (dx, m_dx) if which == "dx" else (dw, m_dw)
+    n_terms = x.shape[-1] if which == "dx" else x.numel() // x.shape[-1]
+    if lift.dtype is None:
+        ref = _reference_grads(x, w, g, cfg)[0 if which == "dx" else 1]
+        return _judge(analytic, ref, torch.zeros_like(ref), magnitude, n_terms, lift, cfg,
+                      which, {})
+    xh, wh, gh = x.to(lift.dtype), w.to(lift.dtype), g.to(lift.dtype)
+    stencil = fd.STENCILS[cfg.stencil]
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    if which == "dx":
+        def forward(t: torch.Tensor) -> torch.Tensor:
+            return call_forward(fn, t, wh, cfg.eps, cfg.zero_centered_gamma)
+        est = fd.input_grad(forward, xh, gh, cfg.eps, stencil, cfg.step_rel, cfg.max_memory)
+    else:
+        def forward(v: torch.Tensor) -> torch.Tensor:
+            return call_forward(fn, xh, v, cfg.eps, cfg.zero_centered_gamma)
+        est = fd.weight_grad(forward, wh, xh, gh, stencil)
+    fd_tol = est.noise_floor
+    return _judge(analytic, est.grad, fd_tol, magnitude, n_terms, lift, cfg, which,
+                  _fd_extra(est), lambda: _higher_backward(fn, xh, wh, gh, est, fd_tol,
+                                                           magnitude, n_terms, cfg, which))
+
+
+def check_dx_lifted(fn: Any, cfg: Config) -> Measurement:
+    """The kernel's half-precision ``dx`` against its own forward lifted to fp64 / fp32."""
+    return _lifted(fn, cfg, "dx")
+
+
+def check_dw_lifted(fn: Any, cfg: Config) -> Measurement:
+    """The kernel's half-precision ``dw`` against its own forward lifted to fp64 / fp32."""
+    return _lifted(fn, cfg, "dw")
+
+
+__all__ = ["LIFT_DTYPES", "Lift", "check_dw_lifted", "check_dx_lifted", "lift_dtype"]

@@ -1,0 +1,48 @@
+"""Mutant 34: dx's row sum s = Σ g·x·γ is formed and accumulated in the input dtype.
+
+The products are rounded to x.dtype and added there, one rounding per column: in bf16 s
+carries errors of many ulps, and so does the variance term of every dx element.
+
+Everything else is a correct batch-invariant RMSNorm (see tests/mutants/README.md): the
+defect is marked ``# MUTANT``. In fp64 the casts are no-ops: there it is a correct kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gradcheck_bi.kernels.reduction import row_sum
+
+
+class Mutant(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool
+    ) -> torch.Tensor:
+        cdt = torch.promote_types(x.dtype, torch.float32)
+        xc = x.to(cdt)
+        wc = weight.to(cdt)
+        gamma = wc + 1 if zero_centered_gamma else wc
+        mean_sq = row_sum(xc * xc) / x.shape[-1]
+        r = 1.0 / torch.sqrt(mean_sq + eps)
+        y = xc * r.unsqueeze(-1) * gamma
+        ctx.save_for_backward(x, weight, r)
+        ctx.zcg = bool(zero_centered_gamma)
+        ctx.eps = eps
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        x, weight, r = ctx.saved_tensors
+        cdt = r.dtype
+        d = x.shape[-1]
+        xc, gc = x.to(cdt), g.to(cdt)
+        wc = weight.to(cdt)
+        gamma = wc + 1 if ctx.zcg else wc
+        r = r.unsqueeze(-1)
+        s = row_sum((gc * xc * gamma).to(x.dtype)).to(cdt).unsqueeze(-1)  # MUTANT
+        dx = gc * gamma * r - r * r * r * xc * s / d
+        dw = (gc * xc * r).reshape(-1, d).sum(dim=0)
+        return dx.to(x.dtype), dw.to(weight.dtype), None, None
