@@ -88,6 +88,8 @@ class AuditResult:
     """Elements more than ``WRONG_FORMULA_ULP`` ulps off (finite y)."""
     max_abs_exact_beyond: float
     """Largest |exact| among those (0 if none): tiny means an intermediate underflowed."""
+    max_abs_exact_zeroed: float
+    """Largest |exact| among the zeroed elements (0 if none): tiny means plain underflow."""
 
     @property
     def ok(self) -> bool:
@@ -165,6 +167,8 @@ def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None) -
     n_beyond = int(beyond.sum())
     max_abs_exact_beyond = (float(abs_ref.reshape(-1)[miss_idx][beyond].max())
                             if n_beyond else 0.0)
+    max_abs_exact_zeroed = (float(abs_ref.reshape(-1)[miss_idx][zeroed].max())
+                            if bool(zeroed.any()) else 0.0)
     sum_sq_overflows = None
     if x is not None:
         x64 = x.detach().to(torch.float64)
@@ -189,6 +193,7 @@ def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None) -
         max_abs_exact=max_abs_exact,
         n_beyond=n_beyond,
         max_abs_exact_beyond=max_abs_exact_beyond,
+        max_abs_exact_zeroed=max_abs_exact_zeroed,
     )
 
 
@@ -200,6 +205,10 @@ def passes(result: AuditResult) -> bool:
             and result.max_ulp <= MAX_ULP_THRESHOLD)
 
 
+def _count(n: int) -> str:
+    return f"{n} element" if n == 1 else f"{n} elements"
+
+
 def _pct(frac: float) -> str:
     return f"{100 * frac:.3g}%"
 
@@ -208,8 +217,9 @@ def classify(result: AuditResult) -> str:
     """One line for a kernel maintainer. The first class that applies, in this order:
 
     1. ``overflow`` — ``y`` non-finite where the correctly rounded exact value is finite; or
-       (given ``x`` to :func:`audit`) elements zeroed while Σx² exceeds the dtype's range:
-       "overflow (likely)", the signature of x² summed in fp16 and ``rsqrt(inf) = 0``;
+       (given ``x`` to :func:`audit`) elements zeroed — not only tiny ones — while Σx²
+       exceeds the dtype's range: "overflow (likely)", the signature of x² summed in fp16
+       and ``rsqrt(inf) = 0``;
     2. ``underflow`` — errors beyond WRONG_FORMULA_ULP only on values at most
        UNDERFLOW_RATIO of the largest |exact|: an intermediate went subnormal;
     3. ``wrong formula`` — max error above WRONG_FORMULA_ULP, or a mean signed error over
@@ -230,15 +240,15 @@ def classify(result: AuditResult) -> str:
     if r.n_overflow:
         return (f"overflow: {r.n_overflow} of {r.n_compared} elements non-finite where the "
                 f"exact value is finite (first at {list(r.overflow_index or ())})")
-    if r.n_zeroed and r.sum_sq_overflows:
+    tiny = UNDERFLOW_RATIO * r.max_abs_exact
+    if r.n_zeroed and r.sum_sq_overflows and r.max_abs_exact_zeroed > tiny:
         return (f"overflow (likely): {r.n_zeroed} of {r.n_compared} elements are 0 where the "
                 f"exact value is not, and Σx² exceeds {r.dtype}'s largest finite value here, "
                 f"so squaring or summing in {r.dtype} gives inf and rsqrt(inf) = 0 "
                 f"(if the kernel accumulates in fp32, suspect the formula instead)")
     # (An all-zero exact output has no scale to underflow against: a nonzero y is a formula.)
-    if (r.n_beyond and r.max_abs_exact > 0
-            and r.max_abs_exact_beyond <= UNDERFLOW_RATIO * r.max_abs_exact):
-        return (f"underflow: {r.n_beyond} elements with |exact| ≤ {r.max_abs_exact_beyond:.3g} "
+    if r.n_beyond and r.max_abs_exact > 0 and r.max_abs_exact_beyond <= tiny:
+        return (f"underflow: {_count(r.n_beyond)} with |exact| ≤ {r.max_abs_exact_beyond:.3g} "
                 f"are off by up to {r.max_ulp:.3g} ulp (an intermediate went subnormal, e.g. "
                 f"a value held in fp16 before a multiply); overall {missed}{where}")
     if r.max_ulp > WRONG_FORMULA_ULP or abs(r.mean_signed_ulp) > WRONG_FORMULA_BIAS:
