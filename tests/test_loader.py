@@ -139,6 +139,16 @@ def test_a_file_with_one_function_needs_no_attr(tmp_path: Path,
     assert [r["kernel"] for r in results] == [f"{tmp_path}/mynorm.py:MyNorm"]
 
 
+def test_a_module_class_beside_the_function_is_not_counted(tmp_path: Path) -> None:
+    # nn.Module has an apply(fn) method of its own: it is not a second Function.
+    (tmp_path / "withmodule.py").write_text(
+        "import torch\n"
+        "from gradcheck_bi.kernels.rmsnorm import After\n\n\n"
+        "class MyNorm(After):\n    pass\n\n\n"
+        "class Wrapper(torch.nn.Module):\n    pass\n")
+    assert complete_ref(f"{tmp_path}/withmodule.py") == f"{tmp_path}/withmodule.py:MyNorm"
+
+
 def test_a_file_with_several_functions_lists_them() -> None:
     with pytest.raises(KernelLoadError) as info:
         complete_ref(f"{KERNELS}/user_rmsnorm.py")
