@@ -32,12 +32,15 @@ def controls(entry: dict[str, set[str]]) -> str:
 
 
 def main() -> int:
-    # The CLI's closing lines go to stdout: keep them out of the table this writes there.
+    # The CLI's closing lines go to stdout: keep them out of the table this writes there
+    # (and write the table after the redirect ends, or it lands on stderr too).
     with contextlib.redirect_stdout(sys.stderr):
-        return _main()
+        table, code = _main()
+    sys.stdout.write(table)
+    return code
 
 
-def _main() -> int:
+def _main() -> tuple[str, int]:
     started = time.perf_counter()
     rows, all_regimes = [], set()
     correct = []
@@ -88,8 +91,7 @@ def _main() -> int:
             "| kernel | exit | results |", "| --- | ---: | --- |", *correct, "",
             f"_{len(rows)} mutants, {sum(r[1] == 1 for r in rows)} caught (exit 1); "
             f"{time.perf_counter() - started:.0f} s._", ""]
-    sys.stdout.write("\n".join(out))
-    return 0 if all(r[1] == 1 for r in rows) else 1
+    return "\n".join(out), 0 if all(r[1] == 1 for r in rows) else 1
 
 
 if __name__ == "__main__":
