@@ -2,7 +2,11 @@
 
 import sys
 
-from gradcheck_bi.cli import main
+try:
+    from gradcheck_bi.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line itself is being imported
+    sys.stderr.write("gradcheck-bi: interrupted; nothing was run\n")
+    sys.exit(130)
 
 if __name__ == "__main__":
     sys.exit(main())
