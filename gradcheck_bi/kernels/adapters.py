@@ -186,6 +186,13 @@ def _is_function(obj: Any) -> bool:
     return isinstance(obj, type) and issubclass(obj, torch.autograd.Function)
 
 
+def is_apply_class(obj: Any) -> bool:
+    """A class :func:`adapt` calls through its ``apply`` (an autograd Function or an apply
+    object) — never an nn.Module, whose ``apply(fn)`` is another method altogether."""
+    return (isinstance(obj, type) and callable(getattr(obj, "apply", None))
+            and not _is_module_factory(obj))
+
+
 def _own_forward_has_ctx(fn: type) -> bool:
     # Functions that define setup_context take no ctx in forward.
     return getattr(fn, "setup_context", None) is getattr(torch.autograd.Function,

@@ -33,9 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import torch
-
-from gradcheck_bi.kernels.adapters import adapt
+from gradcheck_bi.kernels.adapters import adapt, is_apply_class
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
 # Modules loaded from paths, by resolved path: two attributes of one file share one module.
@@ -158,7 +156,7 @@ def _attribute(module: ModuleType, attr: str, target: str) -> Any:
     for part in attr.split("."):
         if not hasattr(obj, part):
             public = sorted(n for n in dir(module) if not n.startswith("_")
-                            and _is_function(getattr(module, n)))
+                            and is_apply_class(getattr(module, n)))
             hint = f" (it defines {', '.join(public)})" if public else ""
             raise KernelLoadError(f"kernel {target} has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
@@ -170,14 +168,8 @@ def functions_in(target: str) -> list[str]:
     module = _load_file(target)
     return sorted(
         n for n, obj in vars(module).items()
-        if not n.startswith("_") and _is_function(obj) and obj.__module__ == module.__name__)
+        if not n.startswith("_") and is_apply_class(obj) and obj.__module__ == module.__name__)
 
-
-def _is_function(obj: Any) -> bool:
-    """A class with Megatron's ``apply`` — never an nn.Module, whose ``apply(fn)`` is another
-    method altogether."""
-    return (isinstance(obj, type) and callable(getattr(obj, "apply", None))
-            and not issubclass(obj, torch.nn.Module))
 
 
 def complete_ref(ref: str) -> str:
