@@ -222,7 +222,16 @@ def test_three_or_four_unnamed_parameters_are_read_in_megatron_order() -> None:
 
 
 def test_api_takes_the_same_shapes_of_kernel() -> None:
-    from tests.kernels.hf_style import plain_rms_norm
+    import importlib.util
+
+    # By path, not `from tests.kernels...`: that import worked only when an earlier test had
+    # left the checkout's root on sys.path.
+    where = Path(__file__).parent / "kernels" / "hf_style.py"
+    spec = importlib.util.spec_from_file_location("hf_style_for_api_test", where)
+    assert spec is not None and spec.loader is not None
+    hf_style = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf_style)
+    plain_rms_norm = hf_style.plain_rms_norm
 
     for kernel in (torch.nn.RMSNorm, plain_rms_norm, "torch", "torch:nn"):
         report = check(kernel, dtype="fp32", checks=["dx", "dw"], shapes=[(3, 16)])
