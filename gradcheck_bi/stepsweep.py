@@ -40,7 +40,7 @@ from gradcheck_bi._version import __version__
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.fd.step import input_step_rel
 from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import analytic_grads, call_forward
+from gradcheck_bi.kernels.call import analytic_grads, forward_in_x
 from gradcheck_bi.vocab import HALF_DTYPES, Config, KernelSpec, Unsupported
 
 # Smallest step exponent per dtype: at 2^lo the rounding error u/h is still well below |dx|
@@ -224,7 +224,7 @@ def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
     errs = []
     for step in steps:
         est = fd.input_grad(
-            lambda t: call_forward(spec.fn, t, w, cfg.eps, cfg.zero_centered_gamma), x, g,
+            forward_in_x(spec.fn, w, cfg.eps, cfg.zero_centered_gamma), x, g,
             cfg.eps, stencil, step, cfg.max_memory)
         err = (dx64 - est.grad).abs().max()
         errs.append(float(torch.nan_to_num(err, nan=math.inf)))

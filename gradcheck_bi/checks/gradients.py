@@ -12,7 +12,7 @@ fp64/fp32 (:mod:`.lifted`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -22,17 +22,9 @@ from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.lifted import check_dw_lifted, check_dx_lifted
 from gradcheck_bi.checks.tolerance import fd_tolerance
 from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import analytic_grads, call_forward
+from gradcheck_bi.kernels.call import analytic_grads, forward_in_w, forward_in_x
 from gradcheck_bi.kernels.reduction import row_sum
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
-
-
-def _forward_in_x(fn: Any, w: torch.Tensor, cfg: Config) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda t: call_forward(fn, t, w, cfg.eps, cfg.zero_centered_gamma)
-
-
-def _forward_in_w(fn: Any, x: torch.Tensor, cfg: Config) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda v: call_forward(fn, x, v, cfg.eps, cfg.zero_centered_gamma)
 
 
 def check_dx(fn: Any, cfg: Config) -> Measurement:
@@ -48,11 +40,12 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
     if cfg.mode != "full":
         raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
     est = fd.input_grad(
-        _forward_in_x(fn, w, cfg), x, g, cfg.eps, stencil, cfg.step_rel, cfg.max_memory
+        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma), x, g, cfg.eps, stencil,
+        cfg.step_rel, cfg.max_memory,
     )
     err = (dx.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
-    return _fdmeasured(err, est, float(est.grad.abs().max()), cfg, notes)
+    return _fd_verdict(err, est, float(est.grad.abs().max()), cfg, notes)
 
 
 def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Tensor,
@@ -62,8 +55,8 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     The worst index is ``[direction, *row]``; no single element of dx is checked.
     """
     est = fd.directional_input_grad(
-        _forward_in_x(fn, w, cfg), x, g, cfg.eps, cfg.directions, cfg.seed, stencil,
-        cfg.step_rel, cfg.max_memory,
+        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma), x, g, cfg.eps, cfg.directions,
+        cfg.seed, stencil, cfg.step_rel, cfg.max_memory,
     )
     analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
     err = (analytic - est.projection).abs()
@@ -76,10 +69,10 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     }
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference projection",
                                                         est.projection)]
-    return _fdmeasured(err, est, float(est.projection.abs().max()), cfg, notes, details)
+    return _fd_verdict(err, est, float(est.projection.abs().max()), cfg, notes, details)
 
 
-def _fdmeasured(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, scale: float,
+def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, scale: float,
                 cfg: Config, notes: Sequence[str],
                 extra: dict[str, Any] | None = None) -> Measurement:
     """Judge ``err`` element by element against the estimate's noise floor (or the config's
@@ -97,10 +90,10 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     stencil = fd.STENCILS[cfg.stencil]
     x, w, g = make_inputs(cfg)
     _, _, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
-    est = fd.weight_grad(_forward_in_w(fn, x, cfg), w, x, g, stencil)
+    est = fd.weight_grad(forward_in_w(fn, x, cfg.eps, cfg.zero_centered_gamma), w, x, g, stencil)
     err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
-    return _fdmeasured(err, est, float(est.grad.abs().max()), cfg, notes)
+    return _fd_verdict(err, est, float(est.grad.abs().max()), cfg, notes)
 
 
 def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.probe import refusal
 from gradcheck_bi.checks.tolerance import fd_tolerance, forward_tolerance, summation_factor
 from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import analytic_grads, call_forward
+from gradcheck_bi.kernels.call import analytic_grads, call_forward, forward_in_w, forward_in_x
 from gradcheck_bi.kernels.rmsnorm import reference_forward
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
@@ -238,15 +238,12 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
                       which, {})
     xh, wh, gh = x.to(lift.dtype), w.to(lift.dtype), g.to(lift.dtype)
     stencil = fd.STENCILS[cfg.stencil]
-    forward: Callable[[torch.Tensor], torch.Tensor]
     if which == "dx":
-        def forward(t: torch.Tensor) -> torch.Tensor:
-            return call_forward(fn, t, wh, cfg.eps, cfg.zero_centered_gamma)
-        est = fd.input_grad(forward, xh, gh, cfg.eps, stencil, cfg.step_rel, cfg.max_memory)
+        est = fd.input_grad(forward_in_x(fn, wh, cfg.eps, cfg.zero_centered_gamma), xh, gh,
+                            cfg.eps, stencil, cfg.step_rel, cfg.max_memory)
     else:
-        def forward(v: torch.Tensor) -> torch.Tensor:
-            return call_forward(fn, xh, v, cfg.eps, cfg.zero_centered_gamma)
-        est = fd.weight_grad(forward, wh, xh, gh, stencil)
+        est = fd.weight_grad(forward_in_w(fn, xh, cfg.eps, cfg.zero_centered_gamma), wh, xh,
+                             gh, stencil)
     fd_tol = est.noise_floor
     return _judge(analytic, est.grad, fd_tol, magnitude, n_terms, lift, cfg, which,
                   _fd_extra(est), lambda: _higher_backward(fn, xh, wh, gh, est, fd_tol,

@@ -14,6 +14,7 @@ returns no gradient or one of the wrong shape) is reported the same way everywhe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,18 @@ def call_forward(fn: Any, x: torch.Tensor, w: torch.Tensor, eps: float,
     if y.dtype != x.dtype:
         raise TypeError(f"forward returned {y.dtype} for x of {x.dtype}; expected y in x.dtype")
     return y
+
+
+def forward_in_x(fn: Any, w: torch.Tensor, eps: float,
+                 zero_centered_gamma: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The kernel's forward as a function of ``x`` alone (``w`` held): what FD in x differences."""
+    return lambda x: call_forward(fn, x, w, eps, zero_centered_gamma)
+
+
+def forward_in_w(fn: Any, x: torch.Tensor, eps: float,
+                 zero_centered_gamma: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The kernel's forward as a function of the weight alone (``x`` held)."""
+    return lambda w: call_forward(fn, x, w, eps, zero_centered_gamma)
 
 
 def analytic_grads(
