@@ -76,7 +76,7 @@ class Cell:
         if w.status in ("error", "unsupported"):
             return w.status.upper() if not w.as_expected and w.status == "error" else w.status
         err = self.max_err
-        number = "—" if err is None else ("0" if err == 0 else f"{err:.3e}")
+        number = format_error(err)
         if not self.as_expected:
             verdict = "FAIL (unexpected)" if w.status == "fail" else "PASS (defect missed)"
         else:
@@ -175,6 +175,11 @@ def _unique(values: Iterable[T]) -> list[T]:
         if v not in seen:
             seen.append(v)
     return seen
+
+
+def format_error(err: float | None) -> str:
+    """An error or tolerance, whole: ``—`` when absent, ``0`` when exactly zero."""
+    return "—" if err is None else ("0" if err == 0 else f"{err:.3e}")
 
 
 def format_ratio(ratio: float | None) -> str:

@@ -30,6 +30,7 @@ from gradcheck_bi.report.tables import (
     Cell,
     Row,
     Table,
+    format_error,
     format_index,
     format_ratio,
     short_name,
@@ -56,10 +57,6 @@ def glyph(r: Result) -> Segment:
     if not r.as_expected:
         return (mark + "!", "bold red")
     return (mark, "green" if r.status == "pass" else "yellow")
-
-
-def format_error(err: float | None) -> str:
-    return "—" if err is None else ("0" if err == 0 else f"{err:.3e}")
 
 
 def _cell_lines(cell: Cell) -> tuple[Line, str, str]:
