@@ -6,6 +6,11 @@ drawn in fp64 from the point's seed and only then cast, so the draw depends only
 shape and scales — never on kernel, check, zcg or device — and every kernel and control
 sees the same ``x`` and ``g``.
 
+The fp64 draw is the one piece of a GPU check that runs on the host (~20 ns per value), so
+it is made once per ``(seed, shape)`` and kept (:data:`DRAW_CACHE_BYTES`): the dx and dw
+points of a configuration, and its other controls, share it. Large draws are split over
+idle cores (:func:`draw_normal`) with bits equal to one ``torch.randn`` after another.
+
 >>> from gradcheck_bi.vocab import Config
 >>> x, w, g = make_inputs(Config(check="dx", shape=(2, 4), control="ones",
 ...                              zero_centered_gamma=True))
@@ -15,27 +20,138 @@ sees the same ``x`` and ``g``.
 
 from __future__ import annotations
 
+import functools
+import math
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 
+from gradcheck_bi.fd.threads import usable_cores
 from gradcheck_bi.vocab import Config
 
+# Draws kept for reuse, least recently used dropped first; a larger draw is not kept.
+DRAW_CACHE_BYTES = 256 << 20
+# Below this many values one core draws them (a thread's start costs more than it saves).
+PARALLEL_DRAW_MIN = 1 << 16
+_BLOCK = 16  # torch's CPU normal fill transforms uniforms in blocks of 16
+_draws: OrderedDict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, ...]] = OrderedDict()
+_lock = threading.Lock()
 
-def effective_gamma(cfg: Config, d: int, gen: torch.Generator) -> torch.Tensor:
-    """γ for the point's control, fp64; ``randn`` draws from ``gen`` (after x and g)."""
-    gamma_randn = torch.randn(d, generator=gen, dtype=torch.float64) * cfg.weight_scale
-    return {
-        "randn": gamma_randn,
-        "ones": torch.ones(d, dtype=torch.float64),
-        "zeros": torch.zeros(d, dtype=torch.float64),
-    }[cfg.control]
+
+def _consumed(n: int) -> int:
+    """fp64 uniforms that ``torch.randn(n)`` (``n >= 16``) takes from a CPU generator: one
+    per value, and the last block drawn again when ``n`` is not a multiple of 16."""
+    return n + (_BLOCK if n % _BLOCK else 0)
+
+
+def _pieces(sizes: list[int], parts: int) -> list[tuple[int, int, int]]:
+    """``(tensor, start, length)`` pieces of about ``sum(sizes) / parts`` values, each a
+    multiple of 16 long except a tensor's last, which is at least 16 long."""
+    step = max(_BLOCK, -(-sum(sizes) // parts // _BLOCK) * _BLOCK)
+    out = []
+    for i, n in enumerate(sizes):
+        start = 0
+        while n - start >= step + _BLOCK:
+            out.append((i, start, step))
+            start += step
+        out.append((i, start, n - start))
+    return out
+
+
+def _draw_split(gen: torch.Generator, sizes: list[int], parts: int,
+                pool: ThreadPoolExecutor | None) -> list[torch.Tensor]:
+    """What ``[torch.randn(n, generator=gen) for n in sizes]`` returns, drawn in pieces:
+    this thread walks the generator's stream with ``torch.rand`` (the same uniforms, ~3×
+    cheaper than normals) and hands each piece's starting state to the pool."""
+    outs = [torch.empty(n, dtype=torch.float64) for n in sizes]
+
+    def fill(state: torch.Tensor, i: int, start: int, length: int) -> None:
+        g = torch.Generator().set_state(state)
+        torch.randn(length, generator=g, dtype=torch.float64, out=outs[i][start:start + length])
+
+    pieces = _pieces(sizes, parts)
+    skip = torch.empty(max(_consumed(n) for _, _, n in pieces), dtype=torch.float64)
+    jobs = []
+    for i, start, length in pieces:
+        state = gen.get_state()
+        if pool is None:
+            fill(state, i, start, length)
+        else:
+            jobs.append(pool.submit(fill, state, i, start, length))
+        torch.rand(_consumed(length), generator=gen, dtype=torch.float64,
+                   out=skip[: _consumed(length)])
+    for job in jobs:
+        job.result()
+    return outs
+
+
+@functools.cache
+def _split_matches() -> bool:
+    """Whether this torch's CPU generator consumes its stream as :func:`_consumed` says:
+    a small split draw compared bit for bit with plain ``torch.randn`` calls."""
+    sizes = [83, 48, 37]
+    plain_gen = torch.Generator().manual_seed(12345)
+    plain = [torch.randn(n, generator=plain_gen, dtype=torch.float64) for n in sizes]
+    split = _draw_split(torch.Generator().manual_seed(12345), sizes, 5, None)
+    return all(torch.equal(a, b) for a, b in zip(plain, split, strict=True))
+
+
+def draw_normal(seed: int, sizes: list[int]) -> list[torch.Tensor]:
+    """fp64 standard normals: bit for bit ``[torch.randn(n) for n in sizes]`` from a CPU
+    generator seeded with ``seed``, split over the idle cores when the draw is large (and
+    every size but the last is at least 16, where the stream's use is known)."""
+    gen = torch.Generator().manual_seed(seed)
+    total, cores = sum(sizes), usable_cores()
+    if (total < PARALLEL_DRAW_MIN or cores < 2 or min(sizes[:-1], default=_BLOCK) < _BLOCK
+            or sizes[-1] < _BLOCK or not _split_matches()):
+        return [torch.randn(n, generator=gen, dtype=torch.float64) for n in sizes]
+    with ThreadPoolExecutor(max_workers=cores) as pool:
+        return _draw_split(gen, sizes, cores, pool)
+
+
+def _draw(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """Unscaled ``(x, g, γ)`` for a seed and shape, kept while they fit the cache."""
+    key = (seed, shape)
+    with _lock:
+        if key in _draws:
+            _draws.move_to_end(key)
+            return _draws[key]
+    n = math.prod(shape)
+    x, g, gamma = draw_normal(seed, [n, n, shape[-1]])
+    found = (x.view(shape), g.view(shape), gamma)
+    size = 8 * (2 * n + shape[-1])
+    with _lock:
+        if size <= DRAW_CACHE_BYTES:
+            _draws[key] = found
+            while sum(8 * sum(t.numel() for t in v) for v in _draws.values()) > DRAW_CACHE_BYTES:
+                _draws.popitem(last=False)
+    return found
+
+
+def forget_draws() -> None:
+    """Drop every kept draw (benchmarks time a configuration's first check this way)."""
+    with _lock:
+        _draws.clear()
+
+
+def effective_gamma(cfg: Config, gamma_randn: torch.Tensor) -> torch.Tensor:
+    """γ for the point's control, fp64; ``randn`` scales the drawn ``gamma_randn``."""
+    if cfg.control == "randn":
+        return gamma_randn * cfg.weight_scale
+    fill = {"ones": 1.0, "zeros": 0.0}[cfg.control]
+    return torch.full((gamma_randn.shape[0],), fill, dtype=torch.float64)
 
 
 def make_inputs(cfg: Config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(x, stored weight, upstream grad g)`` for a config, in its dtype and on its device."""
-    gen = torch.Generator().manual_seed(cfg.seed)
-    x = torch.randn(cfg.shape, generator=gen, dtype=torch.float64) * cfg.input_scale
-    g = torch.randn(cfg.shape, generator=gen, dtype=torch.float64)
-    gamma = effective_gamma(cfg, cfg.shape[-1], gen)
+    """``(x, stored weight, upstream grad g)`` for a config, in its dtype and on its device.
+
+    Fresh tensors every call: a kernel that writes into its inputs cannot reach the kept
+    draw."""
+    x_raw, g_raw, gamma_raw = _draw(cfg.seed, tuple(cfg.shape))
+    x = x_raw * cfg.input_scale
+    gamma = effective_gamma(cfg, gamma_raw)
     w = gamma - 1 if cfg.zero_centered_gamma else gamma
     dt, dev = cfg.torch_dtype, torch.device(cfg.device)
-    return x.to(dev, dt), w.to(dev, dt), g.to(dev, dt)
+    return x.to(dev, dt), w.to(dev, dt), g_raw.to(dev, dt, copy=True)

@@ -10,6 +10,8 @@ import. ``parse_bytes`` is the one reader of sizes such as ``512M`` or ``2G``.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import math
 import os
@@ -32,6 +34,36 @@ CPU_CHUNK_ELEMENTS = 1 << 19
 MEMORY_FRACTION = 0.25
 _MIN_DEFAULT_MEMORY = 256 << 20
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+# glibc's malloc hands blocks over its mmap threshold straight back to the kernel when freed
+# and trims the heap top above its trim threshold, so every chunk-sized tensor of the loop
+# (the forward's output and temporaries, a few MiB each) came back as fresh zero pages:
+# 411 k page faults in one (16, 4096) fp64 CPU check, 1.3x its time (docs/benchmarks.md).
+# Large CPU checks therefore keep freed chunks in the heap (glibc only; see
+# keep_freed_memory).
+HEAP_MMAP_THRESHOLD = 64 << 20
+HEAP_TRIM_THRESHOLD = 256 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed blocks below 64 MiB for reuse (up to 256 MiB idle at
+    the heap top) instead of returning them to the OS: reused memory costs no page faults.
+
+    Process-wide and for the rest of the process (glibc cannot restore its adaptive
+    defaults); called by the finite-difference loop only for checks large enough to use
+    the compiled CPU sums. Returns whether it took effect (False off glibc).
+    """
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)
+                and mallopt(_M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD))
 
 
 class MemoryBudgetError(ValueError):

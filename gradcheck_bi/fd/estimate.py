@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.fd.budget import check_budget, chunk_shape
+from gradcheck_bi.fd.budget import check_budget, chunk_shape, keep_freed_memory
 from gradcheck_bi.fd.noise import (
     RESIDUAL_VAR,
     dw_analytic_var,
@@ -46,7 +46,7 @@ from gradcheck_bi.fd.noise import (
     noise_scale,
     unit_roundoff,
 )
-from gradcheck_bi.fd.reduce import level_sums
+from gradcheck_bi.fd.reduce import level_sums, native_worth, sums_into
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
 from gradcheck_bi.fd.threads import cpu_threads
@@ -76,7 +76,7 @@ def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
 
 def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Tensor,
                   g2: torch.Tensor, y0: torch.Tensor, delta: torch.Tensor,
-                  chunk: tuple[int, int], sums: torch.Tensor) -> int:
+                  chunk: tuple[int, int], sums: torch.Tensor, native: bool) -> int:
     """Fill ``sums[:, column, row]`` (:func:`level_sums`) chunk by chunk; returns the number
     of forward calls. ``delta[p, r]``: the step of stencil point ``p`` for row ``r``."""
     n_rows, n_cols = x2.shape
@@ -88,11 +88,13 @@ def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Ten
         n_r = rows.shape[0]
         # points × n_c_max copies of the row block; any prefix of them is unperturbed rows.
         buf = rows.repeat(points * n_c_max, 1)
-        g_r, y0_r, delta_r = g2[r0 : r0 + n_r], y0[r0 : r0 + n_r], delta[:, r0 : r0 + n_r]
+        delta_r = delta[:, r0 : r0 + n_r]
+        reduce_into = sums_into(y0[r0 : r0 + n_r], g2[r0 : r0 + n_r], native=native)
+        every = torch.arange(n_c_max, device=dev)
         for c0 in range(0, n_cols, n_c_max):
             n_c = min(n_c_max, n_cols - c0)
             xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
-            local = torch.arange(n_c, device=dev)
+            local = every[:n_c]
             cols = local + c0
             base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r)
             # xs[p, c, r, c0 + c] = x[r, c0 + c] + delta[p, r]; the index result is (n_c, p, r)
@@ -105,8 +107,11 @@ def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Ten
                     f"forward returned shape {tuple(ys.shape)} for a batch of "
                     f"{(points * n_c * n_r, n_cols)}"
                 )
-            s = level_sums(ys.reshape(points, n_c, n_r, n_cols), y0_r, g_r)
-            sums[:, c0 : c0 + n_c, r0 : r0 + n_r] = s
+            reduce_into(ys.reshape(points, n_c, n_r, n_cols),
+                        sums[:, c0 : c0 + n_c, r0 : r0 + n_r])
+            # Free this chunk's outputs before the next forward allocates its own: the
+            # next call then reuses the same (cache-warm) memory.
+            del ys
             xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
     return calls
 
@@ -154,7 +159,10 @@ def input_grad(
     y0 = _unperturbed(forward, x2)
     calls = 1
     with cpu_threads(dev, points * n_c_max * n_r_max * n_cols):
-        calls += _chunked_sums(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums)
+        native = native_worth(points * n_cols * n_rows * n_cols, dev)
+        if native:
+            keep_freed_memory()
+        calls += _chunked_sums(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, D, R)
     grad = (stencil_sum(odd, stencil) / h).T
     u = unit_roundoff(x.dtype)
@@ -230,6 +238,7 @@ def directional_input_grad(
     sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
     calls = 1
+    native = native_worth(stencil.points * n_m * n_cols, dev)
     with cpu_threads(dev, stencil.points * min(per_call, n_m) * n_cols):
         for m0 in range(0, n_m, per_call):
             sl = slice(m0, min(n_m, m0 + per_call))
@@ -243,7 +252,7 @@ def directional_input_grad(
                 raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
                                  f"{(xs.shape[0] * xs.shape[1], n_cols)}")
             real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
-            sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl])
+            sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl], native=native)
             veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, K·R)
     proj = stencil_sum(odd, stencil) / h_m

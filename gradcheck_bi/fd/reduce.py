@@ -13,10 +13,16 @@ any number of threads, run to run). Every difference is taken elementwise in fp6
 nearby values (exact) before the product with ``g``, so the sums add almost no rounding of
 their own to what they measure.
 
-Two paths: where the reduction backend is Triton (CUDA by default) one fused kernel reads
-each perturbed output once and keeps every sum in registers
-(:mod:`gradcheck_bi.kernels._triton_fd`); elsewhere a few whole-chunk torch ops (no fp64 copy
-of an fp64 chunk) and one fixed-order :func:`~gradcheck_bi.kernels.reduction.row_sum`.
+Three paths, one set of bits per path and ``D``:
+
+* where the reduction backend is Triton (CUDA by default), one fused kernel reads each
+  perturbed output once and keeps every sum in registers
+  (:mod:`gradcheck_bi.kernels._triton_fd`);
+* on CPU, for a check large enough to repay numba's start (``native=True``, see
+  :func:`native_worth`), one compiled pass (:mod:`gradcheck_bi.kernels._numba_fd`), bitwise
+  equal to the torch ops;
+* elsewhere a few whole-chunk torch ops (no fp64 copy of an fp64 chunk) and one fixed-order
+  :func:`~gradcheck_bi.kernels.reduction.row_sum`.
 
 >>> import torch
 >>> ys = torch.randn(6, 3, 2, 8, dtype=torch.float64)
@@ -27,6 +33,9 @@ torch.Size([6, 3, 2])
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -61,11 +70,38 @@ def _fused(ys: torch.Tensor, sums: Sums) -> bool:
     return sums.levels <= _triton_fd.MAX_LEVELS
 
 
+# The CPU one-pass sums pay numba's import and cached-code load (~0.4 s; ~1.2 s to compile
+# per dtype the first time) and then save ~0.9 ns per perturbed element over the torch ops
+# (docs/benchmarks.md, "One-pass CPU sums"): below 2^29 elements the start costs more.
+NATIVE_MIN_ELEMENTS = 1 << 29
+
+
+@functools.cache
+def numba_available() -> bool:
+    """True when numba imports here and ``GRADCHECK_BI_NUMBA`` is not ``0``."""
+    if os.environ.get("GRADCHECK_BI_NUMBA", "1") == "0":
+        return False
+    try:
+        import numba  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def native_worth(perturbed_elements: int, device: torch.device) -> bool:
+    """Whether a CPU check that reduces ``perturbed_elements`` in all should use the
+    compiled one-pass sums (numba importable, and enough work to repay its start)."""
+    return (device.type == "cpu" and perturbed_elements >= NATIVE_MIN_ELEMENTS
+            and numba_available())
+
+
 def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
-               sums: Sums | None = None) -> torch.Tensor:
+               sums: Sums | None = None, *, native: bool = False,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """``(sums.count, *ys.shape[1:-1])`` fp64: see the module docstring. ``y0`` and ``g`` are
     ``ys.shape[-2:]`` (shared by every leading index); ``sums`` defaults to odd and even for
-    every level."""
+    every level. ``native`` asks for the compiled CPU pass where it applies (same bits);
+    ``out``, a view of that shape, receives the sums (and is returned)."""
     sums = sums or Sums(ys.shape[0] // 2)
     if ys.shape[0] != 2 * sums.levels:
         raise ValueError(f"{ys.shape[0]} stencil points for {sums.levels} levels")
@@ -75,8 +111,36 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
     if _fused(ys, sums):
         from gradcheck_bi.kernels import _triton_fd
 
-        return _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even)
-    return _level_sums_torch(ys, y0, g, sums)
+        result = _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even)
+    elif native and ys.device.type == "cpu" and ys.dtype in (torch.float32, torch.float64):
+        from gradcheck_bi.kernels import _numba_fd
+
+        return _numba_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
+    else:
+        result = _level_sums_torch(ys, y0, g, sums)
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def sums_into(y0: torch.Tensor, g: torch.Tensor, sums: Sums | None = None, *,
+              native: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``run(ys, out)``: :func:`level_sums` of ``ys`` written into ``out``, for a loop over
+    chunks that share ``y0`` and ``g`` (the compiled CPU pass prepares them once)."""
+    if native and y0.device.type == "cpu":
+        from gradcheck_bi.kernels import _numba_fd
+
+        compiled = _numba_fd.sums_into(y0, g, sums.odd if sums else True,
+                                       sums.even if sums else True)
+
+        def run(ys: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            if ys.dtype in (torch.float32, torch.float64) and ys.device.type == "cpu":
+                return compiled(ys, out)
+            return level_sums(ys, y0, g, sums, out=out)
+
+        return run
+    return lambda ys, out: level_sums(ys, y0, g, sums, out=out)
 
 
 def _level_sums_torch(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,

@@ -1,0 +1,90 @@
+"""The compiled one-pass CPU level sums (numba): the torch path's bits, and when they run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import rand, where_differs
+
+from gradcheck_bi import fd
+from gradcheck_bi.fd.reduce import Sums, _level_sums_torch
+from gradcheck_bi.kernels.rmsnorm import After
+
+pytest.importorskip("numba")
+
+from gradcheck_bi.kernels import _numba_fd
+
+
+def _chunk(levels: int, cols: int, rows: int, d: int, dtype: torch.dtype, seed: int):  # type: ignore[no-untyped-def]
+    """Perturbed outputs near y0 (differences small against y, as in a real chunk), with a
+    -0.0 and an exact zero difference planted."""
+    y0 = rand(rows, d, dtype=dtype, seed=seed)
+    ys = y0[None, None] + 1e-3 * rand(2 * levels, cols, rows, d, dtype=dtype, seed=seed + 1)
+    ys[0, 0, 0, 0] = y0[0, 0]
+    ys[levels, 0, 0, 0] = y0[0, 0]
+    ys[:, 0, -1, -1] = -0.0
+    return ys, y0.double(), rand(rows, d, seed=seed + 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 16, 255, 256, 300, 1023, 1024, 1025, 2048, 2500,
+                               4097])
+def test_native_sums_are_the_torch_paths_bits(dtype: torch.dtype, d: int) -> None:
+    for levels in (1, 3):
+        ys, y0, g = _chunk(levels, 2, 3, d, dtype, seed=d + levels)
+        for sums in (Sums(levels), Sums(levels, odd=False), Sums(levels, even=False)):
+            want = _level_sums_torch(ys, y0, g, sums)
+            got = fd.reduce.level_sums(ys, y0, g, sums, native=True)
+            assert got.dtype == torch.float64 and torch.equal(got, want), \
+                f"D={d} {sums}: " + where_differs(got, want)
+
+
+def test_native_sums_write_into_a_strided_view() -> None:
+    ys, y0, g = _chunk(3, 2, 4, 300, torch.float64, seed=3)
+    whole = torch.full((6, 5, 9), float("nan"), dtype=torch.float64)
+    view = whole[:, 1:3, 2:6]  # (6, 2, 4), not contiguous
+    out = fd.reduce.level_sums(ys, y0, g, native=True, out=view)
+    assert out.data_ptr() == view.data_ptr()
+    assert torch.equal(view, _level_sums_torch(ys, y0, g, Sums(3)))
+    assert whole[:, 0].isnan().all() and whole[:, :, :2].isnan().all(), "wrote outside out"
+    with pytest.raises(ValueError, match="out must be fp64"):
+        _numba_fd.level_sums(ys, y0, g, True, True, out=torch.empty(6, 2, 4))
+
+
+def test_native_sums_refuse_what_they_cannot_compute() -> None:
+    ys, y0, g = _chunk(1, 1, 2, 8, torch.float64, seed=1)
+    with pytest.raises(ValueError, match="fp32/fp64 CPU"):
+        _numba_fd.level_sums(ys.half(), y0, g, True, True)
+    with pytest.raises(ValueError, match="2 points per level"):
+        _numba_fd.level_sums(ys[:1], y0, g, True, True)
+    # bf16 outputs are not compiled for: the torch path takes them, native asked or not
+    got = fd.reduce.level_sums(ys.bfloat16(), y0, g, native=True)
+    assert torch.equal(got, _level_sums_torch(ys.bfloat16(), y0, g, Sums(1)))
+
+
+def test_input_grad_gives_the_same_bits_native_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, g, w = rand(3, 40, seed=41), rand(3, 40, seed=42), rand(40, seed=43)
+
+    def forward(t: torch.Tensor) -> torch.Tensor:
+        return After.apply(t, w, 1e-6, False)
+
+    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev: False)
+    ref = fd.input_grad(forward, x, g, 1e-6, chunk=(7, 2))
+    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev: True)
+    got = fd.input_grad(forward, x, g, 1e-6, chunk=(7, 2))
+    assert torch.equal(got.grad, ref.grad) and torch.equal(got.noise_floor, ref.noise_floor)
+
+
+def test_native_path_only_for_large_cpu_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = torch.device("cpu")
+    big = fd.reduce.NATIVE_MIN_ELEMENTS
+    assert fd.reduce.native_worth(big, cpu)
+    assert not fd.reduce.native_worth(big - 1, cpu)
+    assert not fd.reduce.native_worth(big, torch.device("meta"))
+    monkeypatch.setenv("GRADCHECK_BI_NUMBA", "0")
+    fd.reduce.numba_available.cache_clear()
+    try:
+        assert not fd.reduce.native_worth(big, cpu)
+    finally:
+        monkeypatch.delenv("GRADCHECK_BI_NUMBA")
+        fd.reduce.numba_available.cache_clear()
