@@ -216,6 +216,7 @@ def test_threads_by_chunk_size_and_restored_after(monkeypatch: pytest.MonkeyPatc
 
 def test_usable_cores_leave_room_for_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fd.threads.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(fd.threads, "_own", (0.0, 1))  # no parallel loop of ours lately
     for load, cores in ((0.5, 4), (1.0, 4), (2.4, 3), (3.6, 1), (40.0, 1)):
         monkeypatch.setattr(fd.threads.os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
         assert fd.threads.usable_cores() == cores, f"load {load}"
@@ -300,3 +301,24 @@ def test_cuda_chunk_ignores_what_the_allocator_caches(monkeypatch: pytest.Monkey
     cols, rows = fresh
     room = (60 << 30) // 4 // fd.BYTES_PER_ELEMENT[torch.float32]
     assert rows == 64 and room // 2 < cols * rows * 6 * 8192 <= room, (cols, rows)
+
+
+def test_usable_cores_count_our_own_recent_threads_as_ours(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Right after a 2-thread loop the load average reads ~2 on an otherwise idle machine:
+    # both units are ours, so the next check may use both cores again.
+    monkeypatch.setattr(fd.threads.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(fd.threads.os, "getloadavg", lambda: (2.0, 0.0, 0.0))
+    monkeypatch.setattr(fd.threads, "_own", (0.0, 1))
+    assert fd.threads.usable_cores() == 1, "a load of 2 with nothing of ours: one core is busy"
+    with fd.threads.cpu_threads(torch.device("cpu"), fd.threads.PARALLEL_MIN_ELEMENTS) as used:
+        assert used == 1
+    monkeypatch.setattr(fd.threads, "_own", (0.0, 1))
+    monkeypatch.setattr(fd.threads.os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    with fd.threads.cpu_threads(torch.device("cpu"), fd.threads.PARALLEL_MIN_ELEMENTS) as used:
+        assert used == 2
+    monkeypatch.setattr(fd.threads.os, "getloadavg", lambda: (2.0, 0.0, 0.0))
+    assert fd.threads.usable_cores() == 2, "our own 2 threads were taken for someone else's"
+    monkeypatch.setattr(fd.threads.time, "monotonic",
+                        lambda: fd.threads._own[0] + 1.0)  # a minute later: forgotten
+    assert fd.threads.usable_cores() == 1

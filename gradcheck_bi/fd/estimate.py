@@ -81,7 +81,7 @@ def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Ten
     of forward calls. ``delta[p, r]``: the step of stencil point ``p`` for row ``r``."""
     n_rows, n_cols = x2.shape
     n_c_max, n_r_max = chunk
-    points, dev = delta.shape[0], x2.device
+    points = delta.shape[0]
     calls = 0
     for r0 in range(0, n_rows, n_r_max):
         rows = x2[r0 : r0 + n_r_max]
@@ -90,15 +90,16 @@ def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Ten
         buf = rows.repeat(points * n_c_max, 1)
         delta_r = delta[:, r0 : r0 + n_r]
         reduce_into = sums_into(y0[r0 : r0 + n_r], g2[r0 : r0 + n_r], native=native)
-        every = torch.arange(n_c_max, device=dev)
         for c0 in range(0, n_cols, n_c_max):
             n_c = min(n_c_max, n_cols - c0)
             xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
-            local = every[:n_c]
-            cols = local + c0
-            base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r)
-            # xs[p, c, r, c0 + c] = x[r, c0 + c] + delta[p, r]; the index result is (n_c, p, r)
-            xs[:, local, :, cols] = base[:, None, :] + delta_r[None, :, :]
+            # The perturbed elements xs[p, c, r, c0 + c] as one strided view (a diagonal
+            # across column copy c and the row's columns): plain copies, no index tensors.
+            hit = xs.as_strided((points, n_c, n_r),
+                                (xs.stride(0), xs.stride(1) + 1, xs.stride(2)),
+                                xs.storage_offset() + c0)
+            base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r): x[r, c0 + c]
+            hit.copy_(base[None] + delta_r[:, None, :])
             with torch.no_grad():
                 ys = forward(xs.view(-1, n_cols))
             calls += 1
@@ -112,7 +113,7 @@ def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Ten
             # Free this chunk's outputs before the next forward allocates its own: the
             # next call then reuses the same (cache-warm) memory.
             del ys
-            xs[:, local, :, cols] = base[:, None, :].expand(n_c, points, n_r)
+            hit.copy_(base[None].expand(points, n_c, n_r))
     return calls
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 
 import torch
@@ -27,7 +28,12 @@ import torch
 # Measured (docs/benchmarks.md, "Threads"): the crossover where a second thread starts to
 # pay for the chunk's ops.
 PARALLEL_MIN_ELEMENTS = 1 << 18
+# The 1-minute load average still counts this process's own threads for about a minute after
+# a parallel loop: for that long, as many units of it are ours (else a check right after a
+# parallel one took our own recent work for someone else's and ran on one thread).
+OWN_LOAD_MEMORY_S = 60.0
 _fixed: int | None = None
+_own: tuple[float, int] = (0.0, 1)  # (until when, threads) of our last parallel loop
 
 
 def fix_threads(n: int | None) -> None:
@@ -46,14 +52,17 @@ def fixed_threads() -> int | None:
 def usable_cores() -> int:
     """Cores this process may run on that the 1-minute load average leaves idle (≥ 1).
 
-    The load average counts this process too, so one unit of it is ours.
+    The load average counts this process too: one unit of it is ours, or as many as the
+    threads of our last parallel loop if that ran within ``OWN_LOAD_MEMORY_S``.
     """
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     try:
-        busy = max(0.0, os.getloadavg()[0] - 1.0)
+        until, threads = _own
+        ours = threads if time.monotonic() < until else 1
+        busy = max(0.0, os.getloadavg()[0] - ours)
     except (AttributeError, OSError):
         busy = 0.0
     return max(1, min(cores, int(cores - busy + 0.5)))
@@ -75,7 +84,10 @@ def cpu_threads(device: torch.device, chunk_elements: int) -> Iterator[int]:
     if device.type != "cpu":
         yield torch.get_num_threads()
         return
+    global _own
     previous, wanted = torch.get_num_threads(), threads_for(chunk_elements)
+    if wanted > 1:
+        _own = (time.monotonic() + OWN_LOAD_MEMORY_S, wanted)
     if wanted != previous:
         torch.set_num_threads(wanted)
     try:
