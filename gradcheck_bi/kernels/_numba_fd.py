@@ -13,9 +13,10 @@ The torch path makes about a dozen passes over the chunk (differences, products,
 additions); this reads each perturbed output once, while it is still in cache, and the
 inner loops vectorise (no reassociation: numba's default float semantics, no fastmath).
 
-Serial on purpose: one chunk's sums take a fraction of its forward, and a numba thread
-pool beside torch's fought it for the same cores (a parallel version over rows, measured on
-2 cores: no faster with OpenMP, 1.8x slower with numba's workqueue).
+Serial on purpose: one chunk's sums take a fraction of its forward, and every second
+thread tried fought torch's OpenMP threads (which spin after each op) for the same cores.
+Measured on 2 cores with torch at 2 threads: numba's OpenMP ``prange`` no faster, its
+workqueue 1.8x slower, half the rows in a Python thread 1.5x slower (docs/benchmarks.md).
 
 Compiled on first use (about a second per dtype of ``ys``) and cached on disk by numba;
 :mod:`gradcheck_bi.fd.reduce` only calls it for checks large enough to repay that.
