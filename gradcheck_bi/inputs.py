@@ -33,8 +33,11 @@ from gradcheck_bi.vocab import Config
 
 # Draws kept for reuse, least recently used dropped first; a larger draw is not kept.
 DRAW_CACHE_BYTES = 256 << 20
-# Below this many values one core draws them (a thread's start costs more than it saves).
+# Below this many values, or with fewer idle cores, one core draws them. Measured
+# (docs/benchmarks.md, "The input draw"): 2.2-3.2x faster on 16 cores for 1-4 M values,
+# no faster on 2 (the stream must still be walked once, at ~1/3 of a normal's cost).
 PARALLEL_DRAW_MIN = 1 << 16
+PARALLEL_DRAW_MIN_CORES = 4
 _BLOCK = 16  # torch's CPU normal fill transforms uniforms in blocks of 16
 _draws: OrderedDict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, ...]] = OrderedDict()
 _lock = threading.Lock()
@@ -104,8 +107,9 @@ def draw_normal(seed: int, sizes: list[int]) -> list[torch.Tensor]:
     every size but the last is at least 16, where the stream's use is known)."""
     gen = torch.Generator().manual_seed(seed)
     total, cores = sum(sizes), usable_cores()
-    if (total < PARALLEL_DRAW_MIN or cores < 2 or min(sizes[:-1], default=_BLOCK) < _BLOCK
-            or sizes[-1] < _BLOCK or not _split_matches()):
+    small = min(sizes) < _BLOCK  # a stream use only known for >= 16 values
+    if (total < PARALLEL_DRAW_MIN or cores < PARALLEL_DRAW_MIN_CORES or small
+            or not _split_matches()):
         return [torch.randn(n, generator=gen, dtype=torch.float64) for n in sizes]
     with ThreadPoolExecutor(max_workers=cores) as pool:
         return _draw_split(gen, sizes, cores, pool)

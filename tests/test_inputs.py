@@ -44,16 +44,22 @@ def _sequential(cfg: Config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("shape", [(2, 8, 256), (3, 4097), (64, 1031), (1, 24), (5, 7)])
 def test_draw_is_bitwise_the_sequential_randn_draw(shape: tuple[int, ...],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # Force the split path on (two "idle" cores, no size floor) and clear the kept draws, so
+    # Force the split path on (four "idle" cores, no size floor) and clear the kept draws, so
     # both the split and the kept copy are compared with plain torch.randn calls.
-    monkeypatch.setattr(inputs, "usable_cores", lambda: 2)
+    monkeypatch.setattr(inputs, "usable_cores", lambda: 4)
     monkeypatch.setattr(inputs, "PARALLEL_DRAW_MIN", 0)
     inputs._draws.clear()
+    assert inputs._split_matches()  # (cached: it draws through _draw_split once itself)
+    split = inputs._draw_split
+    used: list[int] = []
+    monkeypatch.setattr(inputs, "_draw_split",
+                        lambda *a: used.append(1) or split(*a))  # type: ignore[func-returns-value]
     for control, zcg, scale in (("randn", False, 1.0), ("ones", True, 1e-3), ("zeros", False, 7.0)):
         cfg = Config(check="dx", shape=shape, seed=11, control=control, zero_centered_gamma=zcg,
                      input_scale=scale, weight_scale=scale)
         for got, want in zip(make_inputs(cfg), _sequential(cfg), strict=True):
             assert got.dtype == want.dtype and torch.equal(got, want)
+    assert used == ([] if shape[-1] < 16 else [1]), "drawn once, split unless D < 16"
 
 
 @pytest.mark.parametrize("parts", [2, 3, 8, 64])
