@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from gradcheck_bi.fd.budget import check_budget, chunk_shape, keep_freed_memory
+from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, run_chunks
 from gradcheck_bi.fd.noise import (
     RESIDUAL_VAR,
     dw_analytic_var,
@@ -46,10 +47,10 @@ from gradcheck_bi.fd.noise import (
     noise_scale,
     unit_roundoff,
 )
-from gradcheck_bi.fd.reduce import level_sums, native_worth, sums_into
+from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
-from gradcheck_bi.fd.threads import cpu_threads
+from gradcheck_bi.fd.threads import cpu_threads, spread_processes
 
 
 @dataclass
@@ -72,49 +73,6 @@ def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
     if tuple(y0.shape) != tuple(x2.shape):
         raise ValueError(f"forward returned shape {tuple(y0.shape)} for {tuple(x2.shape)}")
     return y0.to(torch.float64)
-
-
-def _chunked_sums(forward: Callable[[torch.Tensor], torch.Tensor], x2: torch.Tensor,
-                  g2: torch.Tensor, y0: torch.Tensor, delta: torch.Tensor,
-                  chunk: tuple[int, int], sums: torch.Tensor, native: bool) -> int:
-    """Fill ``sums[:, column, row]`` (:func:`level_sums`) chunk by chunk; returns the number
-    of forward calls. ``delta[p, r]``: the step of stencil point ``p`` for row ``r``."""
-    n_rows, n_cols = x2.shape
-    n_c_max, n_r_max = chunk
-    points = delta.shape[0]
-    calls = 0
-    for r0 in range(0, n_rows, n_r_max):
-        rows = x2[r0 : r0 + n_r_max]
-        n_r = rows.shape[0]
-        # points × n_c_max copies of the row block; any prefix of them is unperturbed rows.
-        buf = rows.repeat(points * n_c_max, 1)
-        delta_r = delta[:, r0 : r0 + n_r]
-        reduce_into = sums_into(y0[r0 : r0 + n_r], g2[r0 : r0 + n_r], native=native)
-        for c0 in range(0, n_cols, n_c_max):
-            n_c = min(n_c_max, n_cols - c0)
-            xs = buf[: points * n_c * n_r].view(points, n_c, n_r, n_cols)
-            # The perturbed elements xs[p, c, r, c0 + c] as one strided view (a diagonal
-            # across column copy c and the row's columns): plain copies, no index tensors.
-            hit = xs.as_strided((points, n_c, n_r),
-                                (xs.stride(0), xs.stride(1) + 1, xs.stride(2)),
-                                xs.storage_offset() + c0)
-            base = rows[:, c0 : c0 + n_c].T  # (n_c, n_r): x[r, c0 + c]
-            hit.copy_(base[None] + delta_r[:, None, :])
-            with torch.no_grad():
-                ys = forward(xs.view(-1, n_cols))
-            calls += 1
-            if tuple(ys.shape) != (points * n_c * n_r, n_cols):
-                raise ValueError(
-                    f"forward returned shape {tuple(ys.shape)} for a batch of "
-                    f"{(points * n_c * n_r, n_cols)}"
-                )
-            reduce_into(ys.reshape(points, n_c, n_r, n_cols),
-                        sums[:, c0 : c0 + n_c, r0 : r0 + n_r])
-            # Free this chunk's outputs before the next forward allocates its own: the
-            # next call then reuses the same (cache-warm) memory.
-            del ys
-            hit.copy_(base[None].expand(points, n_c, n_r))
-    return calls
 
 
 def input_grad(
@@ -158,12 +116,19 @@ def input_grad(
     n_c_max, n_r_max = chunk or chunk_shape(n_rows, n_cols, stencil, x.dtype, max_memory, dev)
     n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
     y0 = _unperturbed(forward, x2)
-    calls = 1
-    with cpu_threads(dev, points * n_c_max * n_r_max * n_cols):
-        native = native_worth(points * n_cols * n_rows * n_cols, dev)
-        if native:
-            keep_freed_memory()
-        calls += _chunked_sums(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
+    native = native_worth(points * n_cols * n_rows * n_cols, dev)
+    loop = ChunkLoop(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
+    if native:
+        keep_freed_memory()
+    chunk_elements = points * n_c_max * n_r_max * n_cols
+    processes = spread_processes(dev, chunk_elements) if native else 1
+    if processes > 1 and loadable_elsewhere(forward):  # one torch thread in each process
+        with cpu_threads(dev, 0):
+            run_chunks(loop, processes, forward)
+    else:
+        with cpu_threads(dev, chunk_elements):
+            run_chunks(loop, 1)
+    calls = 1 + len(loop.tasks())
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, D, R)
     grad = (stencil_sum(odd, stencil) / h).T
     u = unit_roundoff(x.dtype)

@@ -78,6 +78,19 @@ def threads_for(chunk_elements: int) -> int:
     return usable_cores()
 
 
+def spread_processes(device: torch.device, chunk_elements: int) -> int:
+    """Processes (one torch thread each) for a large CPU chunk loop whose kernel can run in
+    a fresh process: the cores :func:`threads_for` would give it, 1 when ``--threads`` pins
+    the count (a pinned count means threads in this process) or off CPU."""
+    global _own
+    if device.type != "cpu" or _fixed is not None:
+        return 1
+    n = threads_for(chunk_elements)
+    if n > 1:
+        _own = (time.monotonic() + OWN_LOAD_MEMORY_S, n)
+    return n
+
+
 @contextlib.contextmanager
 def cpu_threads(device: torch.device, chunk_elements: int) -> Iterator[int]:
     """Run the body with :func:`threads_for` torch threads on CPU; restore them after."""

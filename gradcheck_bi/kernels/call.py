@@ -15,6 +15,7 @@ returns no gradient or one of the wrong shape) is reported the same way everywhe
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,10 +36,25 @@ def call_forward(fn: Any, x: torch.Tensor, w: torch.Tensor, eps: float,
     return y
 
 
+@dataclass(frozen=True)
+class ForwardInX:
+    """The kernel's forward as a function of ``x`` alone (``w`` held): what FD in x
+    differences. An object, not a closure, so a fresh process can receive it (pickled, the
+    kernel by reference) and run the same forward."""
+
+    fn: Any
+    w: torch.Tensor
+    eps: float
+    zero_centered_gamma: bool
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return call_forward(self.fn, x, self.w, self.eps, self.zero_centered_gamma)
+
+
 def forward_in_x(fn: Any, w: torch.Tensor, eps: float,
                  zero_centered_gamma: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The kernel's forward as a function of ``x`` alone (``w`` held): what FD in x differences."""
-    return lambda x: call_forward(fn, x, w, eps, zero_centered_gamma)
+    """The kernel's forward as a function of ``x`` alone (:class:`ForwardInX`)."""
+    return ForwardInX(fn, w, eps, zero_centered_gamma)
 
 
 def forward_in_w(fn: Any, x: torch.Tensor, eps: float,

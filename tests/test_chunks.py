@@ -1,0 +1,86 @@
+"""The dx chunk loop: the same sums here or spread over spawned processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from conftest import rand
+
+from gradcheck_bi import fd
+from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, run_chunks
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.call import forward_in_x
+from gradcheck_bi.kernels.rmsnorm import After
+
+
+def _loop(forward, sums: torch.Tensor) -> ChunkLoop:  # type: ignore[no-untyped-def]
+    x2, g2 = rand(5, 96, seed=61), rand(5, 96, seed=62)
+    with torch.no_grad():
+        y0 = forward(x2).double()
+    h = fd.row_steps(x2, 1e-6, fd.step.input_step_rel(torch.float64, None))
+    delta = fd.stencil.level_offsets()[:, None] * h[None, :]
+    return ChunkLoop(forward, x2, g2, y0, delta, (7, 2), sums, native=False)
+
+
+def _sums() -> torch.Tensor:
+    return torch.full((6, 96, 5), float("nan"), dtype=torch.float64)
+
+
+class _Slow:
+    """This process's forward, slowed so that a worker starting up still finds chunks."""
+
+    def __init__(self, forward, pause: float) -> None:  # type: ignore[no-untyped-def]
+        self.forward, self.pause, self.calls = forward, pause, 0
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        time.sleep(self.pause)
+        return self.forward(x)
+
+
+def test_processes_give_the_bits_of_one_process() -> None:
+    forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
+    here = _loop(forward, _sums())
+    run_chunks(here)
+    assert not here.sums.isnan().any()
+    assert loadable_elsewhere(forward)
+    slow = _Slow(forward, 0.25)
+    spread = _loop(slow, _sums())
+    run_chunks(spread, 2, forward)
+    assert slow.calls < len(spread.tasks()) - 1, "the worker computed no chunk: nothing tested"
+    assert torch.equal(spread.sums, here.sums)
+
+
+def test_a_failing_worker_leaves_its_chunks_to_this_process() -> None:
+    forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
+    here = _loop(forward, _sums())
+    run_chunks(here)
+    slow = _Slow(forward, 0.25)
+    spread = _loop(slow, _sums())
+    # The worker's forward returns a number, not y: it fails on the first chunk it takes.
+    with pytest.warns(RuntimeWarning, match="worker left 1 chunk"):
+        run_chunks(spread, 2, len)  # type: ignore[arg-type]
+    assert torch.equal(spread.sums, here.sums)
+
+
+def test_only_kernels_a_fresh_process_can_import_are_shipped() -> None:
+    w = rand(8)
+    assert loadable_elsewhere(forward_in_x(After, w, 1e-6, False))
+    mutant = resolve("tests/mutants/m15_eps_outside_sqrt.py")  # loaded from a file
+    assert not loadable_elsewhere(forward_in_x(mutant.fn, w, 1e-6, False))
+    assert not loadable_elsewhere(lambda t: t)
+
+
+def test_spread_only_for_cpu_in_auto_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fd.threads, "usable_cores", lambda: 4)
+    big = fd.threads.PARALLEL_MIN_ELEMENTS
+    assert fd.threads.spread_processes(torch.device("cpu"), big) == 4
+    assert fd.threads.spread_processes(torch.device("cpu"), big - 1) == 1
+    assert fd.threads.spread_processes(torch.device("meta"), big) == 1
+    try:
+        fd.threads.fix_threads(2)  # --threads N: threads in this process, no workers
+        assert fd.threads.spread_processes(torch.device("cpu"), big) == 1
+    finally:
+        fd.threads.fix_threads(None)
