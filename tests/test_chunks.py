@@ -84,3 +84,21 @@ def test_spread_only_for_cpu_in_auto_mode(monkeypatch: pytest.MonkeyPatch) -> No
         assert fd.threads.spread_processes(torch.device("cpu"), big) == 1
     finally:
         fd.threads.fix_threads(None)
+
+
+def test_workers_use_the_backend_forced_here() -> None:
+    # Under use_backend("triton") (the interpreter on CPU) the worker must reduce the same
+    # way: its chunks' bits equal this process's.
+    from gradcheck_bi.kernels.reduction import triton_available, use_backend
+
+    if not triton_available():
+        pytest.skip("triton is not installed")
+    forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
+    with use_backend("triton"):
+        here = _loop(forward, _sums())
+        run_chunks(here)
+        slow = _Slow(forward, 0.25)
+        spread = _loop(slow, _sums())
+        run_chunks(spread, 2, forward)
+    assert slow.calls < len(spread.tasks()) - 1, "the worker computed no chunk: nothing tested"
+    assert torch.equal(spread.sums, here.sums)

@@ -6,7 +6,10 @@
   rounding, Richardson truncation);
 * :mod:`~gradcheck_bi.fd.budget` — memory: the default budget, chunk sizes, the refusal;
 * :mod:`~gradcheck_bi.fd.threads` — CPU threads for the chunk loop, by chunk size;
-* :mod:`~gradcheck_bi.fd.reduce` — the per-(row, column) level sums of a chunk (fused on CUDA);
+* :mod:`~gradcheck_bi.fd.reduce` — the per-(row, column) level sums of a chunk (fused on CUDA,
+  compiled on CPU for large checks);
+* :mod:`~gradcheck_bi.fd.chunks` — the dx chunk loop, spread over processes for large CPU
+  checks;
 * :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
   of dx, every element of dw.
 """

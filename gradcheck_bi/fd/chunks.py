@@ -25,6 +25,7 @@ import torch
 
 from gradcheck_bi.fd.budget import keep_freed_memory
 from gradcheck_bi.fd.reduce import sums_into
+from gradcheck_bi.kernels.reduction import forced_backend, use_backend
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 
@@ -133,7 +134,7 @@ def run_chunks(loop: ChunkLoop, processes: int = 1,
     # is written to a worker's start-up pipe stays far below a pipe's buffer: a worker that
     # dies at start can never leave this process blocked writing to it.
     args = (worker_forward, loop.x2, loop.g2, loop.y0, loop.delta, loop.chunk, loop.sums,
-            loop.native, claim, done)
+            loop.native, forced_backend(), claim, done)
     workers = [ctx.Process(target=_worker, args=args, daemon=True)
                for _ in range(processes - 1)]
     with _main_module_hidden():
@@ -200,16 +201,18 @@ def _main_module_hidden() -> Iterator[None]:
 
 def _worker(forward: Forward, x2: torch.Tensor, g2: torch.Tensor, y0: torch.Tensor,
             delta: torch.Tensor, chunk: tuple[int, int], sums: torch.Tensor, native: bool,
-            claim: Any, done: Any) -> None:
-    """A spawned worker: one torch thread, chunks claimed until none is left."""
+            backend: str | None, claim: Any, done: Any) -> None:
+    """A spawned worker: one torch thread, the caller's reduction backend, chunks claimed
+    until none is left."""
     torch.set_num_threads(1)
     keep_freed_memory()
     try:
-        loop = ChunkLoop(forward, x2, g2, y0, delta, chunk, sums, native)
-        tasks = loop.tasks()
-        while (i := _claim(claim)) < len(tasks):
-            done[i] = _CLAIMED
-            loop.run(*tasks[i])
-            done[i] = _DONE
+        with use_backend(backend):
+            loop = ChunkLoop(forward, x2, g2, y0, delta, chunk, sums, native)
+            tasks = loop.tasks()
+            while (i := _claim(claim)) < len(tasks):
+                done[i] = _CLAIMED
+                loop.run(*tasks[i])
+                done[i] = _DONE
     except BaseException:  # the chunk stays unfinished; the parent computes it and reports
         raise SystemExit(1) from None

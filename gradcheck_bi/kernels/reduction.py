@@ -49,6 +49,11 @@ def use_backend(name: str | None) -> Iterator[None]:
         _forced_backend = previous
 
 
+def forced_backend() -> str | None:
+    """The backend :func:`use_backend` forces now (``None``: automatic)."""
+    return _forced_backend
+
+
 def resolve_backend(t: torch.Tensor, backend: str | None = None) -> str:
     """The backend that ``row_sum`` uses for ``t``: explicit, forced, environment, automatic."""
     name = backend or _forced_backend or os.environ.get("GRADCHECK_BI_BACKEND") or None
