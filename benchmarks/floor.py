@@ -41,9 +41,11 @@ def _timed(fn: Callable[[], Any], device: str, cpu: list[float] | None = None) -
     return time.perf_counter() - t
 
 
-def forward_floor(shape: tuple[int, int], dtype: str, device: str) -> tuple[Callable[[], None],
-                                                                            int]:
-    """A callable that runs every forward evaluation of the dx + dw check, and their count."""
+def forward_floor(shape: tuple[int, int], dtype: str, device: str, part: int = 0,
+                  parts: int = 1) -> tuple[Callable[[], None], int]:
+    """A callable that runs every forward evaluation of the dx + dw check (or every
+    ``parts``-th chunk from ``part`` on, and no whole-batch call unless ``part`` is 0), and
+    their count."""
     cfg = Config(check="dx", shape=shape, dtype=dtype, device=device)
     x, w, _ = make_inputs(cfg)
     rows, cols = shape
@@ -57,8 +59,10 @@ def forward_floor(shape: tuple[int, int], dtype: str, device: str) -> tuple[Call
         for c0 in range(0, cols, n_c):
             k = min(n_c, cols - c0)
             bufs.append(buf[: stencil.points * k * block.shape[0]])
+    bufs = bufs[part::parts]
 
-    whole = 1 + stencil.points + 1  # dx's unperturbed y0; dw at each point and unperturbed
+    # dx's unperturbed y0; dw at each point and unperturbed
+    whole = 1 + stencil.points + 1 if part == 0 else 0
 
     chunk_elements = stencil.points * n_c * n_r * cols
 
@@ -73,6 +77,40 @@ def forward_floor(shape: tuple[int, int], dtype: str, device: str) -> tuple[Call
     return run, len(bufs) + whole
 
 
+def _floor_part(shape: tuple[int, int], dtype: str, part: int, parts: int) -> None:
+    """A spawned process's share of a spread floor: one torch thread, every ``parts``-th
+    chunk."""
+    fd.threads.fix_threads(1)
+    fd.budget.keep_freed_memory()
+    forward_floor(shape, dtype, "cpu", part, parts)[0]()
+
+
+def spread_floor(shape: tuple[int, int], dtype: str, processes: int) -> Callable[[], None]:
+    """The CPU floor as a large check spreads its chunks (fd.chunks): this process runs its
+    share on one thread while ``processes - 1`` spawned processes, started at the same moment
+    (so their start-up counts, as the check's workers' does), run theirs."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    mine = forward_floor(shape, dtype, "cpu", 0, processes)[0]
+
+    def run() -> None:
+        others = [ctx.Process(target=_floor_part, args=(shape, dtype, k, processes))
+                  for k in range(1, processes)]
+        for p in others:
+            p.start()
+        previous = fd.threads.fixed_threads()
+        fd.threads.fix_threads(1)  # one thread here too, as the check's main process runs
+        try:
+            mine()
+        finally:
+            fd.threads.fix_threads(previous)
+            for p in others:
+                p.join()
+
+    return run
+
+
 def full_check(shape: tuple[int, int], dtype: str, device: str) -> Callable[[], tuple[bool, bool]]:
     """dx then dw of one configuration, as a run measures them: the inputs are drawn once
     (for dx; dw reuses the kept draw), never carried over from an earlier repetition."""
@@ -85,12 +123,15 @@ def full_check(shape: tuple[int, int], dtype: str, device: str) -> Callable[[], 
     return run
 
 
-def side_by_side(shape: tuple[int, int], dtype: str, device: str, reps: int) -> dict[str, Any]:
+def side_by_side(shape: tuple[int, int], dtype: str, device: str, reps: int,
+                 floor_processes: int = 1) -> dict[str, Any]:
     """Medians of the full check and of its forward floor, alternated ``reps`` times after a
     warm-up; ``ratio`` = check / floor. CPU time is reported beside wall time (a shared
     machine makes wall time wait for a core)."""
     check = full_check(shape, dtype, device)
     floor, calls = forward_floor(shape, dtype, device)
+    if floor_processes > 1:
+        floor = spread_floor(shape, dtype, floor_processes)
     if device == "cuda":  # Triton compiles, the allocator grows: keep both out of the timing
         check()
         floor()
@@ -106,5 +147,6 @@ def side_by_side(shape: tuple[int, int], dtype: str, device: str, reps: int) -> 
     cc, fc = statistics.median(check_cpu), statistics.median(floor_cpu)
     return {"shape": list(shape), "dtype": dtype, "device": device, "passed": list(passed),
             "check_s": c, "floor_s": f, "ratio": c / f, "forward_calls": calls,
+            "floor_processes": floor_processes,
             "check_all": checks, "floor_all": floors,
             "check_cpu_s": cc, "floor_cpu_s": fc, "ratio_cpu": cc / fc}

@@ -7,7 +7,8 @@ batch-invariant kernel gives each the same bits wherever it runs, so a large CPU
 hand chunks to worker processes (:func:`run_chunks`): each process runs the kernel on one
 torch thread, all take the next chunk from one shared counter, and the sums are written
 into shared memory. Processes, not threads: a kernel with a global workspace stays correct,
-and no OpenMP pool fights another for the cores (docs/benchmarks.md, "Why two threads").
+and no OpenMP pool fights another for the cores (docs/benchmarks.md, "Why threads in one
+process could not do it").
 A chunk a worker did not finish (it failed, died or was late) is computed here.
 """
 
