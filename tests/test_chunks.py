@@ -40,6 +40,16 @@ class _Slow:
         return self.forward(x)
 
 
+def test_one_row_block_buffer_is_held_at_a_time() -> None:
+    forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
+    loop = _loop(forward, _sums())  # 5 rows in blocks of 2: three row blocks
+    held = []
+    for r0, c0 in loop.tasks():
+        loop.run(r0, c0)
+        held.append(len(loop._blocks))
+    assert max(held) == 1 and {r0 for r0, _ in loop.tasks()} == {0, 2, 4}
+
+
 def test_processes_give_the_bits_of_one_process() -> None:
     forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
     here = _loop(forward, _sums())

@@ -50,8 +50,11 @@ class ChunkLoop:
 
     def _block(self, r0: int) -> tuple[torch.Tensor, Any]:
         """The row block's buffer (``points × n_c_max`` unperturbed copies of its rows; any
-        prefix is whole rows) and its sums function, made once per block."""
+        prefix is whole rows) and its sums function, made once per block. Only the current
+        block's are kept (chunks come block by block): a buffer is as large as the memory
+        budget lets a chunk be."""
         if r0 not in self._blocks:
+            self._blocks.clear()
             n_c_max, n_r_max = self.chunk
             rows = self.x2[r0 : r0 + n_r_max]
             self._blocks[r0] = (
