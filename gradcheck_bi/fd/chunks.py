@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import signal
 import sys
 import time
 import warnings
@@ -157,18 +158,18 @@ def run_chunks(loop: ChunkLoop, processes: int = 1,
         # A worker mid-chunk needs about one chunk's time to finish it; one that claimed
         # nothing (still starting) is stopped at once.
         deadline = time.perf_counter() + 1.0 + 5 * slowest
-        while any(done[i] == _CLAIMED for i in range(len(tasks))) and \
-                time.perf_counter() < deadline:
+        while _CLAIMED in done[:] and time.perf_counter() < deadline:
             time.sleep(0.001)
         for w in workers:
             if w.is_alive():
                 w.terminate()
             w.join()
-    left = [i for i in range(len(tasks)) if done[i] != _DONE]
-    if left:
-        warnings.warn(f"gradcheck-bi: a finite-difference worker left {len(left)} chunk(s) "
-                      f"unfinished (exit codes {[w.exitcode for w in workers]}); they ran "
-                      "here", RuntimeWarning, stacklevel=3)
+    left = [i for i, state in enumerate(done[:]) if state != _DONE]
+    failed = [w.exitcode for w in workers if w.exitcode not in (0, -signal.SIGTERM)]
+    if left and failed:  # a worker stopped late by us is no news; one that failed is
+        warnings.warn(f"gradcheck-bi: a finite-difference worker stopped (exit codes "
+                      f"{failed}) and left {len(left)} chunk(s) unfinished; they ran here",
+                      RuntimeWarning, stacklevel=3)
     for i in left:
         loop.run(*tasks[i])
 
