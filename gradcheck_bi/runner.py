@@ -25,6 +25,7 @@ from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.probe import probe, refusal
 from gradcheck_bi.fd import threads as fd_threads
+from gradcheck_bi.fd.chunks import main_module_hidden
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.loader import normal_ref
@@ -169,8 +170,9 @@ def spread(
     workers = [ctx.Process(target=_worker, daemon=True,
                            args=(k, dev, fd_threads.fixed_threads(), tasks, claim, done))
                for k, dev in enumerate(devices[1:])]
-    for w in workers:
-        w.start()
+    with main_module_hidden():
+        for w in workers:
+            w.start()
     try:
         with _on_device(devices[0]):
             return _measure_and_collect(points, claim, done, workers, on_result)

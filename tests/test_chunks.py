@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,3 +116,40 @@ def test_workers_use_the_backend_forced_here() -> None:
         run_chunks(spread, 2, forward)
     assert slow.calls < len(spread.tasks()) - 1, "the worker computed no chunk: nothing tested"
     assert torch.equal(spread.sums, here.sums)
+
+
+UNGUARDED = """
+import sys, time, torch
+with open(sys.argv[1], "a") as f:  # every run of this file's top level leaves a line
+    f.write("ran\\n")
+from gradcheck_bi import fd
+from gradcheck_bi.fd.chunks import ChunkLoop, run_chunks
+from gradcheck_bi.kernels.call import forward_in_x
+from gradcheck_bi.kernels.rmsnorm import After
+
+forward = forward_in_x(After, torch.ones(64, dtype=torch.float64), 1e-6, False)
+
+def slow(x):
+    time.sleep(0.3)
+    return forward(x)
+
+x2 = torch.randn(2, 64, dtype=torch.float64)
+with torch.no_grad():
+    y0 = forward(x2)
+delta = fd.stencil.level_offsets()[:, None] * torch.full((2,), 1e-3, dtype=torch.float64)
+sums = torch.zeros(6, 64, 2, dtype=torch.float64)
+run_chunks(ChunkLoop(slow, x2, x2, y0, delta, (8, 2), sums, False), 2, forward)
+print("sums finite:", bool(torch.isfinite(sums).all()))
+"""
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_a_worker(tmp_path: Path) -> None:
+    script, marker = tmp_path / "unguarded.py", tmp_path / "ran.txt"
+    script.write_text(UNGUARDED)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(script), str(marker)], capture_output=True,
+                          text=True, timeout=120, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "sums finite: True" in done.stdout
+    assert marker.read_text().count("ran") == 1, "a worker ran the caller's script again"

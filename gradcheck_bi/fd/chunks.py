@@ -142,7 +142,7 @@ def run_chunks(loop: ChunkLoop, processes: int = 1,
             loop.native, forced_backend(), claim, done)
     workers = [ctx.Process(target=_worker, args=args, daemon=True)
                for _ in range(processes - 1)]
-    with _main_module_hidden():
+    with main_module_hidden():
         for w in workers:
             w.start()
     slowest = 0.0
@@ -185,11 +185,12 @@ def _claim(counter: Any) -> int:
 
 
 @contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
-    """Start workers without the caller's main script: a spawned process otherwise runs it
-    again (as ``__mp_main__``), and a script without a ``__main__`` guard would run its
-    whole check a second time. The workers need nothing from it (their kernel comes from an
-    importable module, :func:`loadable_elsewhere`)."""
+def main_module_hidden() -> Iterator[None]:
+    """Start spawned workers without the caller's main script: a spawned process otherwise
+    runs it again (as ``__mp_main__``), and a script without a ``__main__`` guard would run
+    its whole check a second time. For workers that need nothing from it (their kernel
+    comes from an importable module, :func:`loadable_elsewhere`; or, in
+    :func:`gradcheck_bi.runner.spread`, from a reference)."""
     main = sys.modules.get("__main__")
     saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
                              if main and k in main.__dict__}
