@@ -91,6 +91,9 @@ def test_spread_only_for_cpu_in_auto_mode(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(fd.threads, "usable_cores", lambda: 4)
     big = fd.threads.PARALLEL_MIN_ELEMENTS
     assert fd.threads.spread_processes(torch.device("cpu"), big) == 4
+    monkeypatch.setattr(fd.threads, "usable_cores", lambda: 64)  # a large host: capped
+    assert fd.threads.spread_processes(torch.device("cpu"), big) == fd.threads.MAX_PROCESSES
+    monkeypatch.setattr(fd.threads, "usable_cores", lambda: 4)
     assert fd.threads.spread_processes(torch.device("cpu"), big - 1) == 1
     assert fd.threads.spread_processes(torch.device("meta"), big) == 1
     try:

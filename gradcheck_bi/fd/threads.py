@@ -32,6 +32,10 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 # a parallel loop: for that long, as many units of it are ours (else a check right after a
 # parallel one took our own recent work for someone else's and ran on one thread).
 OWN_LOAD_MEMORY_S = 60.0
+# Worker processes for one chunk loop at most: each pays a fresh interpreter and torch
+# import (seconds, ~0.4 GB). Measured on a 32-core host, (16, 8192) fp64 dx: 1 / 2 / 4 / 8 /
+# 16 / 31 processes took 32.4 / 20.4 / 11.8 / 9.4 / 8.8 / 10.5 s (docs/benchmarks.md).
+MAX_PROCESSES = 8
 _fixed: int | None = None
 _own: tuple[float, int] = (0.0, 1)  # (until when, threads) of our last parallel loop
 
@@ -80,12 +84,13 @@ def threads_for(chunk_elements: int) -> int:
 
 def spread_processes(device: torch.device, chunk_elements: int) -> int:
     """Processes (one torch thread each) for a large CPU chunk loop whose kernel can run in
-    a fresh process: the cores :func:`threads_for` would give it, 1 when ``--threads`` pins
-    the count (a pinned count means threads in this process) or off CPU."""
+    a fresh process: the cores :func:`threads_for` would give it, at most
+    ``MAX_PROCESSES``; 1 when ``--threads`` pins the count (a pinned count means threads in
+    this process) or off CPU."""
     global _own
     if device.type != "cpu" or _fixed is not None:
         return 1
-    n = threads_for(chunk_elements)
+    n = min(MAX_PROCESSES, threads_for(chunk_elements))
     if n > 1:
         _own = (time.monotonic() + OWN_LOAD_MEMORY_S, n)
     return n
