@@ -200,3 +200,9 @@ def first_line(exc: BaseException) -> str:
     """``"TypeName: first line of the message"`` — how an exception is named in a result."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def format_error(err: float | None) -> str:
+    """An error or tolerance, whole: ``—`` when absent, ``0`` when exactly zero (tables, the
+    text layout and the baseline's drift lines all write numbers this way)."""
+    return "—" if err is None else ("0" if err == 0 else f"{err:.3e}")

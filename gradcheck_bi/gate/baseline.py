@@ -49,7 +49,7 @@ from typing import Any
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
 from gradcheck_bi.checks import SETTING_NAMES
-from gradcheck_bi.vocab import Result
+from gradcheck_bi.vocab import Result, format_error
 
 FORMAT = "gradcheck-bi baseline"
 # 2: keys carry the tolerance settings, kernel refs normalised, tolerance_slack in the head.
@@ -210,10 +210,6 @@ class Drift:
     line: str
 
 
-def _fmt(v: float | None) -> str:
-    return "—" if v is None else ("0" if v == 0 else f"{v:.3e}")
-
-
 def _loosened(now: float | None, was: float | None, slack: float) -> str:
     """The drift line's tail when ``now`` is looser than ``was`` past the slack, else ""."""
     if now is None or was is None or math.isnan(now) or math.isnan(was):
@@ -221,8 +217,9 @@ def _loosened(now: float | None, was: float | None, slack: float) -> str:
     if not now > was * (1 + slack):
         return ""
     factor = "∞" if was == 0 or math.isinf(now) else f"{now / was:.3g}×"
-    return (f"tolerance loosened {factor}, {_fmt(was)} → {_fmt(now)} (a looser tolerance "
-            f"passes larger errors; allowed up to {_fmt(was * (1 + slack))}: "
+    return (f"tolerance loosened {factor}, {format_error(was)} → {format_error(now)} "
+            f"(a looser tolerance passes larger errors; allowed up to "
+            f"{format_error(was * (1 + slack))}: "
             f"tolerance_slack {slack:g})")
 
 
@@ -242,7 +239,8 @@ def compare(results: list[Result], base: Baseline) -> list[Drift]:
         if r.status != rec.status:
             drifts.append(Drift(key, "status changed",
                                 f"drift: {where}: status {rec.status} → {r.status} "
-                                f"(max |err| {_fmt(rec.max_abs_err)} → {_fmt(r.max_abs_err)})"))
+                                f"(max |err| {format_error(rec.max_abs_err)} → "
+                                f"{format_error(r.max_abs_err)})"))
             continue
         loosened = _loosened(loosest(r), rec.tolerance_max, base.tolerance_slack)
         if loosened:
@@ -255,8 +253,8 @@ def compare(results: list[Result], base: Baseline) -> list[Drift]:
         if now > allowed:
             factor = "∞" if was == 0 else f"{now / was:.3g}×"
             drifts.append(Drift(key, "error grew",
-                                f"drift: {where}: max |err| grew {factor}, {_fmt(was)} → "
-                                f"{_fmt(now)} (allowed up to {_fmt(allowed)}: "
+                                f"drift: {where}: max |err| grew {factor}, {format_error(was)} → "
+                                f"{format_error(now)} (allowed up to {format_error(allowed)}: "
                                 f"{base.max_growth:g}× the recorded error)"))
     for key in base.entries:
         if key not in seen:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
-from gradcheck_bi.vocab import CHECKS, CONTROLS, HALF_DTYPES, Result
+from gradcheck_bi.vocab import CHECKS, CONTROLS, HALF_DTYPES, Result, format_error
 
 CHECK_TITLES = {
     "forward": "forward: y vs an independent fp64 reference with the effective weight γ",
@@ -175,11 +175,6 @@ def _unique(values: Iterable[T]) -> list[T]:
         if v not in seen:
             seen.append(v)
     return seen
-
-
-def format_error(err: float | None) -> str:
-    """An error or tolerance, whole: ``—`` when absent, ``0`` when exactly zero."""
-    return "—" if err is None else ("0" if err == 0 else f"{err:.3e}")
 
 
 def format_ratio(ratio: float | None) -> str:

@@ -30,12 +30,11 @@ from gradcheck_bi.report.tables import (
     Cell,
     Row,
     Table,
-    format_error,
     format_index,
     format_ratio,
     short_name,
 )
-from gradcheck_bi.vocab import CONTROLS, Result
+from gradcheck_bi.vocab import CONTROLS, Result, format_error
 
 Segment = tuple[str, str]  # (text, Rich style)
 Line = list[Segment]
