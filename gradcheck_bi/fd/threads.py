@@ -87,13 +87,19 @@ def spread_processes(device: torch.device, chunk_elements: int) -> int:
     a fresh process: the cores :func:`threads_for` would give it, at most
     ``MAX_PROCESSES``; 1 when ``--threads`` pins the count (a pinned count means threads in
     this process) or off CPU."""
-    global _own
     if device.type != "cpu" or _fixed is not None:
         return 1
     n = min(MAX_PROCESSES, threads_for(chunk_elements))
+    _count_as_ours(n)
+    return n
+
+
+def _count_as_ours(n: int) -> None:
+    """Remember that this process now runs ``n`` threads or processes (see
+    :func:`usable_cores`)."""
+    global _own
     if n > 1:
         _own = (time.monotonic() + OWN_LOAD_MEMORY_S, n)
-    return n
 
 
 @contextlib.contextmanager
@@ -102,10 +108,8 @@ def cpu_threads(device: torch.device, chunk_elements: int) -> Iterator[int]:
     if device.type != "cpu":
         yield torch.get_num_threads()
         return
-    global _own
     previous, wanted = torch.get_num_threads(), threads_for(chunk_elements)
-    if wanted > 1:
-        _own = (time.monotonic() + OWN_LOAD_MEMORY_S, wanted)
+    _count_as_ours(wanted)
     if wanted != previous:
         torch.set_num_threads(wanted)
     try:
