@@ -10,6 +10,8 @@ writes the resulting table to docs/mutants.md.
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -31,10 +33,24 @@ def _describe(results: list) -> str:
     )
 
 
-def test_catalog_covers_every_mutant_file() -> None:
+def test_catalog_is_the_mutant_files_and_the_published_table() -> None:
+    """The catalogue is the files in tests/mutants/, one entry each, each with its defect
+    marked, in the order and number docs/mutants.md publishes (regenerate it with
+    tests/mutants/make_table.py when a mutant is added)."""
+    assert len(set(STEMS)) == len(STEMS), f"a mutant listed twice: {sorted(STEMS)}"
     files = {p.stem for p in catalog.HERE.glob("m[0-9][0-9]_*.py")}
     assert files == set(STEMS), f"catalog and tests/mutants/ differ: {files ^ set(STEMS)}"
-    assert len(STEMS) >= 12
+    unmarked = [s for s in STEMS if not any(
+        "# MUTANT" in line and not line.lstrip().startswith(("#", '"'))
+        for line in (catalog.HERE / f"{s}.py").read_text().splitlines())]
+    assert not unmarked, f"no code line marked # MUTANT in {unmarked}"
+    assert [m.primary for m in catalog.MUTANTS] == [m.fast[0] for m in catalog.MUTANTS]
+    doc = (catalog.REPO / "docs" / "mutants.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d\d) \| (.+?) \| \d \|", doc, re.MULTILINE)
+    assert rows == [(s[1:3], catalog.BY_STEM[s].title) for s in STEMS], (
+        "docs/mutants.md lists other mutants than the catalogue: "
+        f"{sorted(set(rows) ^ {(s[1:3], catalog.BY_STEM[s].title) for s in STEMS})}")
+    assert f"_{len(STEMS)} mutants, {len(STEMS)} caught (exit 1)" in doc
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -88,22 +104,21 @@ def test_torch_gradcheck_verdicts_quoted_in_readme(stem: str, zcg: bool, verdict
     assert catalog.torch_gradcheck(catalog.load(stem), zcg) == verdict
 
 
-def _ci_ready() -> str | None:
-    if not catalog.CI_CASE.exists():
-        return "cases/ci.toml not present yet (issue 4)"
-    try:
-        import gradcheck_bi.kernels.loader  # noqa: F401
-    except ImportError:
-        return "gradcheck_bi.kernels.loader not present yet (issue 4)"
-    return None
+def _require_ci_inputs() -> None:
+    """The shipped sweep and the loader the slow tests run through: missing is a failure."""
+    assert catalog.CI_CASE.is_file(), f"{catalog.CI_CASE} is missing: the CI sweep needs it"
+    assert importlib.util.find_spec("gradcheck_bi.kernels.loader") is not None, (
+        "gradcheck_bi.kernels.loader is missing: --kernel FILE.py:ATTR needs it")
+
+
+def test_ci_sweep_inputs_exist() -> None:
+    _require_ci_inputs()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stem", STEMS)
 def test_ci_sweep_catches_mutant(stem: str) -> None:
-    why = _ci_ready()
-    if why:
-        pytest.skip(why)
+    _require_ci_inputs()
     m = catalog.BY_STEM[stem]
     code, doc = catalog.run_ci(m.ref, dtype=m.dtype)
     assert code == 1, f"{stem}: gradcheck-bi exited {code}, expected 1 (defect found)"
@@ -116,9 +131,7 @@ def test_ci_sweep_catches_mutant(stem: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["after", "independent"])
 def test_ci_sweep_passes_correct_kernels(name: str) -> None:
-    why = _ci_ready()
-    if why:
-        pytest.skip(why)
+    _require_ci_inputs()
     ref = "after" if name == "after" else "tests/independent/rmsnorm_ref.py:IndependentRMSNorm"
     code, doc = catalog.run_ci(ref)
     bad = [r for r in doc["results"] if not r["as_expected"]]

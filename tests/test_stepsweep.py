@@ -104,6 +104,7 @@ def test_zeros_control_is_exactly_zero_at_every_step() -> None:
 
 
 def test_figure_is_labelled(fp64_central4: StepSweep) -> None:
+    pytest.importorskip("matplotlib", reason="the PNG needs matplotlib (gradcheck-bi[plot])")
     fig = build_figure(fp64_central4)
     ax = fig.axes[0]
     assert "h/ℓ" in ax.get_xlabel() and "dimensionless" in ax.get_xlabel()
@@ -153,6 +154,7 @@ def test_cli_json_gives_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib", reason="the PNG needs matplotlib (gradcheck-bi[plot])")
     out = tmp_path / "sweep.png"
     assert main([*ARGS, "--output", str(out)]) == 0
     data = out.read_bytes()
