@@ -35,12 +35,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, exit_code
+import torch
+
+from gradcheck_bi.cases import check_values
+from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
 from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, not_run
-from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Result
+from gradcheck_bi.sweep import Sweep, not_run, unchecked
+from gradcheck_bi.vocab import (
+    DEVICES,
+    DTYPE_ALIASES,
+    DTYPES,
+    KernelLoadError,
+    KernelSpec,
+    Result,
+    did_you_mean,
+)
 
 
 class GradcheckFailure(AssertionError):
@@ -67,15 +78,21 @@ class Report:
     """The results of one :func:`check` call and what they add up to."""
 
     results: list[Result] = field(default_factory=list)
-    strict: bool = False  # an unsupported result counts as not as expected
+    strict: bool = False  # an unsupported result, or nothing checked, is not as expected
     # One line per zcg setting the kernel was not run at (it has no zcg, or has it built in).
     not_run: list[str] = field(default_factory=list)
+    # (kernel, why) when every point asked of the kernel was dropped: nothing was checked.
+    unchecked: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> Summary:
+        return summarize(self.results, self.strict, self.unchecked)
 
     @property
     def exit_code(self) -> int:
-        """The CLI's code for these results: 0 as expected, 1 not (or any unsupported when
-        ``strict``), 3 nothing wrong but something unsupported."""
-        return exit_code(self.results, strict=self.strict)
+        """The CLI's code for these results: 0 as expected; 1 not (or, when ``strict``, any
+        unsupported or nothing checked); 3 nothing wrong, but unsupported or nothing checked."""
+        return self.summary.code
 
     @property
     def ok(self) -> bool:
@@ -84,29 +101,85 @@ class Report:
     @property
     def failed(self) -> list[Result]:
         """Results not as expected (a wrong gradient, a kernel error, a defect not shown)."""
-        return [r for r in self.results if not r.as_expected and r.status != "unsupported"]
+        return self.summary.unexpected
 
     @property
     def unsupported(self) -> list[Result]:
-        return [r for r in self.results if r.status == "unsupported"]
+        return self.summary.unsupported
 
     def __str__(self) -> str:
-        if self.failed:
-            head = (f"gradcheck-bi: {len(self.failed)} of {len(self.results)} results not as "
-                    "expected")
-        elif self.unsupported and self.strict:
-            head = (f"gradcheck-bi: {len(self.unsupported)} of {len(self.results)} results "
-                    "unsupported here (strict)")
-        elif self.unsupported and len(self.unsupported) == len(self.results):
-            head = f"gradcheck-bi: all {len(self.results)} results unsupported here"
-        else:
-            head = f"gradcheck-bi: all {len(self.results)} results as expected"
-        lines = [head] + ["  " + describe(r) for r in self.failed]
+        lines = ["gradcheck-bi: " + verdict_line(self.summary)]
+        lines += ["  " + describe(r) for r in self.failed]
         lines += [f"  (not run: {note})" for note in self.not_run]
         if self.unsupported:
             lines.append(f"  ({len(self.unsupported)} unsupported here, e.g. "
                          f"{self.unsupported[0].message})")
         return "\n".join(lines)
+
+
+# Sweep settings check() takes as keywords beyond its named arguments (case-file names).
+SWEEP_OPTIONS = ("atol", "rtol", "stencil", "step_rel", "max_memory", "mode", "directions")
+_LISTS = ("checks", "weights", "shapes", "eps", "seeds", "input_scales", "weight_scales")
+_ZCG = {"off": [False], "on": [True], "both": [False, True]}
+
+
+def _as_list(name: str, value: Any) -> Any:
+    """A single value as a list of one (``eps=1e-5``, ``checks="dx"``, ``shapes=(4, 64)``);
+    tuples as lists, as a case file has them. Anything else is left to the validators."""
+    if name == "shapes" and isinstance(value, (list, tuple)) and value and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in value):
+        return [list(value)]
+    if isinstance(value, (str, int, float)) or value is None:
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [list(v) if isinstance(v, tuple) else v for v in value]
+    return value
+
+
+def _zcg(value: Any) -> list[bool]:
+    if isinstance(value, bool):
+        return [value]
+    if isinstance(value, str) and value in _ZCG:
+        return list(_ZCG[value])
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, bool) for v in value):
+        return list(dict.fromkeys(value))
+    raise ValueError(f"check(): argument 'zcg': expected a bool, 'off', 'on', 'both' or a "
+                     f"non-empty list of bools, got {value!r}{did_you_mean(value, tuple(_ZCG))}")
+
+
+def _dtype(value: Any) -> str:
+    if isinstance(value, torch.dtype):
+        names = {dt: name for name, dt in DTYPES.items()}
+        if value in names:
+            return names[value]
+    elif isinstance(value, str) and (value in DTYPES or value in DTYPE_ALIASES):
+        return DTYPE_ALIASES.get(value, value)
+    allowed = (*DTYPES, *DTYPE_ALIASES)
+    raise ValueError(f"check(): argument 'dtype': expected one of {', '.join(DTYPES)} (or "
+                     f"torch's name or torch.dtype), got {value!r}{did_you_mean(value, allowed)}")
+
+
+def sweep_values(*, device: str, dtype: Any, zcg: Any, **values: Any) -> dict[str, Any]:
+    """:func:`check`'s arguments → validated :class:`~gradcheck_bi.sweep.Sweep` fields, by
+    the case files' rules (:func:`gradcheck_bi.cases.check_values`): a ``ValueError`` for a
+    bad value, a ``TypeError`` for an unknown keyword, before any kernel is loaded."""
+    known = (*_LISTS, "expect", *SWEEP_OPTIONS)
+    for name in values:
+        if name not in known:
+            near = did_you_mean(name, (*known, "device", "dtype", "zcg", "strict",
+                                       "raise_on_failure", "kernel_args"))
+            raise TypeError(f"check() got an unexpected keyword argument {name!r}{near}")
+    if device not in DEVICES:
+        near = " (did you mean 'cuda'?)" if device == "gpu" else did_you_mean(device, DEVICES)
+        raise ValueError(f"check(): argument 'device': expected one of {', '.join(DEVICES)}, "
+                         f"got {device!r}{near}")
+    checks = values.pop("checks")
+    given = {k: (_as_list(k, v) if k in _LISTS else v) for k, v in values.items()}
+    if checks is not None:
+        given["checks"] = _as_list("checks", checks)
+    checked = check_values(given, "check()")
+    return {**checked, "zcg": _zcg(zcg), "targets": [(device, _dtype(dtype))],
+            "shapes": [tuple(s) for s in checked["shapes"]]}
 
 
 def _spec(fn: Any, kernel_args: dict[str, Any] | None) -> KernelSpec:
@@ -124,16 +197,16 @@ def _spec(fn: Any, kernel_args: dict[str, Any] | None) -> KernelSpec:
 def check(
     fn: Any,
     *,
-    checks: Sequence[str] | None = None,
-    weights: Sequence[str] = ("randn", "ones", "zeros"),
-    zcg: Sequence[bool] = (False, True),
-    shapes: Sequence[Sequence[int]] = ((2, 8, 256),),
+    checks: Sequence[str] | str | None = None,
+    weights: Sequence[str] | str = ("randn", "ones", "zeros"),
+    zcg: Sequence[bool] | bool | str = (False, True),
+    shapes: Sequence[Sequence[int]] | Sequence[int] = ((2, 8, 256),),
     device: str = "cpu",
-    dtype: str = "fp64",
-    eps: Sequence[float] = (1e-6,),
-    seeds: Sequence[int] = (0,),
-    input_scales: Sequence[float] = (1.0,),
-    weight_scales: Sequence[float] = (1.0,),
+    dtype: str | torch.dtype = "fp64",
+    eps: Sequence[float] | float = (1e-6,),
+    seeds: Sequence[int] | int = (0,),
+    input_scales: Sequence[float] | float = (1.0,),
+    weight_scales: Sequence[float] | float = (1.0,),
     expect: str = "pass",
     strict: bool = False,
     raise_on_failure: bool = True,
@@ -145,26 +218,34 @@ def check(
     name (``"after"``, ``"torch"``, ``"liger"``, ``"PATH.py:ATTR"``). ``kernel_args`` fill
     parameters the adapter cannot (as ``--kernel-arg``).
 
-    Every axis takes a list, as in a case file; ``checks=None`` runs every check the dtype
-    supports. ``expect="fail"`` states that every result must fail. ``sweep_options`` are
-    further :class:`~gradcheck_bi.sweep.Sweep` fields (``atol``, ``rtol``, ``stencil``,
-    ``step_rel``, ``max_memory``). Raises :class:`GradcheckFailure` when a result is not as
-    expected (with ``strict=True``, also when any is unsupported) and
-    :class:`GradcheckSkipped` when every result is unsupported, unless
-    ``raise_on_failure=False``; returns the :class:`Report`.
+    Every axis takes a list, as in a case file (a single value is a list of one);
+    ``checks=None`` runs every check. ``zcg`` takes a bool, ``"off"``/``"on"``/``"both"``
+    or a list of bools; ``dtype`` the CLI's names, torch's (``"bfloat16"``) or a
+    ``torch.dtype``. ``expect="fail"`` states that every result must fail. ``sweep_options``
+    are further sweep settings (``atol``, ``rtol``, ``stencil``, ``step_rel``,
+    ``max_memory``, ``mode``, ``directions``). Every argument is validated before any kernel
+    runs, with the case files' rules: a bad value is a ``ValueError`` naming it, an unknown
+    keyword a ``TypeError``.
+
+    Raises :class:`GradcheckFailure` when a result is not as expected (with ``strict=True``,
+    also when any is unsupported or nothing was checked) and :class:`GradcheckSkipped` when
+    nothing could be checked here (every result unsupported, or every point dropped),
+    unless ``raise_on_failure=False``; returns the :class:`Report`.
     """
+    values = sweep_values(checks=checks, weights=weights, zcg=zcg, shapes=shapes,
+                          device=device, dtype=dtype, eps=eps, seeds=seeds,
+                          input_scales=input_scales, weight_scales=weight_scales,
+                          expect=expect, **sweep_options)
     spec = _spec(fn, kernel_args)
-    sweep = Sweep(
-        kernels=[spec.name], targets=[(device, dtype)],
-        shapes=[tuple(s) for s in shapes], input_scales=list(input_scales),
-        weight_scales=list(weight_scales), eps=list(eps), seeds=list(seeds),
-        checks=list(checks) if checks is not None else None, weights=list(weights),
-        zcg=list(zcg), expect=expect if spec.source != "bundled" else None, **sweep_options,
-    )
-    report = Report(run(sweep, [spec]), strict, not_run([sweep], [spec]))
+    if spec.source == "bundled":
+        values.pop("expect")  # a bundled kernel's declared defects say what it must show
+    sweep = Sweep(kernels=[spec.name], **values)
+    results = run(sweep, [spec])
+    idle = unchecked([sweep], [spec], results)
+    report = Report(results, strict, [] if idle else not_run([sweep], [spec]), idle)
     if raise_on_failure and report.exit_code == EXIT_UNEXPECTED:
         raise GradcheckFailure(report)
-    if raise_on_failure and report.exit_code == EXIT_UNSUPPORTED and all(
-            r.status == "unsupported" for r in report.results):
+    if raise_on_failure and report.exit_code == EXIT_UNSUPPORTED and (
+            idle or all(r.status == "unsupported" for r in report.results)):
         raise GradcheckSkipped(report)
     return report

@@ -54,18 +54,29 @@ else:  # pragma: no cover - Python 3.10
 from gradcheck_bi import fd
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.vocab import CHECKS, CONTROLS, DEVICES, DTYPES, EXPECTED_STATUSES, Expectation
+from gradcheck_bi.vocab import (
+    CHECKS,
+    CONTROLS,
+    DEVICES,
+    DTYPES,
+    EXPECTED_STATUSES,
+    Expectation,
+    did_you_mean,
+)
 
 
-class CaseError(Exception):
-    """A case file that cannot be used: missing, not TOML, or not the schema (exit 2)."""
+class CaseError(ValueError):
+    """A case file (or an API argument) that cannot be used: missing, not TOML, or not the
+    schema (exit 2 on the command line; a ``ValueError`` in the API)."""
 
 
 # --- value validators: each returns the converted value or raises _Bad(what was expected) ---
 
 
 class _Bad(Exception):
-    pass
+    def __init__(self, what: str, hint: str = "") -> None:
+        super().__init__(what)
+        self.hint = hint  # " (did you mean 'randn'?)" for a near miss
 
 
 def _number(v: Any, what: str, ok: Callable[[float], bool]) -> float:
@@ -88,8 +99,8 @@ def _list_of(item: Callable[[Any], Any], what: str) -> Callable[[Any], list[Any]
             raise _Bad(f"a non-empty list of {what}")
         try:
             return [item(x) for x in v]
-        except _Bad:
-            raise _Bad(f"a non-empty list of {what}") from None
+        except _Bad as exc:
+            raise _Bad(f"a non-empty list of {what}", exc.hint) from None
 
     return convert
 
@@ -97,7 +108,8 @@ def _list_of(item: Callable[[Any], Any], what: str) -> Callable[[Any], list[Any]
 def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
     def convert(v: Any) -> str:
         if not isinstance(v, str) or v not in options:
-            raise _Bad("one of " + ", ".join(repr(o) for o in options))
+            raise _Bad("one of " + ", ".join(repr(o) for o in options),
+                       did_you_mean(v, options))
         return v
 
     return convert
@@ -146,7 +158,8 @@ def _target(v: Any) -> tuple[str, str]:
         raise _Bad(what)
     device, dtype = v.split("/")
     if device not in DEVICES or dtype not in DTYPES:
-        raise _Bad(what)
+        raise _Bad(what, did_you_mean(device, DEVICES) if device not in DEVICES
+                   else did_you_mean(dtype, tuple(DTYPES)))
     return device, dtype
 
 
@@ -223,20 +236,27 @@ class Case:
 
 
 def _check_table(table: dict[str, Any], allowed: dict[str, Callable[[Any], Any]],
-                 where: str, source: str) -> dict[str, Any]:
+                 where: str, source: str, noun: str = "key") -> dict[str, Any]:
     out = {}
     for key, value in table.items():
         if key not in allowed:
             close = difflib.get_close_matches(key, list(allowed), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else (
                 " (known: " + ", ".join(allowed) + ")")
-            raise CaseError(f"{source}: unknown key {key!r} {where}{hint}")
+            raise CaseError(f"{source}: unknown {noun} {key!r} {where}{hint}")
         try:
             out[key] = allowed[key](value)
         except _Bad as exc:
-            raise CaseError(
-                f"{source}: key {key!r} {where}: expected {exc}, got {value!r}") from None
+            raise CaseError(f"{source}: {noun} {key!r}{' ' + where if where else ''}: "
+                            f"expected {exc}, got {value!r}{exc.hint}") from None
     return out
+
+
+def check_values(values: dict[str, Any], source: str, noun: str = "argument") -> dict[str, Any]:
+    """Validate sweep values given outside a case file (the Python API's arguments) with the
+    case schema's rules and messages; :class:`CaseError` (a ``ValueError``) names the
+    argument, the value, what was expected and a near miss."""
+    return _check_table(values, SWEEP_KEYS, "", source, noun)
 
 
 def _missing_devices() -> set[str]:

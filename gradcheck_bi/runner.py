@@ -29,6 +29,7 @@ from gradcheck_bi.fd.chunks import main_module_hidden
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels.trace import full_traceback, is_internal, kernel_frames
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.vocab import (
     DTYPES,
@@ -80,11 +81,17 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # the kernel's own failure, reported per result
+        if is_internal(exc):
+            raise  # gradcheck-bi's own bug: exit 4, never blamed on the kernel
         why = refusal(exc)
         if why is not None:
             return judge(spec.name, must, cfg, status="unsupported",
                          message=f"kernel refuses {cfg.device}/{cfg.dtype}: {why}")
-        return judge(spec.name, must, cfg, status="error", message=first_line(exc))
+        frames = kernel_frames(exc)
+        where = f" (at {frames[-1]})" if frames else ""
+        return judge(spec.name, must, cfg, status="error", message=first_line(exc) + where,
+                     details={"traceback": frames} if frames else None,
+                     trace=full_traceback(exc))
     return judge(spec.name, must, cfg, measurement)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec
+from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec, Result
 
 DEFAULT_SHAPE = (2, 8, 256)
 
@@ -91,13 +91,26 @@ def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
     return replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
+    """The zcg settings a sweep asked of ``spec`` that :func:`grid` leaves out."""
+    asked = [s for s in sweeps if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
+    return [zcg for zcg in (False, True)
+            if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
+
+
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
     """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out."""
-    lines = []
+    return [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
+
+
+def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
+              results: list[Result]) -> list[tuple[str, str]]:
+    """``(kernel, why)`` for every kernel that has no result at all: every point asked of it
+    was dropped. Such a kernel was not checked, and a gate must not read that as a pass."""
+    ran = {r.kernel for r in results}
+    out = []
     for spec in kernels:
-        for zcg in (False, True):
-            asked = [s for s in sweeps
-                     if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
-            if zcg not in spec.zcg and any(zcg in s.zcg for s in asked):
-                lines.append(spec.not_run(zcg))
-    return lines
+        if spec.name not in ran:
+            why = "; ".join(spec.why_not(z) for z in _dropped_zcg(sweeps, spec))
+            out.append((spec.name, why or "no point of its sweeps applies to it"))
+    return out

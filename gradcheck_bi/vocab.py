@@ -21,6 +21,7 @@ one way through the stages that use these types::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +36,9 @@ DTYPES = {
     "fp16": torch.float16,
 }
 HALF_DTYPES = ("bf16", "fp16")
+# torch's names for the dtypes above (the API takes them, and torch.dtype objects, too).
+DTYPE_ALIASES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32",
+                 "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 DEVICES = ("cpu", "cuda")
 EXPECTED_STATUSES = ("pass", "fail")
 
@@ -121,9 +125,12 @@ class Result:
     stencil: str | None = None
     step_rel: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # An error's whole traceback, for --debug; never in the JSON (it names this machine).
+    trace: str = field(default="", repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["trace"]
         for key in ("max_abs_err", "tolerance"):
             v = d[key]
             if isinstance(v, float) and not math.isfinite(v):
@@ -169,7 +176,11 @@ class KernelSpec:
 
     def not_run(self, zero_centered_gamma: bool) -> str:
         """The one line a report gives for the zcg setting this kernel is not run at."""
-        return (f"{self.name}: zcg={'on' if zero_centered_gamma else 'off'} results not run "
+        return f"{self.name}: {self.why_not(zero_centered_gamma)}"
+
+    def why_not(self, zero_centered_gamma: bool) -> str:
+        """Why the kernel is not run at this zcg setting (:meth:`not_run` without the name)."""
+        return (f"zcg={'on' if zero_centered_gamma else 'off'} results not run "
                 f"— zero_centered_gamma is {self.zcg_how}")
 
 
@@ -194,6 +205,18 @@ class Expectation:
         actual = (kernel, cfg.check, cfg.device, cfg.dtype, cfg.control,
                   cfg.zero_centered_gamma)
         return all(w is None or w == a for w, a in zip(wanted, actual, strict=True))
+
+
+def did_you_mean(value: object, allowed: Sequence[str]) -> str:
+    """`` (did you mean 'randn'?)`` when ``value`` is a near miss of one of ``allowed``, else
+    ``""`` — the hint every bad choice gets, on the command line, in a case file and in the
+    API alike."""
+    import difflib
+
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def first_line(exc: BaseException) -> str:

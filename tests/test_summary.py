@@ -72,7 +72,7 @@ def test_drift_lines_do_not_repeat_the_failures_listed() -> None:
 
 
 def test_verdict_counts_are_grammatical() -> None:
-    from gradcheck_bi.report.tables import summarize, verdict_line
+    from gradcheck_bi.gate import summarize, verdict_line
 
     one = [result("dx", 1.0, 1e-11, [2, 8], expected="fail"),
            result("dx", 1e-12, 1e-11, [2, 8], status="pass")]

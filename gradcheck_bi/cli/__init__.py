@@ -19,8 +19,10 @@ from typing import Any
 
 from gradcheck_bi.cli.early import UsageError, preflight
 
-# As in gradcheck_bi.gate (which imports torch); 125 is `git bisect run`'s "skip".
-EXIT_USAGE, EXIT_UNSUPPORTED, EXIT_INTERRUPTED, EXIT_BISECT_SKIP = 2, 3, 130, 125
+# As in gradcheck_bi.gate.verdict (which imports torch, not yet loaded here). `git bisect run`
+# reads 125 as "skip this commit" and anything above 127 as "stop bisecting".
+EXIT_USAGE, EXIT_UNSUPPORTED, EXIT_INTERNAL, EXIT_INTERRUPTED = 2, 3, 4, 130
+EXIT_BISECT_SKIP, EXIT_BISECT_ABORT = 125, 255
 
 
 def __getattr__(name: str) -> Any:
@@ -47,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     if "--bisect" in args and code in (EXIT_USAGE, EXIT_UNSUPPORTED):
         return EXIT_BISECT_SKIP  # git bisect run: this commit cannot be judged, skip it
+    if "--bisect" in args and code == EXIT_INTERNAL:
+        return EXIT_BISECT_ABORT  # a bug in gradcheck-bi must stop the bisection, not judge
     return code
 
 
@@ -79,11 +83,14 @@ def _main(args: list[str], debug: bool) -> int:
     except (KeyboardInterrupt, typer.Abort):
         _err_line("gradcheck-bi: interrupted; partial results discarded")
         return EXIT_INTERRUPTED
-    except Exception as exc:
+    except Exception as exc:  # not the kernel's (an `error` result), not the input's: ours
         if debug:
             raise
-        _err_line(f"gradcheck-bi: error: {type(exc).__name__}: {exc}")
-        return EXIT_USAGE
+        text = str(exc).strip().splitlines()
+        _err_line(f"gradcheck-bi: internal error: {type(exc).__name__}"
+                  f"{': ' + text[0] if text else ''} — a bug in gradcheck-bi, not in your "
+                  "kernel or input; run again with --debug for the traceback and report it")
+        return EXIT_INTERNAL
     if rv == EXIT_INTERRUPTED:
         # Typer >= 0.2x turns Ctrl-C inside a command into a silent Exit(130) that returns
         # here (older releases raise Abort, handled above); no command returns 130 itself.

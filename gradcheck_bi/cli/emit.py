@@ -16,13 +16,14 @@ from typing import Any
 from rich.console import Console
 
 from gradcheck_bi.cli.options import write_output
-from gradcheck_bi.gate.baseline import Drift
+from gradcheck_bi.gate import summarize
+from gradcheck_bi.gate.baseline import Drift, drifted_results
 from gradcheck_bi.report import baseline as drift_report
 from gradcheck_bi.report.github import to_github
 from gradcheck_bi.report.junit import to_junit
 from gradcheck_bi.report.render import render_markdown, to_json
 from gradcheck_bi.report.summary import closing_lines
-from gradcheck_bi.report.tables import build_tables, summarize
+from gradcheck_bi.report.tables import build_tables
 from gradcheck_bi.report.text import Line, plain, print_lines, table_lines
 from gradcheck_bi.vocab import Result
 
@@ -40,13 +41,15 @@ class Report:
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # kernels and zcg settings not run
     dropped: list[dict[str, str]] = field(default_factory=list)  # by skip_missing_devices
+    unchecked: list[tuple[str, str]] = field(default_factory=list)  # kernels that ran nothing
 
     def closing(self) -> list[Line]:
         return closing_lines(self.results, self.drifts, self.baseline, self.verbose,
-                             self.strict, self.notes)
+                             self.strict, self.notes, self.unchecked)
 
     def tables(self, width: int) -> list[Line]:
-        return table_lines(build_tables(self.results), width)
+        """The tables and their legend; nothing at all when there is no result to show."""
+        return table_lines(build_tables(self.results), width) if self.results else []
 
 
 def log_width() -> int:
@@ -59,18 +62,21 @@ def render(report: Report, fmt: str, plot: str | None, elapsed: float) -> str:
     results, drifts = report.results, report.drifts
     if fmt == "json":
         text = to_json(results, report.code == 0, report.environment,
-                       {"seconds": round(elapsed, 3)}, report.notes, report.dropped)
+                       {"seconds": round(elapsed, 3)}, report.notes, report.dropped,
+                       report.unchecked)
         return drift_report.add_to_json(text, drifts, report.baseline) if report.baseline \
             else text
     if fmt == "markdown":
-        text = render_markdown(build_tables(results), summarize(results, report.strict),
-                               plot=plot, notes=report.notes)
+        summary = summarize(results, report.strict, report.unchecked,
+                            drifted_results(drifts))
+        text = render_markdown(build_tables(results), summary, plot=plot, notes=report.notes)
         return text + (drift_report.render_markdown(drifts, report.baseline)
                        if report.baseline else "")
     if fmt == "junit":
-        return to_junit(results, drifts)
+        return to_junit(results, drifts, unchecked=report.unchecked)
     if fmt == "github":
-        return to_github(results, drifts, report.verbose, report.strict, report.notes)
+        return to_github(results, drifts, report.verbose, report.strict, report.notes,
+                         report.unchecked)
     return plain([*report.tables(log_width()), [("", "")], *report.closing()])
 
 

@@ -21,7 +21,7 @@ else:  # pragma: no cover - Python 3.10
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi.cli.early import UsageError, check_paths, check_writable
 from gradcheck_bi.fd import parse_bytes
-from gradcheck_bi.vocab import CHECKS, CONTROLS, DTYPES
+from gradcheck_bi.vocab import CHECKS, CONTROLS, DTYPES, did_you_mean
 
 __all__ = ["CHECKS", "CONTROLS", "UsageError", "check_paths", "check_writable"]
 
@@ -51,7 +51,8 @@ def choices(options: Sequence[str], many: bool = False) -> str:
 def one_of(option: str, value: str | None, allowed: Sequence[str]) -> str | None:
     """``value`` if it is one of ``allowed`` (``None`` stays ``None``)."""
     if value is not None and value not in allowed:
-        raise UsageError(f"{option} {value!r}: expected one of {', '.join(allowed)}")
+        raise UsageError(f"{option} {value!r}: expected one of {', '.join(allowed)}"
+                         f"{did_you_mean(value, allowed)}")
     return value
 
 

@@ -49,7 +49,7 @@ from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels import reduction
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.runner import check_memory, resolve_kernels, run_sweeps
-from gradcheck_bi.sweep import Sweep, not_run, with_overrides
+from gradcheck_bi.sweep import Sweep, not_run, unchecked, with_overrides
 from gradcheck_bi.vocab import Result
 
 
@@ -253,17 +253,30 @@ def run_command(
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
     ) for sweep in sweeps]
     _check_memory(sweeps)
-    results, notes = _execute(sweeps, progress)
+    results, notes, idle = _execute(sweeps, progress)
     drifts = baselines.compare(results, recorded) if recorded is not None else []
-    code = exit_code(results, drifted=bool(drifts), strict=strict)
+    code = exit_code(results, drifted=bool(drifts), strict=strict, unchecked=idle)
     if update_baseline and baseline is not None:
         baselines.write(baseline, baselines.Baseline.from_results(results))
         Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
     report = Report(results, drifts, baseline if recorded is not None else None, code,
                     strict, verbose, environment() if fmt_name == "json" else {}, notes,
-                    dropped)
+                    dropped, idle)
+    if debug:
+        _print_tracebacks(results)
     emit(report, fmt_name, output, plot, time.perf_counter() - started)
     return code
+
+
+def _print_tracebacks(results: list[Result]) -> None:
+    """--debug: the whole traceback of each distinct kernel error, once, with its count."""
+    errors: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        if r.status == "error" and r.trace:
+            errors.setdefault((r.kernel, r.message), []).append(r)
+    for (kernel, message), same in errors.items():
+        sys.stderr.write(f"--- {kernel}: {message} ({len(same)} result"
+                         f"{'s' if len(same) != 1 else ''}) ---\n{same[0].trace}")
 
 
 def _validate(eps: float | None, atol: float | None, rtol: float | None,
@@ -310,13 +323,19 @@ def _check_memory(sweeps: list[Sweep]) -> None:
             "individual dx elements are not checked. dw is checked in full.", markup=False)
 
 
-def _execute(sweeps: list[Sweep], progress: bool) -> tuple[list[Result], list[str]]:
-    """The results, and one line per kernel and zcg setting that is not run."""
+def _execute(sweeps: list[Sweep], progress: bool
+             ) -> tuple[list[Result], list[str], list[tuple[str, str]]]:
+    """The results, one line per kernel and zcg setting that is not run, and (kernel, why)
+    for each kernel that ran nothing."""
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
     specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
-    notes = not_run(sweeps, specs)
     bar, on_result = _progress(progress and sys.stderr.isatty())
     if bar is None:
-        return run_sweeps(sweeps, specs), notes
-    with bar:
-        return run_sweeps(sweeps, specs, on_result), notes
+        results = run_sweeps(sweeps, specs)
+    else:
+        with bar:
+            results = run_sweeps(sweeps, specs, on_result)
+    idle = unchecked(sweeps, specs, results)
+    # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
+    partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
+    return results, not_run(sweeps, partly), idle

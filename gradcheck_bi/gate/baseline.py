@@ -210,6 +210,11 @@ class Drift:
     line: str
 
 
+def drifted_results(drifts: list[Drift]) -> int:
+    """How many results drifted (a result can drift in more than one way)."""
+    return len({d.key for d in drifts})
+
+
 def _loosened(now: float | None, was: float | None, slack: float) -> str:
     """The drift line's tail when ``now`` is looser than ``was`` past the slack, else ""."""
     if now is None or was is None or math.isnan(now) or math.isnan(was):

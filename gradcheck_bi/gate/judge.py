@@ -1,29 +1,21 @@
-"""Measurements + expectations → verdicts, and verdicts → the contract's exit code.
+"""A measurement (or an error, or a refusal) + the expected status → a :class:`Result`.
 
-Exit codes: 0 every result as expected; 1 a result not as expected (including ``error``:
-a kernel that raised anything but an explicit refusal; drift from a baseline; and, under
-``strict``, any ``unsupported``); 2 bad usage or input (decided before anything runs); 3
-nothing wrong found but something asked for could not run here (``unsupported``: no GPU, a
-kernel that explicitly refuses the device or dtype).
+What results add up to — the verdict sentence and the exit code — is
+:mod:`gradcheck_bi.gate.verdict`'s.
 
 >>> from gradcheck_bi.vocab import Config, Measurement
 >>> r = judge("after", "pass", Config(check="dx"), Measurement(1e-15, 1e-13, True))
->>> r.status, r.as_expected, exit_code([r])
-('pass', True, 0)
+>>> r.status, r.as_expected
+('pass', True)
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from gradcheck_bi.checks import tolerance_settings
 from gradcheck_bi.vocab import Config, Measurement, Result
-
-EXIT_OK = 0
-EXIT_UNEXPECTED = 1
-EXIT_USAGE = 2
-EXIT_UNSUPPORTED = 3
-EXIT_INTERRUPTED = 130
 
 
 def judge(
@@ -33,8 +25,11 @@ def judge(
     measurement: Measurement | None = None,
     status: str | None = None,
     message: str = "",
+    details: dict[str, Any] | None = None,
+    trace: str = "",
 ) -> Result:
-    """Turn a measurement (or an error/unsupported status) into a :class:`Result`."""
+    """Turn a measurement (or an error/unsupported status, with ``details`` such as the
+    kernel's frames and the whole ``trace`` of an error) into a :class:`Result`."""
     if measurement is not None:
         status = "pass" if measurement.passed else "fail"
         message = measurement.message
@@ -59,18 +54,9 @@ def judge(
         input_scale=cfg.input_scale,
         weight_scale=cfg.weight_scale,
         **tolerance_settings(cfg),
-        details=measurement.details if measurement else {},
+        details=measurement.details if measurement else dict(details or {}),
+        trace=trace,
     )
-
-
-def exit_code(results: list[Result], drifted: bool = False, strict: bool = False) -> int:
-    """0 all as expected; 1 anything not as expected (or ``drifted``, or any unsupported
-    when ``strict``: a CI job that must run everything); 3 nothing wrong but unsupported."""
-    if drifted or any(not r.as_expected and r.status != "unsupported" for r in results):
-        return EXIT_UNEXPECTED
-    if any(r.status == "unsupported" for r in results):
-        return EXIT_UNEXPECTED if strict else EXIT_UNSUPPORTED
-    return EXIT_OK
 
 
 def discrimination_ratio(randn_err: float | None, ones_err: float | None) -> float | None:

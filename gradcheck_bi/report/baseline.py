@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gradcheck_bi.gate.baseline import KEY_FIELDS, Drift
+from gradcheck_bi.gate.baseline import KEY_FIELDS, Drift, drifted_results
 
 
 def verdict(drifts: list[Drift], path: str | Path | None) -> str:
     if not drifts:
         return f"BASELINE: no drift from {path}"
-    return f"BASELINE: {len(drifts)} result(s) drifted from {path}"
+    n = drifted_results(drifts)
+    return f"BASELINE: {n} result{'s' if n != 1 else ''} drifted from {path}"
 
 
 def render_markdown(drifts: list[Drift], path: str | Path | None) -> str:

@@ -13,9 +13,12 @@ a notice (or an error when the gate fails).
 
 from __future__ import annotations
 
-from gradcheck_bi.gate.baseline import Drift
+from collections.abc import Sequence
+
+from gradcheck_bi.gate import EXIT_OK, EXIT_UNSUPPORTED, summarize, verdict_line
+from gradcheck_bi.gate.baseline import Drift, drifted_results
 from gradcheck_bi.report.summary import failure_line, ranked
-from gradcheck_bi.report.tables import short_name, summarize, verdict_line
+from gradcheck_bi.report.tables import short_name
 from gradcheck_bi.vocab import Result
 
 
@@ -42,14 +45,15 @@ def _file(kernel: str) -> str | None:
 
 
 def to_github(results: list[Result], drifts: list[Drift], verbose: bool = False,
-              strict: bool = False, notes: list[str] | None = None) -> str:
+              strict: bool = False, notes: list[str] | None = None,
+              unchecked: Sequence[tuple[str, str]] = ()) -> str:
     """One workflow command per ranked failure, unsupported kernel, drift and note of what
     was not run; then the verdict."""
     lines = [command("warning", "gradcheck-bi: not run", note) for note in notes or []]
     for r, group in ranked(results, verbose, strict):
         title = f"gradcheck-bi: {short_name(r.kernel)} {r.check} not as expected"
         lines.append(command("error", title, failure_line(r, group), _file(r.kernel)))
-    summary = summarize(results, strict)
+    summary = summarize(results, strict, unchecked, drifted_results(drifts))
     seen: set[tuple[str, str]] = set()
     for r in summary.unsupported:
         if (r.kernel, r.message) not in seen:
@@ -58,7 +62,9 @@ def to_github(results: list[Result], drifts: list[Drift], verbose: bool = False,
                                  f"{r.kernel}: {r.message}", _file(r.kernel)))
     for d in drifts:
         lines.append(command("error", "gradcheck-bi: baseline drift", d.line))
-    failed = bool(summary.unexpected or drifts or (strict and summary.unsupported))
-    kind = "error" if failed else ("warning" if summary.unsupported else "notice")
+    for kernel, why in unchecked:
+        lines.append(command("warning", f"gradcheck-bi: {short_name(kernel)} not checked",
+                             f"{kernel}: nothing checked — {why}", _file(kernel)))
+    kind = {EXIT_OK: "notice", EXIT_UNSUPPORTED: "warning"}.get(summary.code, "error")
     lines.append(command(kind, "gradcheck-bi verdict", verdict_line(summary)))
     return "\n".join(lines) + "\n"

@@ -73,11 +73,12 @@ def _outcome(r: Result, drift: list[Drift]) -> tuple[str, str, str] | None:
 
 
 def to_junit(results: Iterable[Result], drifts: Iterable[Drift] = (),
-             name: str = "gradcheck-bi") -> str:
+             name: str = "gradcheck-bi", unchecked: Iterable[tuple[str, str]] = ()) -> str:
     """The JUnit XML document for ``results``; ``drifts`` (from a baseline) fail their case.
 
     A drift for a result that did not run at all (recorded but missing) becomes a testcase
-    of its own, failed.
+    of its own, failed. A kernel that ran no point (``unchecked``: kernel, why) becomes one
+    skipped testcase with the reason, so that a report of 0 tests never reads as green.
     """
     results = list(results)
     by_key: dict[Key, list[Drift]] = {}
@@ -129,6 +130,13 @@ def to_junit(results: Iterable[Result], drifts: Iterable[Drift] = (),
         child = ET.SubElement(case, "failure", message=message, type="baseline-drift")
         child.text = message
         add(kernel, case, "failure")
+
+    for kernel, why in unchecked:
+        case = ET.Element("testcase", classname=f"{name}.{_dotless(kernel)}",
+                          name="nothing checked")
+        ET.SubElement(case, "skipped", message=_clean(f"nothing checked: {why}")).text = \
+            _clean(f"nothing checked: {why}")
+        add(kernel, case, "skipped")
 
     root = ET.Element("testsuites", name=name)
     total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

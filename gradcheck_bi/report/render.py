@@ -14,15 +14,14 @@ from typing import Any
 
 from gradcheck_bi import lowp
 from gradcheck_bi._version import __version__
+from gradcheck_bi.gate import Summary, verdict_line
 from gradcheck_bi.report.tables import (
     COLUMN_TITLES,
-    Summary,
     Table,
     describe,
     format_index,
     format_ratio,
     format_tolerance,
-    verdict_line,
 )
 from gradcheck_bi.vocab import CONTROLS, Result
 
@@ -111,6 +110,7 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
         out.append(f"![finite-difference error against step size]({plot})")
         out.append("")
     lines = [f"note: {n}" for n in notes or []]
+    lines += [f"nothing checked: {k} — {why}" for k, why in summary.unchecked]
     for line in lines + [describe(r) for r in summary.unexpected + summary.unsupported]:
         out.append(f"- {line}")
     if lines or summary.unexpected or summary.unsupported:
@@ -121,10 +121,12 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
 
 def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
             timing: dict[str, Any] | None = None, notes: list[str] | None = None,
-            dropped: list[dict[str, str]] | None = None) -> str:
+            dropped: list[dict[str, str]] | None = None,
+            unchecked: list[tuple[str, str]] | None = None) -> str:
     """The contract's JSON: tool, version, ok, environment, results; timing kept apart;
     ``"not_run"``: one line per kernel and zcg setting left out, ``"dropped"``: one entry
-    per target a case's skip_missing_devices left out (each only when there is one)."""
+    per target a case's skip_missing_devices left out, ``"nothing_checked"``: one entry per
+    kernel that ran no point (each only when there is one)."""
     doc: dict[str, Any] = {
         "tool": "gradcheck-bi",
         "version": __version__,
@@ -136,6 +138,8 @@ def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
         doc["not_run"] = list(notes)
     if dropped:
         doc["dropped"] = [dict(d) for d in dropped]
+    if unchecked:
+        doc["nothing_checked"] = [{"kernel": k, "reason": why} for k, why in unchecked]
     if timing is not None:
         doc["timing"] = timing
     return json.dumps(doc, indent=2) + "\n"

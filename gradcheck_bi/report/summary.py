@@ -11,17 +11,19 @@ without repeating the results already listed; the verdict is the last line.
 >>> bad = Result("k", "dx", "cpu", "fp64", [3, 64], 1e-6, 0, "randn", False, 5.1e4, 2e-11,
 ...              "fail", "pass", False, worst=[0, 7], input_scale=1e-4)
 >>> print(plain(closing_lines([bad], [])).splitlines()[0])
-not as expected: 1 result in 1 kernel/check, worst first
+not as expected: 1 result in 1 group (a kernel's check, or one error), worst first
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
-from gradcheck_bi.gate.baseline import Drift, key_of
+from gradcheck_bi.gate import EXIT_UNSUPPORTED, summarize, verdict_line
+from gradcheck_bi.gate.baseline import Drift, drifted_results, key_of
 from gradcheck_bi.report.baseline import verdict as drift_verdict
-from gradcheck_bi.report.tables import describe, summarize, verdict_line
+from gradcheck_bi.report.tables import describe
 from gradcheck_bi.report.text import Line, plain
 from gradcheck_bi.vocab import Result
 
@@ -50,8 +52,9 @@ def ranked(results: list[Result], verbose: bool = False,
     if verbose:
         return [(r, 1) for r in bad]
     groups: dict[tuple[str, str], list[Result]] = {}
-    for r in bad:
-        groups.setdefault((r.kernel, r.check), []).append(r)
+    for r in bad:  # one kernel error, however many results it broke, is one entry
+        groups.setdefault((r.kernel, r.message if r.status == "error" else r.check),
+                          []).append(r)
     return [(members[0], len(members)) for members in groups.values()]
 
 
@@ -65,21 +68,25 @@ def _excess(r: Result) -> str:
 def failure_line(r: Result, group: int) -> str:
     """One line for a ranked entry: the result, how far past its tolerance, its group size."""
     text = describe(r, scales=True) + _excess(r)
+    if r.status == "error" and group > 1:
+        return text + f" — the same error in {group} results"
     return text + (f" — worst of {group} in {r.check}" if group > 1 else "")
 
 
 def closing_lines(results: list[Result], drifts: list[Drift],
                   baseline: str | Path | None = None, verbose: bool = False,
-                  strict: bool = False, notes: list[str] | None = None) -> list[Line]:
+                  strict: bool = False, notes: list[str] | None = None,
+                  unchecked: Sequence[tuple[str, str]] = ()) -> list[Line]:
     """What was not run, failures ranked, unsupported results, drift, and the verdict (the
     last line)."""
-    summary = summarize(results, strict)
+    summary = summarize(results, strict, unchecked, drifted_results(drifts))
     out: list[Line] = [[("note: " + note, "yellow")] for note in notes or []]
     entries = ranked(results, verbose, strict)
     if entries:
         n = len(summary.unexpected)
         how = ("every one, worst first" if verbose else
-               f"in {len(entries)} kernel/check, worst first"
+               f"in {len(entries)} group{'s' if len(entries) != 1 else ''} (a kernel's check, "
+               "or one error), worst first"
                + ("; --verbose lists all" if n > len(entries) else ""))
         out.append([(f"not as expected: {n} result{'s' if n != 1 else ''} {how}", "bold")])
         out += [[("✗ ", "bold red"), (failure_line(r, g), "red")] for r, g in entries]
@@ -97,7 +104,7 @@ def closing_lines(results: list[Result], drifts: list[Drift],
         note = f" ({repeat} of them listed above)" if repeat else ""
         out.append([(drift_verdict(drifts, baseline) + note,
                      "bold red" if drifts else "bold green")])
-    style = ("bold green" if summary.ok and not drifts else
-             "bold yellow" if not summary.unexpected and not drifts else "bold red")
+    style = ("bold green" if summary.ok else
+             "bold yellow" if summary.code == EXIT_UNSUPPORTED else "bold red")
     out.append([(verdict_line(summary), style)])
     return out

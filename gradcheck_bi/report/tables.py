@@ -193,49 +193,6 @@ def format_index(idx: list[int] | None) -> str:
     return "—" if not idx else "[" + ",".join(str(i) for i in idx) + "]"
 
 
-@dataclass
-class Summary:
-    total: int
-    as_expected: int
-    unexpected: list[Result]
-    unsupported: list[Result]
-    defects_found: int
-    strict: bool = False  # --strict: an unsupported result is not as expected
-
-    @property
-    def ok(self) -> bool:
-        return not self.unexpected and not self.unsupported
-
-
-def summarize(results: list[Result], strict: bool = False) -> Summary:
-    unexpected = [r for r in results if not r.as_expected and r.status != "unsupported"]
-    unsupported = [r for r in results if r.status == "unsupported"]
-    found = sum(1 for r in results if r.expected == "fail" and r.status == "fail")
-    return Summary(len(results), sum(r.as_expected for r in results), unexpected,
-                   unsupported, found, strict)
-
-
-def verdict_line(s: Summary) -> str:
-    """The closing sentence of every report."""
-    if s.unexpected:
-        errors = sum(r.status == "error" for r in s.unexpected)
-        raised = f" ({errors} raised an error)" if errors else ""
-        return (f"VERDICT: NOT AS EXPECTED — {len(s.unexpected)} of {s.total} results differ "
-                f"from what the kernels declare{raised}")
-    if s.unsupported and s.strict:
-        return (f"VERDICT: NOT AS EXPECTED (--strict) — {len(s.unsupported)} of {s.total} "
-                f"results could not run here (unsupported)")
-    if s.unsupported:
-        return (f"VERDICT: nothing wrong found, but {len(s.unsupported)} of {s.total} results "
-                f"could not run here (unsupported)")
-    n = s.defects_found
-    if not n:
-        return f"VERDICT: all {s.total} results as expected: every result passes"
-    shows = "1 shows" if n == 1 else f"{n} show"
-    return (f"VERDICT: all {s.total} results as expected: {shows} a declared defect, every "
-            f"other result passes")
-
-
 def describe(r: Result, scales: bool = False) -> str:
     """One line naming a result and what went wrong with it (``scales``: name the input and
     γ scales even when both are 1)."""
