@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow lint bench clean
+.PHONY: run test test-slow lint bench docs clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ run: $(STAMP)
 	$(BIN)/gradcheck-bi run
 
 lint: $(STAMP)
-	$(BIN)/ruff check gradcheck_bi tests benchmarks
+	$(BIN)/ruff check gradcheck_bi tests benchmarks docs
 	$(BIN)/mypy
 
 test: $(STAMP) lint
@@ -34,6 +34,11 @@ test-slow: $(STAMP)
 BENCH_THREADS ?=
 bench: $(STAMP)
 	PYTHONPATH=. $(BIN)/python benchmarks/cpu_bench.py $(if $(BENCH_THREADS),--threads $(BENCH_THREADS),)
+
+# Re-run the commands whose output README.md and docs/*.md quote, and paste it in again
+# (between <!-- docs:begin NAME --> markers; docs/make_docs.py). A few minutes on 2 cores.
+docs: $(STAMP)
+	PYTHONPATH=. $(BIN)/python docs/make_docs.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
