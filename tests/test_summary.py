@@ -66,7 +66,7 @@ def test_drift_lines_do_not_repeat_the_failures_listed() -> None:
               Drift(key_of(grew), "error grew", "drift: dw error grew 100×")]
     text = plain(closing_lines([failing, grew], drifts, "b.json"))
     assert "drift: dw error grew" in text and "drift: dx status" not in text
-    assert "BASELINE: 2 result(s) drifted from b.json (1 of them listed above)" in text
+    assert "BASELINE: 2 results drifted from b.json (1 of them listed above)" in text
     assert "drift: dx status" in plain(closing_lines([failing, grew], drifts, "b.json",
                                                      verbose=True))
 

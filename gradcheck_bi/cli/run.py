@@ -186,8 +186,9 @@ def run_command(
         help="Unsupported results (no GPU, a kernel refusing a dtype) exit 1, not 3.")] = False,
     bisect: Annotated[bool, typer.Option(
         "--bisect", rich_help_panel=JUDGE, show_default=False,
-        help="For `git bisect run`: could not run or bad input (exit 2, 3) exits 125, "
-        "git's skip.")] = False,
+        help="For `git bisect run`: bad input, could not run or nothing checked (exit 2, "
+        "3) exits 125, git's skip; an internal error (4) exits 255, which stops the "
+        "bisection.")] = False,
     fmt: Annotated[str | None, typer.Option(
         "--format", metavar=choices(FORMATS), rich_help_panel=OUTPUT,
         show_default="table on a terminal, else text",

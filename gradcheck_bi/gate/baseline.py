@@ -206,7 +206,9 @@ class Drift:
     """One result that moved away from the baseline, with the line that says how."""
 
     key: Key
-    kind: str  # "status changed" | "tolerance loosened" | "error grew" | "new" | "missing"
+    # "status changed" | "tolerance loosened" | "settings changed" | "error grew" | "new" |
+    # "missing"
+    kind: str
     line: str
 
 
@@ -228,16 +230,66 @@ def _loosened(now: float | None, was: float | None, slack: float) -> str:
             f"tolerance_slack {slack:g})")
 
 
+_POINT = [i for i, name in enumerate(KEY_FIELDS) if name not in SETTING_NAMES]
+_SETTINGS = [i for i, name in enumerate(KEY_FIELDS) if name in SETTING_NAMES]
+
+
+def _point(key: Key) -> Key:
+    """The key without the tolerance settings: the same point of the sweep, judged anyhow."""
+    return tuple(key[i] for i in _POINT)
+
+
+def _settings_changed(key: Key, was: Key) -> str:
+    """``rtol none → 0.001, stencil central-4 → central-2``: the settings that differ."""
+    def show(v: Any) -> str:
+        return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{KEY_FIELDS[i]} {show(was[i])} → {show(key[i])}"
+                     for i in _SETTINGS if key[i] != was[i])
+
+
+def _resettled(r: Result, key: Key, was: Key, rec: Recorded) -> Drift:
+    """One drift for a result recorded at the same point under other tolerance settings:
+    how its tolerance moved (loosened / tightened N×) and whether its status changed."""
+    now, then = loosest(r), rec.tolerance_max
+    if now is None or then is None or math.isnan(now) or math.isnan(then) or now == then:
+        how = "tolerance settings changed (the tolerance did not move)"
+    elif now > then:
+        factor = "∞" if then == 0 or math.isinf(now) else f"{now / then:.3g}×"
+        how = f"tolerance loosened {factor} ({format_error(then)} → {format_error(now)})"
+    else:
+        factor = "∞" if now == 0 or math.isinf(then) else f"{then / now:.3g}×"
+        how = f"tolerance tightened {factor} ({format_error(then)} → {format_error(now)})"
+    status = (f"; status {rec.status} → {r.status}" if r.status != rec.status else "")
+    kind = "tolerance loosened" if "loosened" in how else "settings changed"
+    return Drift(key, kind, f"drift: {describe_key(key)}: {how} by "
+                            f"{_settings_changed(key, was)}{status}")
+
+
 def compare(results: list[Result], base: Baseline) -> list[Drift]:
-    """Every drift of ``results`` from ``base``, in the run's order, then missing ones."""
+    """Every drift of ``results`` from ``base``, in the run's order, then missing ones.
+
+    A result whose point was recorded under other tolerance settings (``--atol``,
+    ``--rtol``, ``--mode``, stencil, step) drifts once, as a change of tolerance that names
+    the settings and how far the tolerance moved — not as a new result plus a missing one.
+    """
     drifts = []
     seen = set()
-    for r in results:
-        key = key_of(r)
+    by_point: dict[Key, list[Key]] = {}
+    for key in base.entries:
+        by_point.setdefault(_point(key), []).append(key)
+    keys = [key_of(r) for r in results]
+    ran = set(keys)
+    for r, key in zip(results, keys, strict=True):
         seen.add(key)
         rec = base.entries.get(key)
         where = describe_key(key)
         if rec is None:
+            others = [k for k in by_point.get(_point(key), []) if k not in ran and k not in seen]
+            if others:
+                seen.add(others[0])
+                drifts.append(_resettled(r, key, others[0], base.entries[others[0]]))
+                continue
             drifts.append(Drift(key, "new", f"drift: {where}: not in the baseline (status "
                                             f"{r.status}; re-record with --update-baseline)"))
             continue
