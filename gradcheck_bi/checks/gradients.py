@@ -4,10 +4,14 @@
   ``mode = "directional"`` the projections ``⟨dx, v⟩`` on random unit ``v`` per row;
 * ``dw`` — every element, one perturbation of all weights at once.
 
-Each element is held to its own noise floor (:mod:`gradcheck_bi.fd.noise`), which comes
-from the forward alone: a wrong backward cannot widen its own tolerance. Pass iff
-``max_i err_i / floor_i ≤ 1``. bf16/fp16 kernels are checked by lifting the differences to
-fp64/fp32 (:mod:`.lifted`).
+Each element is held to its own floor: the finite difference's noise
+(:mod:`gradcheck_bi.fd.noise`, from the forward alone) and, in quadrature, the rounding the
+kernel's own backward may legitimately add in any summation order
+(:mod:`.summation`, from the inputs alone): a wrong backward cannot widen its own
+tolerance. Pass iff ``max_i err_i / tol_i ≤ 1``. ``details["detectable_rel"]`` is the
+median over elements of ``tol_i / |reference_i|``: the smallest relative error in the
+gradient that this point typically catches. bf16/fp16 kernels are checked by lifting the
+differences to fp64/fp32 (:mod:`.lifted`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.lifted import check_dw_lifted, check_dx_lifted
+from gradcheck_bi.checks.summation import combined_floor, detectable, dw_sigma, dx_sigma
 from gradcheck_bi.checks.tolerance import fd_tolerance
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, forward_in_w, forward_in_x
@@ -45,7 +50,8 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
     )
     err = (dx.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
-    return _fd_verdict(err, est, float(est.grad.abs().max()), cfg, notes)
+    rounding = _rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
+    return _fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 
 def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Tensor,
@@ -60,6 +66,9 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     )
     analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
     err = (analytic - est.projection).abs()
+    # Each element's rounding, added along the direction without cancellation (a bound).
+    sigma_dx = _rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
+    rounding = row_sum(est.directions.abs() * sigma_dx.unsqueeze(0))
     details = {
         "mode": "directional",
         "directions": cfg.directions,
@@ -69,17 +78,34 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     }
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference projection",
                                                         est.projection)]
-    return _fd_verdict(err, est, float(est.projection.abs().max()), cfg, notes, details)
+    return _fd_verdict(err, est, est.projection, rounding, cfg, notes, details)
 
 
-def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate, scale: float,
-                cfg: Config, notes: Sequence[str],
-                extra: dict[str, Any] | None = None) -> Measurement:
-    """Judge ``err`` element by element against the estimate's noise floor (or the config's
-    ``atol``/``rtol``); see :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
-    tol = fd_tolerance(est.noise_floor, scale, cfg)
+def _gamma(w: torch.Tensor, cfg: Config) -> torch.Tensor:
+    return w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
+
+
+def _rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor) -> float:
+    """``max(λ, 1) · u``: the kernel's backward rounds at least at its dtype's ``u``, and at
+    the forward's measured ``λ u`` where that is coarser (a kernel computing in fp32 inside
+    an fp64 interface)."""
+    return max(est.noise_scale, 1.0) * fd.unit_roundoff(x.dtype)
+
+
+def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
+                reference: torch.Tensor, rounding: torch.Tensor, cfg: Config,
+                notes: Sequence[str], extra: dict[str, Any] | None = None) -> Measurement:
+    """Judge ``err`` element by element against the estimate's noise floor with the kernel's
+    own ``rounding`` (σ, absolute) in quadrature — or the config's ``atol``/``rtol``; see
+    :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
+    assert est.sigma is not None and est.truncation is not None
+    floor = combined_floor(est.sigma, est.truncation, rounding)
+    tol = fd_tolerance(floor, float(reference.abs().max()), cfg)
     m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
-    m.details["noise_floor"] = float(est.noise_floor[tuple(m.worst or [])].item())
+    at = tuple(m.worst or [])
+    m.details["noise_floor"] = float(est.noise_floor[at].item())
+    m.details["rounding_floor"] = float(fd.K_SIGMA * rounding[at].item())
+    m.details["detectable_rel"] = detectable(tol, reference)
     return m
 
 
@@ -93,7 +119,8 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     est = fd.weight_grad(forward_in_w(fn, x, cfg.eps, cfg.zero_centered_gamma), w, x, g, stencil)
     err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
-    return _fd_verdict(err, est, float(est.grad.abs().max()), cfg, notes)
+    rounding = _rounding_scale(est, x) * dw_sigma(x, g, cfg.eps)
+    return _fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 
 def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:

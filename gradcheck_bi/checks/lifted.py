@@ -6,17 +6,18 @@ forward can be evaluated there — at exactly the inputs its bf16 backward saw �
 differenced on that dtype's floor. The kernel's bf16 ``dx`` / ``dw`` is then compared with
 that lifted reference ``R``, element by element, against
 
-    tol_i = ½ ulp_out(R_i)                              one rounding to the output dtype
-          + u_fp32 · (4 + 2·log2(n + 1) + K_OPS) · M_i  fp32 arithmetic inside the kernel
-          + the lifted estimate's noise floor            (gradcheck_bi.fd.noise, per element)
+    tol_i = ½ ulp_out(R_i)                          one rounding to the output dtype
+          + u_fp32 · K_OPS · M_i                    rsqrt / sqrt / division, deterministic
+          + K_SIGMA · sqrt(σ_fd,i² + (u_fp32 σ_k,i)²) + K_TRUNC · T_i
 
-where ``M_i`` is the magnitude of the terms that make up element ``i`` (dx:
-``|g γ r| + 3 r³ |x| Σ|g x γ| / D`` over ``n = D`` columns — r's relative error enters the
-variance term three times; dw: ``Σ_rows |g x r|`` over ``n`` rows) — the summation bound the
-forward check uses, on the terms instead of the result, so an element that cancels to near 0
-is not held to the ulp of its tiny value. ``K_OPS = 4`` ulps cover rsqrt, sqrt and division,
-which GPUs do not always round correctly (measured: Liger's dx at D = 1, pure cancellation,
-needs it).
+where ``σ_fd`` and ``T`` are the lifted estimate's noise and truncation
+(:mod:`gradcheck_bi.fd.noise`) and ``σ_k`` the kernel's own fp32 rounding in any summation
+order (:mod:`.summation`: dx's row dot over D and r's mean square, dw's sum over the rows),
+from the terms, so an element that cancels to near 0 is not held to the ulp of its tiny
+value. ``M_i`` is the magnitude of the terms that make up element ``i`` (dx:
+``|g γ r| + 3 r³ |x| Σ|g x γ| / D`` — r's relative error enters the variance term three
+times; dw: ``Σ_rows |g x r|``). ``K_OPS = 4`` ulps cover rsqrt, sqrt and division, which GPUs
+do not always round correctly (measured: Liger's dx at D = 1, pure cancellation, needs it).
 A kernel that computes in fp32 and rounds each gradient once to the output dtype stays
 within ``tol``; one that rounds an intermediate to bf16, or sums in bf16, is off by ulps.
 
@@ -37,7 +38,8 @@ import torch
 from gradcheck_bi import fd, lowp
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.probe import refusal
-from gradcheck_bi.checks.tolerance import fd_tolerance, forward_tolerance, summation_factor
+from gradcheck_bi.checks.summation import combined_floor, detectable, dw_sigma, dx_sigma
+from gradcheck_bi.checks.tolerance import fd_tolerance, forward_tolerance
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, call_forward, forward_in_w, forward_in_x
 from gradcheck_bi.kernels.rmsnorm import reference_forward
@@ -126,16 +128,15 @@ def _term_magnitudes(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor,
     return m_dx, m_dw
 
 
-def _judge(analytic: torch.Tensor, ref: torch.Tensor, fd_tol: torch.Tensor,
-           magnitude: torch.Tensor, n_terms: int, lift: Lift, cfg: Config, name: str,
+def _judge(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
+           magnitude: torch.Tensor, lift: Lift, cfg: Config, name: str,
            extra: dict[str, Any], higher: Callable[[], str | None] | None = None) -> Measurement:
     a64 = analytic.to(torch.float64)
     rounded = lowp.round_to(ref, analytic.dtype).to(torch.float64)
     err = (a64 - ref).abs()
     # Where the reference overflows the output dtype, the correctly rounded value is ±inf.
     err = torch.where(torch.isinf(a64) & (a64 == rounded), torch.zeros_like(err), err)
-    tol = (0.5 * lowp.ulp_of(ref, analytic.dtype)
-           + U_COMPUTE * (summation_factor(n_terms) + K_OPS) * magnitude + fd_tol)
+    tol = 0.5 * lowp.ulp_of(ref, analytic.dtype) + U_COMPUTE * K_OPS * magnitude + floor
     audit = lowp.audit(analytic, ref)
     median_ulp = float((err / lowp.ulp_of(ref, analytic.dtype)).median()) if err.numel() else 0.0
     details = {
@@ -157,7 +158,9 @@ def _judge(analytic: torch.Tensor, ref: torch.Tensor, fd_tol: torch.Tensor,
     notes = [f"analytic {name} has {bad} non-finite element(s) where the correctly rounded "
              "reference is finite" if bad else "", nonfinite(f"lifted {name}", ref)]
     scale = float(ref.abs().max()) if ref.numel() else 0.0
-    m = measured_per_element(err, fd_tolerance(tol, scale, cfg), notes, details)
+    tol = fd_tolerance(tol, scale, cfg)
+    m = measured_per_element(err, tol, notes, details)
+    m.details["detectable_rel"] = detectable(tol, ref)
     if not m.passed and not m.message:
         m.message = _diagnosis(name, audit, median_ulp, higher() if higher else None)
     return m
@@ -192,8 +195,8 @@ def _diagnosis(name: str, audit: lowp.AuditResult, median_ulp: float,
 
 
 def _higher_backward(fn: Any, xh: torch.Tensor, wh: torch.Tensor, gh: torch.Tensor,
-                     est: fd.FDEstimate, fd_tol: torch.Tensor, magnitude: torch.Tensor,
-                     n_terms: int, cfg: Config, which: str) -> str | None:
+                     est: fd.FDEstimate, floor: torch.Tensor, magnitude: torch.Tensor,
+                     cfg: Config, which: str) -> str | None:
     """``"fp64"`` if the kernel's backward in the lifted dtype matches the lifted
     differences, ``"!fp64"`` if not, ``None`` if it cannot run there."""
     try:
@@ -203,8 +206,7 @@ def _higher_backward(fn: Any, xh: torch.Tensor, wh: torch.Tensor, gh: torch.Tens
     grad = (dxh if which == "dx" else dwh).to(torch.float64)
     # The formula is right if the lifted backward is within the lifted floor plus a margin far
     # below the half-precision ulp (a kernel may compute its fp64 path in fp32).
-    tol = fd_tol + (U_COMPUTE * (summation_factor(n_terms) + K_OPS)
-                    + fd.unit_roundoff(cfg.torch_dtype) / 16) * magnitude
+    tol = floor + (U_COMPUTE * K_OPS + fd.unit_roundoff(cfg.torch_dtype) / 16) * magnitude
     name = _NAMES[xh.dtype]
     return name if bool(((grad - est.grad).abs() <= tol).all()) else f"!{name}"
 
@@ -231,11 +233,14 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     lift = lift_dtype(fn, x, w, cfg)
     m_dx, m_dw = _term_magnitudes(x, w, g, cfg)
     analytic, magnitude = (dx, m_dx) if which == "dx" else (dw, m_dw)
-    n_terms = x.shape[-1] if which == "dx" else x.numel() // x.shape[-1]
+    gamma = w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
+    sigma_k = U_COMPUTE * (dx_sigma(x, gamma, g, cfg.eps) if which == "dx"
+                           else dw_sigma(x, g, cfg.eps))
     if lift.dtype is None:
         ref = _reference_grads(x, w, g, cfg)[0 if which == "dx" else 1]
-        return _judge(analytic, ref, torch.zeros_like(ref), magnitude, n_terms, lift, cfg,
-                      which, {})
+        zero = torch.zeros_like(ref)
+        return _judge(analytic, ref, combined_floor(zero, zero, sigma_k), magnitude, lift,
+                      cfg, which, {})
     xh, wh, gh = x.to(lift.dtype), w.to(lift.dtype), g.to(lift.dtype)
     stencil = fd.STENCILS[cfg.stencil]
     if which == "dx":
@@ -244,10 +249,11 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     else:
         est = fd.weight_grad(forward_in_w(fn, xh, cfg.eps, cfg.zero_centered_gamma), wh, xh,
                              gh, stencil)
-    fd_tol = est.noise_floor
-    return _judge(analytic, est.grad, fd_tol, magnitude, n_terms, lift, cfg, which,
-                  _fd_extra(est), lambda: _higher_backward(fn, xh, wh, gh, est, fd_tol,
-                                                           magnitude, n_terms, cfg, which))
+    assert est.sigma is not None and est.truncation is not None
+    floor = combined_floor(est.sigma, est.truncation, sigma_k)
+    return _judge(analytic, est.grad, floor, magnitude, lift, cfg, which,
+                  _fd_extra(est), lambda: _higher_backward(fn, xh, wh, gh, est, floor,
+                                                           magnitude, cfg, which))
 
 
 def check_dx_lifted(fn: Any, cfg: Config) -> Measurement:

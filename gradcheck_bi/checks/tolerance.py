@@ -1,18 +1,19 @@
 """What each measured error is held to: tolerances as data and small formulas.
 
-* forward: the output's rounding plus a summation bound for the compute dtype,
-  ``max|ref| · (u_out + u_c · (4 + 2·log2(D + 1)))``;
-* dx, dw: per element, the finite-difference noise floor of that element's estimate
-  (:mod:`gradcheck_bi.fd.noise`: ``K_SIGMA`` × the measured rounding noise + ``K_TRUNC`` ×
-  Richardson's truncation estimate), from the forward alone; pass iff
+* forward: the output's rounding plus the compute dtype's rounding in any summation order,
+  ``max|ref| · (u_out + u_c · forward_factor(D))`` (:mod:`.summation`);
+* dx, dw: per element, ``K_SIGMA`` × (the measured rounding noise of that element's finite
+  difference (:mod:`gradcheck_bi.fd.noise`, from the forward alone) and the kernel's own
+  rounding in any summation order (:mod:`.summation`, from the inputs alone), in
+  quadrature) + ``K_TRUNC`` × Richardson's truncation estimate; pass iff
   ``max_i err_i / tol_i ≤ 1``;
 * batch invariance: 0, every compared element bitwise identical.
 
 ``--atol`` replaces the derived tolerance (of every element); ``--rtol`` adds
 ``rtol × max|reference|``.
 
->>> forward_tolerance(1.0, 2.0**-53, 2.0**-53, 255) == (1 + 4 + 16) * 2.0**-53
-True
+>>> round(forward_tolerance(1.0, 1.0, 1.0, 255), 1)  # u_out + u_c · forward_factor(255)
+31.6
 >>> import torch
 >>> per_element_ratio(torch.tensor([0.0, 1.0, 1.0]), torch.tensor([0.0, 0.0, 2.0])).tolist()
 [0.0, inf, 0.5]
@@ -20,22 +21,16 @@ True
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from gradcheck_bi.checks.summation import forward_factor
 from gradcheck_bi.vocab import Config
 
 
-def summation_factor(n_terms: int) -> float:
-    """``4 + 2·log2(n + 1)``: rounding errors of a blocked sum of ``n`` terms, in units of
-    ``u_compute × Σ|terms|``."""
-    return 4 + 2 * math.log2(n_terms + 1)
-
-
 def forward_tolerance(scale: float, u_out: float, u_compute: float, n_cols: int) -> float:
-    """Output rounding plus a summation bound, relative to ``scale = max|ref|``."""
-    return scale * (u_out + u_compute * summation_factor(n_cols))
+    """Output rounding plus the mean square's rounding in any order, relative to
+    ``scale = max|ref|`` (:func:`~gradcheck_bi.checks.summation.forward_factor`)."""
+    return scale * (u_out + u_compute * forward_factor(n_cols))
 
 
 def fd_tolerance(floor: torch.Tensor, scale: float, cfg: Config) -> torch.Tensor:

@@ -38,13 +38,13 @@ from gradcheck_bi.fd.budget import check_budget, chunk_shape, keep_freed_memory
 from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, run_chunks
 from gradcheck_bi.fd.noise import (
     RESIDUAL_VAR,
-    dw_analytic_var,
     dw_estimate_var,
     dw_residual_var,
     model_sigma,
     noise_floor,
     noise_residual,
     noise_scale,
+    richardson_truncation,
     unit_roundoff,
 )
 from gradcheck_bi.fd.reduce import level_sums, native_worth
@@ -64,6 +64,10 @@ class FDEstimate:
     forward_calls: int
     noise_scale: float = 1.0  # λ: the forward's measured rounding / the dtype model
     u_eff: float = 0.0  # λ·u: the unit roundoff the forward actually delivers
+    # noise_floor = K_SIGMA · sigma + K_TRUNC · truncation, kept apart so that a check can
+    # add other independent noise (the kernel's own rounding) in quadrature.
+    sigma: torch.Tensor | None = None
+    truncation: torch.Tensor | None = None
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
                  x2: torch.Tensor) -> torch.Tensor:
@@ -134,9 +138,15 @@ def input_grad(
     u = unit_roundoff(x.dtype)
     sigma_m = model_sigma(g2, y0, u)  # (R,): one point's rounding, dtype model
     lam = noise_scale(noise_residual(even), RESIDUAL_VAR * sigma_m**2, centre=True)
+    sigma = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows).T
+    trunc = richardson_truncation(odd, stencil, h).T
     floor = noise_floor(odd, stencil, h, lam * stencil.rss_weight * sigma_m / h).T
-    return FDEstimate(grad.reshape(x.shape).contiguous(), floor.reshape(x.shape).contiguous(),
-                      h, stencil, calls, lam, lam * u)
+
+    def shaped(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(x.shape).contiguous()
+
+    return FDEstimate(shaped(grad), shaped(floor), h, stencil, calls, lam, lam * u,
+                      shaped(sigma), shaped(trunc))
 
 
 @dataclass
@@ -157,6 +167,8 @@ class DirectionalEstimate:
     forward_calls: int
     noise_scale: float = 1.0
     u_eff: float = 0.0
+    sigma: torch.Tensor | None = None  # as in FDEstimate
+    truncation: torch.Tensor | None = None
 
 
 def directional_input_grad(
@@ -230,7 +242,8 @@ def directional_input_grad(
     lead = (directions, *x.shape[:-1])
     return DirectionalEstimate(veff.reshape(directions, *x.shape), proj.reshape(lead),
                                noise_floor(odd, stencil, h_m, sigma).reshape(lead), h,
-                               stencil, calls, lam, lam * u)
+                               stencil, calls, lam, lam * u, sigma.reshape(lead),
+                               richardson_truncation(odd, stencil, h_m).reshape(lead))
 
 
 def weight_grad(
@@ -263,10 +276,10 @@ def weight_grad(
     u = unit_roundoff(x.dtype)
     lam = noise_scale(noise_residual(even)[None], dw_residual_var(stacked, y0, g2, u)[None],
                       centre=False)
-    # The analytic dw rounds at least at the dtype's u however exact the forward's products
-    # are (γ = zeros or ones make them exact: λ ≪ 1), hence max(λ, 1) for its own sum.
-    sigma = torch.sqrt(lam**2 * dw_estimate_var(stacked, g2, stencil, h, u)
-                       + max(lam, 1.0) ** 2 * dw_analytic_var(stacked, g2, h, u))
+    # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
+    # (gradcheck_bi.checks.summation).
+    sigma = lam * torch.sqrt(dw_estimate_var(stacked, g2, stencil, h, u))
     h_t = torch.tensor(h, dtype=torch.float64)
     return FDEstimate(grad, noise_floor(odd, stencil, h_t, sigma), h_t, stencil,
-                      stencil.points + 1, lam, lam * u)
+                      stencil.points + 1, lam, lam * u, sigma,
+                      richardson_truncation(odd, stencil, h_t))

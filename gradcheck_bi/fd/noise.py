@@ -19,8 +19,9 @@ with ``S_o = Σ_i g_i (y_i(+o) - y_i(-o))`` and ``A_o = Σ_i g_i ((y_i(+o) - y0_
 * **floor** ``= K_SIGMA · σ_E + K_TRUNC · T`` per element, ``σ_E`` the noise of ``E(h)``.
 
 Everything comes from the forward alone: a wrong backward cannot widen its own tolerance.
-The one exception is dw's own row sum (:func:`dw_analytic_var`), a model from the forward's
-values and the dtype, never from the backward's output.
+The kernel's own rounding in its backward (dw's sum over the rows, above all), which no
+finite difference of the forward can show, is a separate model from the inputs:
+:mod:`gradcheck_bi.checks.summation`, added by the checks.
 
 >>> import torch
 >>> unit_roundoff(torch.float64) == 2.0**-53
@@ -138,18 +139,3 @@ def dw_estimate_var(ys: torch.Tensor, g2: torch.Tensor, stencil: Stencil, h: flo
     for o, wt in zip(stencil.offsets, stencil.weights, strict=True):
         total = total + wt * wt * (pv[at[o]] + pv[n + at[o]])
     return total / (h * h)
-
-
-def dw_analytic_var(ys: torch.Tensor, g2: torch.Tensor, h: float, u: float) -> torch.Tensor:
-    """The analytic dw's own rounding: a sum of ``R`` rounded products ``t = g ∂y/∂w``.
-
-    In a blocked or pairwise sum each term passes through about ``log2 R`` additions, and
-    every rounding (the product's and each addition's) is modelled at ``u`` relative to what
-    it rounds, i.e. ``u² Σ_rows t² (1 + log2 R)``, (D,). ``u`` (not the ``u/√3`` of a uniform
-    rounding error) is the margin for orders less balanced than a tree, e.g. a few sequential
-    strips. ``∂y/∂w`` comes from the forward: ``(y(+h) - y(-h)) / 2h``.
-    """
-    n = len(LEVELS)
-    t = g2 * (ys[0].to(torch.float64) - ys[n].to(torch.float64)) / (2 * h)
-    depth = 1.0 + math.log2(max(1, t.shape[0]))
-    return (u * u * depth) * row_sum((t * t).T.contiguous())

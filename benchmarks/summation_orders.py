@@ -1,0 +1,156 @@
+"""Summation orders (issue 23): false alarms of correct kernels, scaled-gradient mutants, and
+the detection thresholds of the dx / dw checks.
+
+    PYTHONPATH=. python benchmarks/summation_orders.py orders     [--device cuda] [--quick]
+    PYTHONPATH=. python benchmarks/summation_orders.py mutants    [--device cuda]
+    PYTHONPATH=. python benchmarks/summation_orders.py thresholds [--device cuda]
+
+* ``orders``: the correct kernels of tests/independent/orders.py (sequential, reversed,
+  blocked, atomic) through forward, dx and dw at rows 1 … 8192 and D up to 16384, fp64 /
+  fp32 / bf16 (dx only where rows · D² ≤ ``DX_BUDGET``: its cost); prints err/tol (a false
+  alarm is > 1) and the check's ``detectable_rel``.
+* ``mutants``: the sequential kernel with dw × (1 + 1e-4) (fp32) / (1 + 1e-8) (fp64) and dx ×
+  (1 + 1e-4) (fp32) at the issue's shapes; each must fail.
+* ``thresholds``: the smallest relative scaling of dx / dw caught, from a 1-2-5 grid, beside
+  the check's ``detectable_rel`` and torch.autograd.gradcheck's threshold at its defaults
+  (atol 1e-5, rtol 1e-3: an element fails when ``|δ·g| > atol + rtol·|g|``, so its threshold
+  is ``rtol + atol / max|g|``, from the same reference gradient).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "independent"))
+
+ROWS = (1, 7, 256, 1000, 4096, 8192)
+WIDTHS = (64, 255, 1024, 4099, 16384)
+DX_BUDGET = 3e8  # rows · D² of the dx checks run (CPU: about a minute each at the top)
+MUTANT_POINTS = [((256, 1024), "fp64"), ((4096, 64), "fp64"),
+                 ((256, 1024), "fp32"), ((4096, 256), "fp32")]
+GPU_MUTANT_POINTS = [((8192, 512), "fp32"), ((4096, 1024), "fp32")]
+THRESHOLD_POINTS = [((4, 1024), "fp64"), ((256, 1024), "fp64"), ((4096, 64), "fp64"),
+                    ((4, 1024), "fp32"), ((256, 1024), "fp32"), ((4096, 256), "fp32")]
+GRID = [m * 10.0**e for e in range(-16, -1) for m in (1, 2, 5)]
+
+
+def _run(fn, check: str, device: str, dtype: str, shape: tuple[int, ...], seed: int = 1):
+    from gradcheck_bi.checks import run_check
+    from gradcheck_bi.vocab import Config
+
+    return run_check(fn, Config(check=check, device=device, dtype=dtype, shape=shape,
+                                seed=seed))
+
+
+def _ratio(m) -> float:
+    return m.details.get("ratio", m.max_abs_err / m.tolerance if m.tolerance else 0.0)
+
+
+def orders(device: str, quick: bool) -> int:
+    import orders as kernels
+
+    rows, widths = ((1, 256, 4096), (64, 1024)) if quick else (ROWS, WIDTHS)
+    dtypes = ("fp64", "fp32", "bf16")
+    print("| kernel | dtype | shape | check | err/tol | detectable_rel | s |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: |")
+    alarms = worst = 0.0
+    for dtype in dtypes:
+        for n in rows:
+            for d in widths:
+                checks = ["forward", "dw"] + (["dx"] if n * d * d <= DX_BUDGET else [])
+                for name, fn in kernels.KERNELS.items():
+                    for check in checks:
+                        t0 = time.perf_counter()
+                        m = _run(fn, check, device, dtype, (n, d))
+                        r = _ratio(m)
+                        worst = max(worst, r)
+                        alarms += not m.passed
+                        det = m.details.get("detectable_rel")
+                        print(f"| {name} | {dtype} | ({n}, {d}) | {check} | {r:.3g}"
+                              f"{'' if m.passed else ' **FALSE ALARM**'} | "
+                              f"{'' if det is None else f'{det:.2g}'} | "
+                              f"{time.perf_counter() - t0:.1f} |", flush=True)
+    print(f"\n{int(alarms)} false alarms; worst err/tol {worst:.3g}")
+    return int(alarms > 0)
+
+
+def mutants(device: str) -> int:
+    import orders as kernels
+
+    points = MUTANT_POINTS + (GPU_MUTANT_POINTS if device == "cuda" else [])
+    print("| mutant | dtype | shape | err/tol | caught |")
+    print("| --- | --- | --- | ---: | --- |")
+    missed = 0
+    for shape, dtype in points:
+        scale = 1e-4 if dtype == "fp32" else 1e-8
+        cases = [("dw", f"dw × (1 + {scale:g})", dict(dw_scale=1 + scale))]
+        if dtype == "fp32":
+            cases.append(("dx", "dx × (1 + 1e-4)", dict(dx_scale=1 + 1e-4)))
+        for check, label, kw in cases:
+            m = _run(kernels.make("sequential", **kw), check, device, dtype, shape)
+            missed += m.passed
+            print(f"| {label} | {dtype} | {shape} | {_ratio(m):.3g} | "
+                  f"{'MISSED' if m.passed else 'caught'} |", flush=True)
+    print(f"\n{missed} missed")
+    return int(missed > 0)
+
+
+def thresholds(device: str) -> int:
+    import orders as kernels
+
+    print("| dtype | shape | check | smallest scaling caught | detectable_rel (median "
+          "tol/|ref|) | torch gradcheck at its defaults |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for shape, dtype in THRESHOLD_POINTS:
+        for check in ("dx", "dw"):
+            base = _run(kernels.make("sequential"), check, device, dtype, shape)
+            found = None
+            lo, hi = 0, len(GRID) - 1  # caught is monotone in the scale: bisect the grid
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                kw = {f"{check}_scale": 1 + GRID[mid]}
+                if _run(kernels.make("sequential", **kw), check, device, dtype, shape).passed:
+                    lo = mid + 1
+                else:
+                    found, hi = GRID[mid], mid - 1
+            torch_thr = _torch_threshold(check, shape)
+            print(f"| {dtype} | {shape} | {check} | {'none' if found is None else f'{found:g}'}"
+                  f" | {base.details['detectable_rel']:.2g} | {torch_thr} |", flush=True)
+    return 0
+
+
+def _torch_threshold(check: str, shape: tuple[int, ...]) -> str:
+    """``rtol + atol / max|g|`` with the fp64 reference gradient of the same point."""
+    import torch
+
+    from gradcheck_bi.inputs import make_inputs
+    from gradcheck_bi.vocab import Config
+
+    x, w, g = make_inputs(Config(check=check, dtype="fp64", shape=shape, seed=1))
+    x = x.requires_grad_(True)
+    w = w.requires_grad_(True)
+    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
+    dx, dw = torch.autograd.grad(y, (x, w), g)
+    gmax = float((dx if check == "dx" else dw).abs().max())
+    return f"{1e-3 + 1e-5 / gmax:.2g}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("part", choices=("orders", "mutants", "thresholds"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.part == "orders":
+        return orders(args.device, args.quick)
+    if args.part == "mutants":
+        return mutants(args.device)
+    return thresholds(args.device)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
