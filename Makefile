@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # A CPU build of torch: on this project's machines `pip install torch==2.13.0` takes a wheel
-# already on disk (fast). GPU users: see README ("A CUDA torch").
+# already on disk (fast). GPU users: see docs/cli.md ("Installing").
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 

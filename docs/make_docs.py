@@ -62,8 +62,8 @@ class Run:
     def closing(self) -> list[str]:
         """stderr's lines, then stdout's closing block (after its last blank line)."""
         err = [ln for ln in self.stderr.splitlines() if ln and not ln.startswith("wrote ")]
-        out = self.stdout.rstrip("\n").split("\n\n")[-1].splitlines()
-        return err + out
+        out = self.stdout.strip("\n").split("\n\n")[-1].splitlines()
+        return err + [ln for ln in out if ln.strip()]
 
     def verdict(self) -> str:
         found = VERDICT.findall(self.stdout + "\n" + self.stderr)
