@@ -52,6 +52,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from gradcheck_bi import fd
+from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import (
@@ -195,6 +196,7 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     "expect": _choice(EXPECTED_STATUSES),
     "mode": _choice(("full", "directional")),
     "directions": _count,
+    "allow_mutation": _list_of(_choice(MUTABLE), "tensors (" + ", ".join(MUTABLE) + ")"),
 }
 # Keys that shape how a block becomes a sweep, not a Sweep field.
 BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {

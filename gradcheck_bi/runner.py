@@ -23,13 +23,14 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.probe import probe, refusal
+from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.fd.chunks import main_module_hidden
-from gradcheck_bi.gate import expected, judge
+from gradcheck_bi.gate import expected, judge, judge_raised
 from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.call import declared_mutations
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.kernels.trace import full_traceback, is_internal, kernel_frames
+from gradcheck_bi.kernels.trace import is_internal
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.vocab import (
     DTYPES,
@@ -37,8 +38,6 @@ from gradcheck_bi.vocab import (
     Config,
     KernelSpec,
     Result,
-    Unsupported,
-    first_line,
 )
 
 
@@ -68,31 +67,27 @@ def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None
 
 
 def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) -> Result:
-    """Measure one point; a kernel's exception is ``unsupported`` when it is an explicit
-    refusal of the device or dtype (:func:`~gradcheck_bi.checks.probe.refusal`), else an
-    ``error`` result (a crash: exit 1), with its message either way."""
+    """Measure one point; what the kernel raised is judged by
+    :func:`~gradcheck_bi.gate.judge.judge_raised` (a refusal, a broken contract, a crash)."""
     must = expected(spec, cfg, sweep)
     if refused is not None:
         return judge(spec.name, must, cfg, status="unsupported", message=refused)
     try:
-        measurement = run_check(spec.fn, cfg)
-    except Unsupported as exc:
-        return judge(spec.name, must, cfg, status="unsupported", message=str(exc))
+        allowed = spec.allow_mutation | frozenset(sweep.allow_mutation)
+        with declared_mutations(allowed) as mutations:
+            measurement = run_check(spec.fn, cfg)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # the kernel's own failure, reported per result
         if is_internal(exc):
             raise  # gradcheck-bi's own bug: exit 4, never blamed on the kernel
-        why = refusal(exc)
-        if why is not None:
-            return judge(spec.name, must, cfg, status="unsupported",
-                         message=f"kernel refuses {cfg.device}/{cfg.dtype}: {why}")
-        frames = kernel_frames(exc)
-        where = f" (at {frames[-1]})" if frames else ""
-        return judge(spec.name, must, cfg, status="error", message=first_line(exc) + where,
-                     details={"traceback": frames} if frames else None,
-                     trace=full_traceback(exc))
-    return judge(spec.name, must, cfg, measurement)
+        return judge_raised(spec.name, must, cfg, exc)
+    result = judge(spec.name, must, cfg, measurement)
+    if mutations:  # declared by the kernel: a note, never a pass in silence
+        note = "declared mutation: " + "; ".join(mutations)
+        result.message = f"{result.message}; {note}" if result.message else note
+        result.details["declared_mutation"] = list(mutations)
+    return result
 
 
 def run_points(

@@ -60,6 +60,9 @@ class Sweep:
     expectations: list[Expectation] = field(default_factory=list)
     # Values for the user's kernel parameters the adapter cannot fill (a module's config).
     kernel_args: dict[str, Any] = field(default_factory=dict)
+    # Tensors the kernels may write into by design ("x", "weight", "grad_output"): a note,
+    # not a failure (kernels/call.py compares each before and after).
+    allow_mutation: list[str] = field(default_factory=list)
 
     def checks_for(self, dtype: str) -> list[str]:
         return list(self.checks) if self.checks is not None else list(CHECKS)

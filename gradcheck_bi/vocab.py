@@ -47,6 +47,12 @@ class Unsupported(Exception):
     """The check cannot run here (no GPU, a dtype the method cannot use, a refusing kernel)."""
 
 
+class ContractViolation(Exception):
+    """A kernel broke the contract in a way that is a wrong answer, not a crash: no gradient
+    (None) for a differentiable input, a gradient of the wrong shape, a write into a tensor
+    it does not own. The point is a ``fail`` with this message, never an ``error``."""
+
+
 class KernelLoadError(Exception):
     """A kernel reference could not be resolved or loaded (exit code 2)."""
 
@@ -173,6 +179,8 @@ class KernelSpec:
     # one at zcg=on only.
     zcg: frozenset[bool] = frozenset({False, True})
     zcg_how: str = ""
+    # Tensors it writes into by design ("grad_output": Liger's in-place backward).
+    allow_mutation: frozenset[str] = frozenset()
 
     def not_run(self, zero_centered_gamma: bool) -> str:
         """The one line a report gives for the zcg setting this kernel is not run at."""

@@ -47,6 +47,7 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels import reduction
+from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.runner import check_memory, resolve_kernels, run_sweeps
 from gradcheck_bi.sweep import Sweep, not_run, unchecked, with_overrides
@@ -126,6 +127,10 @@ def run_command(
         "--kernel-arg", metavar="NAME=VALUE", rich_help_panel=WHAT, show_default="none",
         help="A parameter of your kernel the adapter cannot fill (a module's constructor "
         "argument, Liger's casting_mode; zcg=builtin|absent). Repeatable.")] = None,
+    allow_mutation: Annotated[list[str] | None, typer.Option(
+        "--allow-mutation", metavar=choices(MUTABLE, many=True), rich_help_panel=WHAT,
+        show_default="none",
+        help="Tensors your kernel writes into by design (a note, not a failure).")] = None,
     check: Annotated[list[str] | None, typer.Option(
         metavar=choices(CHECKS, many=True), rich_help_panel=WHAT, show_default="all",
         help="Which checks.")] = None,
@@ -252,6 +257,7 @@ def run_command(
         mode=mode,
         directions=directions,
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
+        allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
     ) for sweep in sweeps]
     _check_memory(sweeps)
     results, notes, idle = _execute(sweeps, progress)

@@ -7,7 +7,7 @@
 """
 
 from gradcheck_bi.gate.expect import expected
-from gradcheck_bi.gate.judge import discrimination_ratio, judge
+from gradcheck_bi.gate.judge import discrimination_ratio, judge, judge_raised
 from gradcheck_bi.gate.verdict import (
     EXIT_BISECT_ABORT,
     EXIT_BISECT_SKIP,
@@ -37,6 +37,7 @@ __all__ = [
     "exit_code",
     "expected",
     "judge",
+    "judge_raised",
     "summarize",
     "verdict_line",
 ]

@@ -15,7 +15,16 @@ import math
 from typing import Any
 
 from gradcheck_bi.checks import tolerance_settings
-from gradcheck_bi.vocab import Config, Measurement, Result
+from gradcheck_bi.checks.probe import refusal
+from gradcheck_bi.kernels.trace import full_traceback, kernel_frames
+from gradcheck_bi.vocab import (
+    Config,
+    ContractViolation,
+    Measurement,
+    Result,
+    Unsupported,
+    first_line,
+)
 
 
 def judge(
@@ -57,6 +66,32 @@ def judge(
         details=measurement.details if measurement else dict(details or {}),
         trace=trace,
     )
+
+
+def judge_raised(kernel: str, expected: str, cfg: Config, exc: Exception) -> Result:
+    """What a kernel's exception at a point means:
+
+    * :class:`ContractViolation` — a wrong answer (a gradient that is None or of the wrong
+      shape, a write into a tensor the kernel does not own): ``fail`` with its message;
+    * :class:`Unsupported`, or an explicit refusal of the device or dtype
+      (:func:`~gradcheck_bi.checks.probe.refusal`): ``unsupported``;
+    * anything else — a crash: ``error`` (exit 1), located at the innermost frame of the
+      kernel's own code (``details.traceback``: those frames; the whole traceback kept for
+      ``--debug``).
+    """
+    if isinstance(exc, ContractViolation):
+        return judge(kernel, expected, cfg, status="fail", message=str(exc))
+    if isinstance(exc, Unsupported):
+        return judge(kernel, expected, cfg, status="unsupported", message=str(exc))
+    why = refusal(exc)
+    if why is not None:
+        return judge(kernel, expected, cfg, status="unsupported",
+                     message=f"kernel refuses {cfg.device}/{cfg.dtype}: {why}")
+    frames = kernel_frames(exc)
+    where = f" (at {frames[-1]})" if frames else ""
+    return judge(kernel, expected, cfg, status="error", message=first_line(exc) + where,
+                 details={"traceback": frames} if frames else None,
+                 trace=full_traceback(exc))
 
 
 def discrimination_ratio(randn_err: float | None, ones_err: float | None) -> float | None:

@@ -103,8 +103,8 @@ class _Liger:
         return _GuardedGrad.apply(x, w, lambda xi, wi: self.inner.apply(xi, wi, eps, zcg))
 
 
-def _liger(attr_path: str, defaults: dict[str, Any]) -> Callable[[str, dict[str, Any]],
-                                                                  KernelSpec]:
+def _liger(attr_path: str, defaults: dict[str, Any], allow_mutation: frozenset[str] = frozenset()
+           ) -> Callable[[str, dict[str, Any]], KernelSpec]:
     module_name, attr = attr_path.rsplit(":", 1)
 
     def build(name: str, kernel_args: dict[str, Any]) -> KernelSpec:
@@ -112,7 +112,7 @@ def _liger(attr_path: str, defaults: dict[str, Any]) -> Callable[[str, dict[str,
         spec = adapt(obj, name, name, {**defaults, **kernel_args})
         assert isinstance(spec.fn, Adapted)
         return KernelSpec(name, _Liger(spec.fn), (), spec.description, source=name,
-                          zcg=spec.zcg, zcg_how=spec.zcg_how)
+                          zcg=spec.zcg, zcg_how=spec.zcg_how, allow_mutation=allow_mutation)
 
     return build
 
@@ -135,6 +135,10 @@ NAMED: dict[str, Named] = {n.name: n for n in [
             _LIGER_NEEDS, "liger_kernel",
             _liger(_FUNCTION, {"casting_mode": mode, "in_place": False}))
       for mode in ("llama", "gemma", "none")],
+    Named("liger:inplace", "LigerRMSNormFunction with its in_place=True default (backward "
+          "writes dx into grad_output: a declared mutation); zcg as offset", _LIGER_NEEDS,
+          "liger_kernel", _liger(_FUNCTION, {"casting_mode": "llama", "in_place": True},
+                                 frozenset({"grad_output"}))),
     Named("liger:module", "LigerRMSNorm (nn.Module), casting_mode=llama; zcg as offset",
           _LIGER_NEEDS, "liger_kernel",
           _liger("liger_kernel.transformers.rms_norm:LigerRMSNorm", {"in_place": False})),

@@ -30,6 +30,17 @@ from gradcheck_bi.vocab import Result
 __all__ = ["closing_lines", "plain", "ranked"]
 
 
+def declared_mutations(results: list[Result]) -> list[str]:
+    """One note per kernel and declared write (a kernel that writes into a tensor it owns
+    by declaration passes, but never in silence)."""
+    seen: dict[tuple[str, str], int] = {}
+    for r in results:
+        for line in r.details.get("declared_mutation", ()):
+            seen[(r.kernel, line)] = seen.get((r.kernel, line), 0) + 1
+    return [f"{kernel}: declared mutation: {line} in {n} result{'s' if n != 1 else ''}; "
+            "its gradients were checked on copies" for (kernel, line), n in seen.items()]
+
+
 def severity(r: Result) -> tuple[int, float]:
     """Sort key, most telling first: a kernel that raised, then the error furthest past its
     tolerance (a declared defect missed has a ratio below 1 and comes last)."""
@@ -80,7 +91,8 @@ def closing_lines(results: list[Result], drifts: list[Drift],
     """What was not run, failures ranked, unsupported results, drift, and the verdict (the
     last line)."""
     summary = summarize(results, strict, unchecked, drifted_results(drifts))
-    out: list[Line] = [[("note: " + note, "yellow")] for note in notes or []]
+    out: list[Line] = [[("note: " + note, "yellow")]
+                       for note in [*(notes or []), *declared_mutations(results)]]
     entries = ranked(results, verbose, strict)
     if entries:
         n = len(summary.unexpected)

@@ -201,8 +201,9 @@ def describe(r: Result, scales: bool = False) -> str:
     where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
              f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scale} "
              f"eps {r.eps:g} seed {r.seed}")
-    if r.status in ("error", "unsupported"):
-        return f"{where}: {r.status}: {r.message}"
+    if r.status in ("error", "unsupported") or (r.max_abs_err is None and r.message):
+        return f"{where}: {r.status}" + (
+            f" (expected {r.expected})" if r.status == "fail" else "") + f": {r.message}"
     err = "—" if r.max_abs_err is None else f"{r.max_abs_err:.3e}"
     tol = "—" if r.tolerance is None else f"{r.tolerance:.3e}"
     # A fail within tolerance failed on its message (non-finite values, a training forward

@@ -1,0 +1,46 @@
+"""kernels/call.py: a kernel that writes into what it does not own, or returns no gradient or
+one of the wrong shape, fails with its own message (never passes, never reads as a crash)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gradcheck_bi
+
+KERNELS = Path(__file__).resolve().parent / "kernels" / "side_effects.py"
+SMALL = {"shapes": [(2, 4, 64)], "raise_on_failure": False}
+
+
+@pytest.mark.parametrize(("attr", "needle"), [
+    ("BackwardWritesGradOutput", "backward overwrote grad_output (100% of elements)"),
+    ("ForwardWritesX", "forward overwrote x"),
+    ("BackwardWritesWeight", "backward overwrote weight"),
+    ("NoWeightGradient", "backward returned None for dw"),
+    ("ColumnWeightGradient", "returned an invalid gradient at index 1"),
+])
+def test_each_side_effect_fails_with_its_own_message(attr: str, needle: str) -> None:
+    report = gradcheck_bi.check(f"{KERNELS}:{attr}", **SMALL)  # type: ignore[arg-type]
+    assert report.exit_code == 1
+    caught = [r for r in report.results if needle in r.message]
+    assert caught and all(r.status == "fail" for r in caught), [r.message for r in
+                                                                report.results]
+    assert not [r for r in report.results if r.status == "error"]
+    # The checks that run the kernel's backward see it.
+    assert {"dw", "batch_invariance"} <= {r.check for r in caught}
+
+
+def test_the_correct_twin_passes() -> None:
+    assert gradcheck_bi.check(f"{KERNELS}:Correct", **SMALL).ok  # type: ignore[arg-type]
+
+
+def test_a_declared_write_passes_with_a_note() -> None:
+    ref = f"{KERNELS}:InPlaceDeclared"
+    assert gradcheck_bi.check(ref, **SMALL).exit_code == 1  # type: ignore[arg-type]
+    report = gradcheck_bi.check(ref, allow_mutation="grad_output",
+                                **SMALL)  # type: ignore[arg-type]
+    assert report.ok
+    noted = [r for r in report.results if r.details.get("declared_mutation")]
+    assert noted and all("declared mutation: backward overwrote grad_output" in r.message
+                         for r in noted)
