@@ -122,7 +122,8 @@ def test_kernels_lists_bundled_named_and_shapes_with_what_each_needs(
     for name in ("before", "after", "fixed-forward", "fixed-dx", "torch", "torch:nn", "liger",
                  "liger:gemma", "liger:none", "liger:module", "liger:megatron"):
         assert f"\n  {name} " in out, f"{name} not listed:\n{out}"
-    assert "needs a CUDA GPU and liger-kernel: pip install 'gradcheck-bi[liger]'" in out
+    assert "needs a CUDA GPU and liger-kernel: pip install 'gradcheck-bi[liger]'" in " ".join(
+        out.split())  # wrapped at 80 columns
     assert "an nn.Module class" in out and "--kernel-arg name=value" in out
 def test_junit_to_a_file_leaves_the_verdict_and_failures_on_stdout(tmp_path: Path) -> None:
     p = cli("run", "--kernel", "tests/kernels/user_rmsnorm.py:DxDoubleWeight", "--check", "dx",

@@ -119,11 +119,20 @@ def test_figure_is_labelled(fp64_central4: StepSweep) -> None:
 
 def test_terminal_drawing_marks_the_run_step_and_reference(fp64_central4: StepSweep) -> None:
     text = render_text(fp64_central4, width=62, height=16)
-    assert text.splitlines()[0] == fp64_central4.title
+    assert " ".join(text.split("\n\n")[0].split()) == fp64_central4.title  # wrapped
     assert "step run uses: h/ℓ = 2^-11" in text and "u^(2/3) = 2.31e-11" in text
     assert "flat near" in text and "(theory -1 / +4)" in text
     plot_rows = [ln for ln in text.splitlines() if "┤" in ln]
     assert len(plot_rows) == 16 and all(len(ln.split("┤", 1)[1]) == 62 for ln in plot_rows)
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_terminal_drawing_fits_the_terminal(fp64_central4: StepSweep, columns: int) -> None:
+    lines = render_text(fp64_central4, columns=columns).splitlines()
+    assert max(len(ln) for ln in lines) <= columns, "\n".join(lines)
+    plot_rows = [ln for ln in lines if "┤" in ln]
+    assert {len(ln.split("┤", 1)[1]) for ln in plot_rows} == {min(72, columns - 9)}
+    assert "(not visible: under x, the same points)" in " ".join(" ".join(lines).split())
 
 
 ARGS = ["plot", "--kernel", "after", "--weight", "randn", "--shape", "2,32", "--steps", "-24:-2"]
@@ -132,10 +141,14 @@ ARGS = ["plot", "--kernel", "after", "--weight", "randn", "--shape", "2,32", "--
 def test_terminal_legend_names_only_markers_it_draws(fp64_central4: StepSweep) -> None:
     # before and after agree at γ=ones: the later curve is drawn over every point of the
     # earlier one, so the legend must not promise the earlier marker on the picture.
-    text = render_text(fp64_central4)
+    text = render_text(fp64_central4, columns=80)
     drawn = "".join(line.split("┤", 1)[1] for line in text.splitlines() if "┤" in line)
-    legend = [line for line in text.splitlines()
-              if len(line) > 3 and line[:2] == "  " and line[2] in MARKERS and line[3] == " "]
+    legend: list[str] = []  # an entry and its wrapped continuation lines
+    for line in text.splitlines()[text.splitlines().index("", 2) + 1:]:
+        if line[:2] == "  " and line[2] in MARKERS and line[3] == " ":
+            legend.append(line)
+        elif legend and line.startswith(" " * 8):
+            legend[-1] += " " + line.strip()
     assert len(legend) == len(fp64_central4.curves), legend
     for line in legend:
         assert line[2] in drawn or "not visible" in line, line

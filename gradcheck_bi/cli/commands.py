@@ -1,31 +1,84 @@
-"""The Typer app: the three commands, ``--version``, ``-h``, and the exit codes in the help."""
+"""The Typer app: the three commands, ``--version``, ``-h``, and each command's exit codes."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from gradcheck_bi._version import __version__
 from gradcheck_bi.cli.kernels import kernels_command
 from gradcheck_bi.cli.plot import plot_command
 from gradcheck_bi.cli.run import run_command
 
-EXIT_CODES = (
-    "Exit codes: 0 every result as expected · 1 a result not as expected (a defect where none "
-    "was declared, a declared defect missed, a kernel raising, baseline drift) · 2 bad usage "
-    "or input · 3 nothing wrong found, but something asked for could not run here "
-    "(unsupported) · 125 with --bisect: could not run or bad input (git bisect's skip) · "
-    "130 interrupted."
+
+def _exit_codes(*entries: str) -> str:
+    """One code per line (Typer >= 0.2x keeps an epilog's line breaks; older releases join
+    the lines, hence each entry ends in a full stop). Rich wraps each entry to the width."""
+    return "\n".join(("Exit codes:", *entries))
+
+
+RUN_EXIT_CODES = _exit_codes(
+    "0 every result as expected.",
+    "1 a result not as expected: a defect where none was declared, a declared defect missed, "
+    "a kernel that raised, baseline drift; with --strict also unsupported results and a run "
+    "that checked nothing.",
+    "2 bad usage or input.",
+    "3 nothing wrong found, but something could not run here (unsupported), or nothing was "
+    "checked at all.",
+    "4 internal error of gradcheck-bi (one line; --debug for the traceback).",
+    "130 interrupted.",
+    "With --bisect: 2, 3 and nothing checked exit 125 (git bisect's skip); 4 exits 255 "
+    "(stops the bisection).",
 )
+PLOT_EXIT_CODES = _exit_codes(
+    "0 drawn (the plot judges nothing).",
+    "2 bad usage or input (a PNG without matplotlib too).",
+    "3 could not run here (no GPU, a kernel refusing the device or dtype).",
+    "4 internal error of gradcheck-bi (one line; --debug for the traceback).",
+    "130 interrupted.",
+)
+KERNELS_EXIT_CODES = _exit_codes("0 listed.", "4 internal error of gradcheck-bi.")
+ROOT_EPILOG = "Each command lists its exit codes: gradcheck-bi COMMAND -h."
 HELP = "Prove a batch-invariant RMSNorm's hand-written backward right or wrong."
 
+
+def _one_line_per_paragraph(text: str) -> str:
+    """A help text whose source lines are joined, so that Rich wraps it to the terminal
+    (Typer >= 0.2x keeps the source's line breaks; the lines then break twice)."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+def _flags_show_no_type(params: list[Any]) -> list[Any]:
+    """A flag takes no value, so its help shows none (Typer >= 0.2x would print ``<bool>``)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_show_no_type(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_show_no_type(super().get_params(ctx))
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
     help=HELP,
-    epilog=EXIT_CODES,
+    epilog=ROOT_EPILOG,
 )
 
 
@@ -43,6 +96,11 @@ def _root(
     """Prove a batch-invariant RMSNorm's hand-written backward right or wrong."""
 
 
-app.command("run", epilog=EXIT_CODES)(run_command)
-app.command("plot", epilog=EXIT_CODES)(plot_command)
-app.command("kernels")(kernels_command)
+def _register(name: str, command: Callable[..., int], epilog: str) -> None:
+    app.command(name, cls=_Command, help=_one_line_per_paragraph(command.__doc__ or ""),
+                epilog=epilog)(command)
+
+
+_register("run", run_command, RUN_EXIT_CODES)
+_register("plot", plot_command, PLOT_EXIT_CODES)
+_register("kernels", kernels_command, KERNELS_EXIT_CODES)

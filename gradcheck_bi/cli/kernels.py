@@ -8,24 +8,37 @@ library.
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from gradcheck_bi.kernels import BUNDLED, NAMED
 
+WIDTH = 80  # a CI log; the text below is laid out for it
 SHAPES = """\
 Your own kernel: --kernel PATH.py:ATTR or package.module:ATTR, where ATTR is
-  an autograd Function   apply(x, weight, eps, zero_centered_gamma) as Megatron's, or any
-                         forward whose parameters say what they are (x, weight | w | gamma
-                         | scale, eps, zero_centered_gamma, offset)
-  a function             f(x, weight, eps), f(x, weight, eps, zero_centered_gamma),
-                         rms_norm(input, normalized_shape, weight, eps)
-  an nn.Module class     built per shape and eps from (hidden_size | dim | normalized_shape,
-  or factory             eps | variance_epsilon [, zero_centered_gamma | offset]); its one
-                         (D,) parameter is the weight, bound for each call
-  --kernel-arg name=value   any other parameter (a module's config, Liger's casting_mode)
-zero_centered_gamma: a keyword or an offset parameter runs both settings; with neither,
-  the kernel is run once at w = 0 to tell γ = w (zcg=on not run) from γ = 1 + w (built in,
-  as Gemma's: zcg=off not run); --kernel-arg zcg=builtin or zcg=absent says so instead.
+  an autograd Function  apply(x, weight, eps, zero_centered_gamma) as
+                        Megatron's, or any forward whose parameters say what
+                        they are (x, weight | w | gamma | scale, eps,
+                        zero_centered_gamma, offset)
+  a function            f(x, weight, eps), f(x, weight, eps,
+                        zero_centered_gamma), rms_norm(input, normalized_shape,
+                        weight, eps)
+  an nn.Module class    built per shape and eps from (hidden_size | dim |
+  or factory            normalized_shape, eps | variance_epsilon [,
+                        zero_centered_gamma | offset]); its one (D,) parameter
+                        is the weight, bound for each call
+  --kernel-arg name=value
+                        any other parameter (a module's config, Liger's
+                        casting_mode)
+zero_centered_gamma: a keyword or an offset parameter runs both settings; with
+  neither, the kernel is run once at w = 0 to tell γ = w (zcg=on not run) from
+  γ = 1 + w (built in, as Gemma's: zcg=off not run); --kernel-arg zcg=builtin
+  or zcg=absent says so instead.
 """
+
+
+def _wrap(text: str, first: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=" " * 20,
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def kernels_command() -> int:
@@ -35,6 +48,7 @@ def kernels_command() -> int:
     out += ["", "Named adapters (each imports its library only when asked for)"]
     for name, named in NAMED.items():
         here = "installed" if named.installed() else "NOT installed"
-        out += [f"  {name:<15} {named.summary}", f"  {'':<15} needs {named.needs} [{here}]"]
+        out += _wrap(f"{named.summary}", f"  {name:<15} ")
+        out += _wrap(f"needs {named.needs} [{here}]", " " * 18)
     sys.stdout.write("\n".join(out) + "\n\n" + SHAPES)
     return 0

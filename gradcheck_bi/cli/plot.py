@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from gradcheck_bi.cli.emit import log_width
 from gradcheck_bi.cli.options import (
     CONTROLS,
     DEVICES,
@@ -53,8 +54,8 @@ def _parse_steps(text: str) -> list[float]:
 
 def plot_command(
     kernel: Annotated[list[str] | None, typer.Option(
-        "--kernel", metavar="NAME|PATH.py:ATTR|pkg.mod:ATTR,…", rich_help_panel=WHAT,
-        show_default="before,after", help="The kernels to sweep.")] = None,
+        "--kernel", metavar="KERNEL,…", rich_help_panel=WHAT,
+        show_default="before,after", help="The kernels to sweep, as run's --kernel.")] = None,
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
         help="γ controls.")] = None,
@@ -133,7 +134,7 @@ def plot_command(
             raise UsageError(str(exc)) from None
         sys.stderr.write(f"wrote {output}\n")
     else:
-        sys.stdout.write(render_text(sweep))
+        sys.stdout.write(render_text(sweep, columns=log_width()))
     return 0
 
 

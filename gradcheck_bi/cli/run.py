@@ -117,12 +117,12 @@ def _progress(enabled: bool) -> tuple[Any, Any]:
 
 def run_command(
     kernel: Annotated[list[str] | None, typer.Option(
-        "--kernel", metavar="NAME|PATH.py[:ATTR]|pkg.mod:ATTR,…", rich_help_panel=WHAT,
+        "--kernel", metavar="KERNEL,…", rich_help_panel=WHAT,
         show_default="before,after",
-        help="Bundled (before, after, fixed-forward, fixed-dx), named adapter (torch, liger, "
-        "…), a file (its one Function, or PATH.py:ATTR) or package.module:ATTR: an autograd "
-        "Function, f(x, weight, eps) or an nn.Module class. `gradcheck-bi kernels` lists "
-        "them.")] = None,
+        help="A bundled name (before, after, fixed-forward, fixed-dx), a named adapter (torch, "
+        "liger, …), PATH.py (its one Function), PATH.py:ATTR or package.module:ATTR: an "
+        "autograd Function, f(x, weight, eps) or an nn.Module class. `gradcheck-bi kernels` "
+        "lists them.")] = None,
     kernel_arg: Annotated[list[str] | None, typer.Option(
         "--kernel-arg", metavar="NAME=VALUE", rich_help_panel=WHAT, show_default="none",
         help="A parameter of your kernel the adapter cannot fill (a module's constructor "
@@ -132,8 +132,8 @@ def run_command(
         show_default="none",
         help="Tensors your kernel writes into by design (a note, not a failure).")] = None,
     check: Annotated[list[str] | None, typer.Option(
-        metavar=choices(CHECKS, many=True), rich_help_panel=WHAT, show_default="all",
-        help="Which checks.")] = None,
+        metavar="CHECK,…", rich_help_panel=WHAT, show_default="all",
+        help=f"Which checks: {', '.join(CHECKS)}.")] = None,
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="all",
         help="γ controls (on the effective weight; ones is the blind control).")] = None,
@@ -188,14 +188,15 @@ def run_command(
         help="Record this run as --baseline FILE instead of comparing.")] = False,
     strict: Annotated[bool, typer.Option(
         "--strict", rich_help_panel=JUDGE, show_default=False,
-        help="Unsupported results (no GPU, a kernel refusing a dtype) exit 1, not 3.")] = False,
+        help="Unsupported results (no GPU, a kernel refusing a dtype) and a run that checked "
+        "nothing exit 1, not 3.")] = False,
     bisect: Annotated[bool, typer.Option(
         "--bisect", rich_help_panel=JUDGE, show_default=False,
         help="For `git bisect run`: bad input, could not run or nothing checked (exit 2, "
         "3) exits 125, git's skip; an internal error (4) exits 255, which stops the "
         "bisection.")] = False,
     fmt: Annotated[str | None, typer.Option(
-        "--format", metavar=choices(FORMATS), rich_help_panel=OUTPUT,
+        "--format", metavar="FORMAT", rich_help_panel=OUTPUT,
         show_default="table on a terminal, else text",
         help="table (Rich), text (logs), markdown (PRs), json, junit, github (annotations).")
     ] = None,

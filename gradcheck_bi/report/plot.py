@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ class PlotDependencyError(ImportError):
 X_LABEL = "relative step h/ℓ  (ℓ = √(Σx² + D·eps) per row; dimensionless)"
 Y_LABEL = "max |analytic dx − FD dx|  (units of dL/dx)"
 MARKERS = "o*+x#@%&"
+AXIS_W = 9  # the y tick labels and the axis line left of the plot
 LINE_STYLES = ("-", "--", "-.", ":")
 COLOURS = ("tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive")
 
@@ -35,10 +37,14 @@ def _log_span(values: Sequence[float]) -> tuple[int, int]:
     return math.floor(min(logs)), math.ceil(max(logs))
 
 
-def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
+def render_text(sweep: StepSweep, width: int = 72, height: int = 20,
+                columns: int | None = None) -> str:
     """The plot in plain characters: one marker per curve, ``|`` at the run step, ``-`` at
     ``u^(2/3)``. Log-log axes: a column per octave of step or less, a row per fraction of a
-    decade of error."""
+    decade of error. ``width`` columns of plot; with ``columns`` (a terminal's width) no
+    line is wider: the plot narrows and the title and legend wrap."""
+    total = width + AXIS_W if columns is None else columns
+    width = min(width, total - AXIS_W)
     steps = sorted({s for c in sweep.curves for s in c.step_rel})
     errs = [e for c in sweep.curves for e in c.max_abs_err] + [sweep.reference_floor]
     y_lo, y_hi = _log_span(errs)
@@ -71,8 +77,8 @@ def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
                 mine.add((row(e), col(s)))
         cells.append(mine)
 
-    lines = [sweep.title, ""]
-    label_w = 7
+    lines = [*textwrap.wrap(sweep.title, total, subsequent_indent="  "), ""]
+    label_w = AXIS_W - 2
     ticks_y: dict[int, str] = {}
     for d in range(y_hi, y_lo - 1, -1):
         ticks_y.setdefault(row(10.0**d), f"1e{d:+03d}")
@@ -86,12 +92,14 @@ def render_text(sweep: StepSweep, width: int = 72, height: int = 20) -> str:
         c0 = min(col(2.0**e), width - len(text))
         ticks[c0:c0 + len(text)] = list(text)
     lines.append(" " * (label_w + 2) + "".join(ticks).rstrip())
-    lines.append(" " * (label_w + 2) + "x: " + X_LABEL)
-    lines.append(" " * (label_w + 2) + "y: " + Y_LABEL)
+    for axis, label in (("x", X_LABEL), ("y", Y_LABEL)):
+        lines += textwrap.wrap(f"{axis}: {label}", total, initial_indent=" " * (label_w + 2),
+                               subsequent_indent=" " * (label_w + 5))
     lines.append("")
     for k, curve in enumerate(sweep.curves):
-        lines.append(f"  {MARKERS[k % len(MARKERS)]}  {curve.label:<30} {_summary(curve)}"
-                     + _hidden_note(k, cells, grid))
+        entry = f"{curve.label:<30} {_summary(curve)}{_hidden_note(k, cells, grid)}"
+        lines += textwrap.wrap(entry, total, initial_indent=f"  {MARKERS[k % len(MARKERS)]}  ",
+                               subsequent_indent=" " * 36)
     lines.append(f"  |  step run uses: h/ℓ = 2^{round(math.log2(sweep.run_step_rel))}")
     lines.append(f"  -  u^(2/3) = {sweep.reference_floor:.2e} ({sweep.dtype} reference floor)")
     return "\n".join(lines) + "\n"
