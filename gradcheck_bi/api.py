@@ -243,7 +243,7 @@ def check(
         values.pop("expect")  # a bundled kernel's declared defects say what it must show
     sweep = Sweep(kernels=[spec.name], **values)
     results = run(sweep, [spec])
-    idle = unchecked([sweep], [spec], results)
+    idle = unchecked([sweep], [spec], (r.kernel for r in results))
     report = Report(results, strict, [] if idle else not_run([sweep], [spec]), idle)
     if raise_on_failure and report.exit_code == EXIT_UNEXPECTED:
         raise GradcheckFailure(report)

@@ -322,6 +322,12 @@ def run_sweeps(
     if specs is None:
         specs = resolve_kernels([k for s in sweeps for k in s.kernels],
                                 {k: v for s in sweeps for k, v in s.kernel_args.items()})
+    return run_points(sweep_points(sweeps, specs), on_result)
+
+
+def sweep_points(sweeps: list[Sweep], specs: list[KernelSpec]
+                 ) -> list[tuple[KernelSpec, Config, Sweep]]:
+    """Every point of several sweeps, in block order, each shared point once."""
     points = []
     seen: set[tuple[str, Config]] = set()
     for s in sweeps:
@@ -329,4 +335,4 @@ def run_sweeps(
             if (spec.name, cfg) not in seen:
                 seen.add((spec.name, cfg))
                 points.append((spec, cfg, s))
-    return run_points(points, on_result)
+    return points

@@ -14,14 +14,14 @@ order. Data only: :mod:`gradcheck_bi.runner` measures the points and
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec, Result
+from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
 
@@ -107,10 +107,11 @@ def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
 
 
 def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
-              results: list[Result]) -> list[tuple[str, str]]:
-    """``(kernel, why)`` for every kernel that has no result at all: every point asked of it
-    was dropped. Such a kernel was not checked, and a gate must not read that as a pass."""
-    ran = {r.kernel for r in results}
+              ran: Iterable[str]) -> list[tuple[str, str]]:
+    """``(kernel, why)`` for every kernel that has no point at all (``ran``: the names of the
+    kernels that have one): every point asked of it was dropped. Such a kernel was not
+    checked, and a gate must not read that as a pass."""
+    ran = set(ran)
     out = []
     for spec in kernels:
         if spec.name not in ran:

@@ -201,8 +201,9 @@ def statuses(results: list[dict[str, Any]]) -> dict[str, set[str]]:
     ("WrongShape", "forward", "error", "forward returned shape (2, 3, 15) for x of (2, 3, 16)"),
     ("WrongDtype", "forward", "error", "forward returned torch.float32 for x of torch.float64"),
     ("ReturnsTuple", "forward", "error", "forward returned tuple, expected a tensor"),
-    ("WrongDxShape", "dx", "error", "invalid gradient at index 0"),
-    ("WrongDwSize", "dw", "error", "invalid gradient at index 1"),
+    # A gradient of the wrong shape is a wrong answer, not a crash (issue 21): fail.
+    ("WrongDxShape", "dx", "fail", "invalid gradient at index 0"),
+    ("WrongDwSize", "dw", "fail", "invalid gradient at index 1"),
 ])
 def test_misbehaving_kernel_is_a_result_not_a_crash(capsys: Any, tmp_path: Path,
                                                     kernels: Path, attr: str, check: str,

@@ -11,6 +11,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from gradcheck_bi._version import __version__
 from gradcheck_bi.cli.kernels import kernels_command
+from gradcheck_bi.cli.merge import merge_command
 from gradcheck_bi.cli.plot import plot_command
 from gradcheck_bi.cli.run import run_command
 
@@ -42,6 +43,11 @@ PLOT_EXIT_CODES = _exit_codes(
     "130 interrupted.",
 )
 KERNELS_EXIT_CODES = _exit_codes("0 listed.", "4 internal error of gradcheck-bi.")
+MERGE_EXIT_CODES = _exit_codes(
+    "0, 1, 3: as the unsharded run would have exited (see run -h).",
+    "2 files that are not every shard of one run, or bad usage.",
+    "4 internal error of gradcheck-bi (one line; --debug for the traceback).",
+)
 ROOT_EPILOG = "Each command lists its exit codes: gradcheck-bi COMMAND -h."
 HELP = "Prove a batch-invariant RMSNorm's hand-written backward right or wrong."
 
@@ -104,3 +110,4 @@ def _register(name: str, command: Callable[..., int], epilog: str) -> None:
 _register("run", run_command, RUN_EXIT_CODES)
 _register("plot", plot_command, PLOT_EXIT_CODES)
 _register("kernels", kernels_command, KERNELS_EXIT_CODES)
+_register("merge", merge_command, MERGE_EXIT_CODES)

@@ -42,6 +42,7 @@ class Report:
     notes: list[str] = field(default_factory=list)  # kernels and zcg settings not run
     dropped: list[dict[str, str]] = field(default_factory=list)  # by skip_missing_devices
     unchecked: list[tuple[str, str]] = field(default_factory=list)  # kernels that ran nothing
+    shard: dict[str, Any] | None = None  # which shard of the run this is (--shard K/N)
 
     def closing(self) -> list[Line]:
         return closing_lines(self.results, self.drifts, self.baseline, self.verbose,
@@ -63,7 +64,7 @@ def render(report: Report, fmt: str, plot: str | None, elapsed: float) -> str:
     if fmt == "json":
         text = to_json(results, report.code == 0, report.environment,
                        {"seconds": round(elapsed, 3)}, report.notes, report.dropped,
-                       report.unchecked)
+                       report.unchecked, report.shard)
         return drift_report.add_to_json(text, drifts, report.baseline) if report.baseline \
             else text
     if fmt == "markdown":

@@ -13,13 +13,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from gradcheck_bi.cases import CaseError, load_case
 from gradcheck_bi.cli.emit import Report, emit
+from gradcheck_bi.cli.execute import environment, execute, print_tracebacks
 from gradcheck_bi.cli.options import (
     CHECKS,
     CONTROLS,
@@ -46,12 +47,11 @@ from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
-from gradcheck_bi.kernels import reduction
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
-from gradcheck_bi.runner import check_memory, resolve_kernels, run_sweeps
-from gradcheck_bi.sweep import Sweep, not_run, unchecked, with_overrides
-from gradcheck_bi.vocab import Result
+from gradcheck_bi.runner import check_memory
+from gradcheck_bi.shard import ShardError, parse_shard
+from gradcheck_bi.sweep import Sweep, with_overrides
 
 
 def _targets(device: str | None, dtype: str | None) -> list[tuple[str, str]] | None:
@@ -75,44 +75,6 @@ def set_threads(threads: int | None) -> None:
         threads = int(env)
     fd_threads.fix_threads(threads)
     torch.set_num_threads(threads or 1)
-
-
-def environment() -> dict[str, Any]:
-    """What ran the checks (stable from run to run on one machine)."""
-    import platform
-
-    import torch
-
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda_available": torch.cuda.is_available(),
-        "reduction": {"cpu": os.environ.get("GRADCHECK_BI_BACKEND") or "torch",
-                      "cuda": os.environ.get("GRADCHECK_BI_BACKEND") or "triton (compiled)"},
-    }
-    if reduction.triton_available():
-        import triton
-
-        env["triton"] = triton.__version__
-    if torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
-    return env
-
-
-def _progress(enabled: bool) -> tuple[Any, Any]:
-    if not enabled:
-        return None, None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                        MofNCompleteColumn(), console=Console(stderr=True), transient=True)
-    task = progress.add_task("checking", total=None)
-
-    def on_result(r: Result, done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total,
-                        description=f"{r.kernel} {r.check} {r.device}/{r.dtype}")
-
-    return progress, on_result
 
 
 def run_command(
@@ -214,6 +176,10 @@ def run_command(
     progress: Annotated[bool, typer.Option(
         rich_help_panel=OUTPUT, show_default="on", help="Progress on stderr (TTY only).")
     ] = True,
+    shard: Annotated[str | None, typer.Option(
+        metavar="K/N", rich_help_panel=WHERE, show_default="all points",
+        help="Run shard K of N (balanced by cost); `gradcheck-bi merge` joins the shards' "
+        "--format json reports into the unsharded run's report.")] = None,
     debug: Annotated[bool, typer.Option(
         "--debug", rich_help_panel=OUTPUT, show_default=False, help="Show tracebacks.")
     ] = False,
@@ -229,6 +195,10 @@ def run_command(
     set_threads(threads)
     _validate(eps, atol, rtol, directions, fmt_name, plot, update_baseline, baseline)
     expect = one_of("--expect", expect, EXPECTS)
+    try:
+        part = parse_shard(shard) if shard is not None else None
+    except ShardError as exc:
+        raise UsageError(str(exc)) from None
     zcg = one_of("--zcg", zcg, tuple(ZCG))
     mode = one_of("--mode", mode, MODES)
     sweeps, recorded, dropped = _load(case, baseline, update_baseline)
@@ -261,7 +231,8 @@ def run_command(
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
     ) for sweep in sweeps]
     _check_memory(sweeps)
-    results, notes, idle = _execute(sweeps, progress)
+    done = execute(sweeps, progress, part)
+    results, notes, idle = done.results, done.notes, done.idle
     drifts = baselines.compare(results, recorded) if recorded is not None else []
     code = exit_code(results, drifted=bool(drifts), strict=strict, unchecked=idle)
     if update_baseline and baseline is not None:
@@ -269,22 +240,12 @@ def run_command(
         Console(stderr=True).print(f"recorded baseline {baseline} ({len(results)} results)")
     report = Report(results, drifts, baseline if recorded is not None else None, code,
                     strict, verbose, environment() if fmt_name == "json" else {}, notes,
-                    dropped, idle)
+                    dropped, idle,
+                    None if done.shard is None else {**done.shard, "strict": strict})
     if debug:
-        _print_tracebacks(results)
+        print_tracebacks(results)
     emit(report, fmt_name, output, plot, time.perf_counter() - started)
     return code
-
-
-def _print_tracebacks(results: list[Result]) -> None:
-    """--debug: the whole traceback of each distinct kernel error, once, with its count."""
-    errors: dict[tuple[str, str], list[Result]] = {}
-    for r in results:
-        if r.status == "error" and r.trace:
-            errors.setdefault((r.kernel, r.message), []).append(r)
-    for (kernel, message), same in errors.items():
-        sys.stderr.write(f"--- {kernel}: {message} ({len(same)} result"
-                         f"{'s' if len(same) != 1 else ''}) ---\n{same[0].trace}")
 
 
 def _validate(eps: float | None, atol: float | None, rtol: float | None,
@@ -331,19 +292,3 @@ def _check_memory(sweeps: list[Sweep]) -> None:
             "individual dx elements are not checked. dw is checked in full.", markup=False)
 
 
-def _execute(sweeps: list[Sweep], progress: bool
-             ) -> tuple[list[Result], list[str], list[tuple[str, str]]]:
-    """The results, one line per kernel and zcg setting that is not run, and (kernel, why)
-    for each kernel that ran nothing."""
-    refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
-    specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
-    bar, on_result = _progress(progress and sys.stderr.isatty())
-    if bar is None:
-        results = run_sweeps(sweeps, specs)
-    else:
-        with bar:
-            results = run_sweeps(sweeps, specs, on_result)
-    idle = unchecked(sweeps, specs, results)
-    # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
-    partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
-    return results, not_run(sweeps, partly), idle

@@ -122,11 +122,13 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
 def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
             timing: dict[str, Any] | None = None, notes: list[str] | None = None,
             dropped: list[dict[str, str]] | None = None,
-            unchecked: list[tuple[str, str]] | None = None) -> str:
+            unchecked: list[tuple[str, str]] | None = None,
+            shard: dict[str, Any] | None = None) -> str:
     """The contract's JSON: tool, version, ok, environment, results; timing kept apart;
     ``"not_run"``: one line per kernel and zcg setting left out, ``"dropped"``: one entry
     per target a case's skip_missing_devices left out, ``"nothing_checked"``: one entry per
-    kernel that ran no point (each only when there is one)."""
+    kernel that ran no point, ``"shard"``: which part of the run this report is, for
+    ``gradcheck-bi merge`` (each only when there is one)."""
     doc: dict[str, Any] = {
         "tool": "gradcheck-bi",
         "version": __version__,
@@ -140,6 +142,8 @@ def to_json(results: list[Result], ok: bool, environment: dict[str, Any],
         doc["dropped"] = [dict(d) for d in dropped]
     if unchecked:
         doc["nothing_checked"] = [{"kernel": k, "reason": why} for k, why in unchecked]
+    if shard:
+        doc["shard"] = shard
     if timing is not None:
         doc["timing"] = timing
     return json.dumps(doc, indent=2) + "\n"

@@ -1,0 +1,103 @@
+"""``gradcheck-bi run``'s execution: load the kernels, measure the points (or one shard of
+them) with progress on stderr, and say what ran nothing; the environment for the JSON."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from gradcheck_bi.kernels import reduction
+from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
+from gradcheck_bi.shard import select
+from gradcheck_bi.sweep import Sweep, not_run, unchecked
+from gradcheck_bi.vocab import Result
+
+
+def environment() -> dict[str, Any]:
+    """What ran the checks (stable from run to run on one machine)."""
+    import platform
+
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "reduction": {"cpu": os.environ.get("GRADCHECK_BI_BACKEND") or "torch",
+                      "cuda": os.environ.get("GRADCHECK_BI_BACKEND") or "triton (compiled)"},
+    }
+    if reduction.triton_available():
+        import triton
+
+        env["triton"] = triton.__version__
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def progress_bar(enabled: bool) -> tuple[Any, Any]:
+    if not enabled:
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), console=Console(stderr=True), transient=True)
+    task = progress.add_task("checking", total=None)
+
+    def on_result(r: Result, done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total,
+                        description=f"{r.kernel} {r.check} {r.device}/{r.dtype}")
+
+    return progress, on_result
+
+
+def print_tracebacks(results: list[Result]) -> None:
+    """--debug: the whole traceback of each distinct kernel error, once, with its count."""
+    errors: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        if r.status == "error" and r.trace:
+            errors.setdefault((r.kernel, r.message), []).append(r)
+    for (kernel, message), same in errors.items():
+        sys.stderr.write(f"--- {kernel}: {message} ({len(same)} result"
+                         f"{'s' if len(same) != 1 else ''}) ---\n{same[0].trace}")
+
+
+@dataclass
+class Executed:
+    """What a run measured: its results, one note per kernel and zcg setting not run,
+    (kernel, why) for each kernel that ran nothing, and the shard it was (if any)."""
+
+    results: list[Result]
+    notes: list[str]
+    idle: list[tuple[str, str]]
+    shard: dict[str, Any] | None = None
+
+
+def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None = None
+            ) -> Executed:
+    """Load the kernels and measure every point of ``sweeps`` — or, with ``shard=(K, N)``,
+    the points of shard K of N (:mod:`gradcheck_bi.shard`); what ran nothing is decided on
+    the whole grid, so that every shard says the same about it."""
+    refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
+    specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
+    points = sweep_points(sweeps, specs)
+    idle = unchecked(sweeps, specs, (spec.name for spec, _, _ in points))
+    meta = None
+    if shard is not None:
+        picked = select([cfg for _, cfg, _ in points], *shard)
+        meta = {"index": shard[0], "count": shard[1], "points": len(points),
+                "positions": picked}
+        points = [points[i] for i in picked]
+    bar, on_result = progress_bar(progress and sys.stderr.isatty())
+    if bar is None:
+        results = run_points(points)
+    else:
+        with bar:
+            results = run_points(points, on_result)
+    # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
+    partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
+    return Executed(results, not_run(sweeps, partly), idle, meta)

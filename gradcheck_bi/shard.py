@@ -1,0 +1,75 @@
+"""Shards: a deterministic 1/N of a run's points, balanced by estimated cost.
+
+``gradcheck-bi run --shard K/N`` measures shard K of N; ``gradcheck-bi merge`` puts the
+shards' JSON reports back together into the report the unsharded run writes. The machines
+are the user's scheduler's (a CI matrix, a Slurm array): gradcheck-bi only splits and
+merges. Every shard computes the same grid from the same arguments, so the split needs no
+coordination: the points are dealt out by :func:`assign` from their costs alone.
+
+The cost model counts forward-call work, ``rows × D`` elements per call:
+
+* dx: the row-coloured differences call the forward once per stencil point and column
+  chunk: about ``4 · D`` calls (:mod:`gradcheck_bi.fd.estimate`);
+* dw, forward: a handful of calls;
+* batch_invariance: rows alone and in batches of several sizes: a few dozen calls.
+
+>>> from gradcheck_bi.vocab import Config
+>>> points = [Config(check=c, shape=(4, 256)) for c in ("dx", "dw", "forward", "dx")]
+>>> assign(points, 2)  # the two dx points apart, the cheap ones filling in
+[0, 0, 1, 1]
+>>> parse_shard("2/3")
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+from gradcheck_bi.vocab import Config
+
+CALLS = {"dx": 4.0, "dw": 8.0, "forward": 3.0, "batch_invariance": 40.0}  # × D for dx
+
+
+class ShardError(ValueError):
+    """A --shard value or a set of shard reports that cannot be used (exit 2)."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` → ``(K, N)`` with ``1 <= K <= N``."""
+    k_text, sep, n_text = text.partition("/")
+    try:
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        k = n = 0
+    if not sep or n < 1 or not 1 <= k <= n:
+        raise ShardError(f"--shard {text!r}: expected K/N with 1 <= K <= N, e.g. 2/3")
+    return k, n
+
+
+def cost(cfg: Config) -> float:
+    """Estimated work of one point (relative units: forward-call elements)."""
+    elements = float(math.prod(cfg.shape))
+    calls = CALLS.get(cfg.check, 8.0)
+    if cfg.check == "dx" and cfg.mode == "full":
+        calls *= cfg.shape[-1]
+    return calls * elements
+
+
+def assign(points: Sequence[Config], n: int) -> list[int]:
+    """The shard (0-based) of each point: the longest first, each to the least loaded shard
+    (ties to the lowest shard), so that every shard gets about 1/N of the work."""
+    order = sorted(range(len(points)), key=lambda i: (-cost(points[i]), i))
+    loads = [(0.0, s) for s in range(n)]
+    owner = [0] * len(points)
+    for i in order:
+        load, shard = heapq.heappop(loads)
+        owner[i] = shard
+        heapq.heappush(loads, (load + cost(points[i]), shard))
+    return owner
+
+
+def select(points: Sequence[Config], k: int, n: int) -> list[int]:
+    """Indices (in run order) of the points shard ``k`` of ``n`` measures (1-based ``k``)."""
+    return [i for i, owner in enumerate(assign(points, n)) if owner == k - 1]
