@@ -138,7 +138,8 @@ def _judge(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
     err = torch.where(torch.isinf(a64) & (a64 == rounded), torch.zeros_like(err), err)
     tol = 0.5 * lowp.ulp_of(ref, analytic.dtype) + U_COMPUTE * K_OPS * magnitude + floor
     audit = lowp.audit(analytic, ref)
-    median_ulp = float((err / lowp.ulp_of(ref, analytic.dtype)).median()) if err.numel() else 0.0
+    unit = lowp.error_ulp(ref, analytic)
+    median_ulp = float((err / unit).median()) if err.numel() else 0.0
     details = {
         "method": lift.method,
         "reference": (f"the kernel's own forward in {_NAMES[lift.dtype]} at the "
@@ -161,6 +162,10 @@ def _judge(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
     tol = fd_tolerance(tol, scale, cfg)
     m = measured_per_element(err, tol, notes, details)
     m.details["detectable_rel"] = detectable(tol, ref)
+    if m.worst is not None and err.numel():
+        # The output ulp at the element reported: the tables show its error and tolerance
+        # in ulps (the JSON keeps units of the gradient).
+        m.details["ulp"] = float(unit[tuple(m.worst)])
     if not m.passed and not m.message:
         m.message = _diagnosis(name, audit, median_ulp, higher() if higher else None)
     return m

@@ -7,7 +7,9 @@ A leaf module: it imports only torch and the standard library.
   computed from the fp64 bit pattern. ``tensor.to(torch.bfloat16)`` is *not* that: torch
   converts fp64 → fp32 → bf16, a double rounding that is wrong on the elements lying within
   2^-24 (relative) of a bf16 midpoint.
-* :func:`ulp_of` — the spacing of the target format at the correctly rounded value.
+* :func:`ulp_of` — the spacing of the target format at the correctly rounded value;
+  :func:`error_ulp` — the ulp errors are measured in (at ``|y|`` where the exact value is 0
+  or subnormal, so that no error reads as 1e+40 ulps).
 * :func:`audit` — fraction of elements not correctly rounded, max |error| in ulps against the
   exact reference, mean signed error, overflow count, the worst element.
 * :func:`classify` — one line of plain English for a kernel maintainer, using the thresholds
@@ -31,7 +33,7 @@ from gradcheck_bi.lowp.audit import (
     classify,
     passes,
 )
-from gradcheck_bi.lowp.rounding import round_to, ulp_of
+from gradcheck_bi.lowp.rounding import error_ulp, round_to, ulp_of
 
 __all__ = [
     "FRAC_THRESHOLD",
@@ -43,6 +45,7 @@ __all__ = [
     "AuditResult",
     "audit",
     "classify",
+    "error_ulp",
     "passes",
     "round_to",
     "ulp_of",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.lowp.rounding import _format, _max_finite, _ordered, _round
+from gradcheck_bi.lowp.rounding import _format, _max_finite, _ordered, _round, error_ulp
 
 # ---- pass thresholds (the derivation and the numbers behind them: docs/low_precision.md) ----
 #
@@ -47,9 +47,10 @@ def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class AuditResult:
-    """What :func:`audit` measured. Ulp errors use :func:`ulp_of` (ulp at the correctly
-    rounded value); "signed" means ``(y - exact) · sign(exact)`` in ulps, i.e. positive when
-    ``|y|`` is too large — a coherent sign over many elements is a bias."""
+    """What :func:`audit` measured. Ulp errors use :func:`error_ulp` (the ulp at the correctly
+    rounded value; where the exact value is 0 or subnormal, at ``|y|``); "signed" means
+    ``(y - exact) · sign(exact)`` in ulps, i.e. positive when ``|y|`` is too large — a
+    coherent sign over many elements is a bias."""
 
     dtype: str
     """``"bfloat16"`` or ``"float16"``."""
@@ -118,7 +119,8 @@ def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None) -
         raise ValueError(f"y {tuple(y.shape)} and reference {tuple(ref64.shape)} differ in shape")
     y = y.detach()
     ref = ref64.detach().to(y.device)
-    c64, ulp = _round(ref, y.dtype)
+    c64, _ = _round(ref, y.dtype)
+    ulp = error_ulp(ref, y)
     y64 = y.to(torch.float64)
     diff = y64 - ref
     # Signed toward magnitude: positive when |y| is too large.

@@ -120,6 +120,29 @@ def ulp_of(ref64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _round(ref64, dtype)[1]
 
 
+def error_ulp(ref64: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The ulp that ``|y - exact|`` is measured in, per element (fp64): :func:`ulp_of` at the
+    exact value, except where the exact value is 0 or subnormal — there the ulp at ``|y|``,
+    which is never below the ulp at the smallest normal (bf16 2^-133, fp16 2^-24).
+
+    Measured in the subnormal spacing, a ``y`` of 1 where the exact value is 0 would read as
+    1e+40 bf16 ulps; measured at ``|y|`` it reads as its own size, 2^(p-1) to 2^p ulps (bf16
+    128–256, fp16 1024–2048). Where ``y`` is 0 or subnormal too, both rules give the subnormal
+    spacing, so a correctly rounded element stays within 0.5 ulp.
+
+    >>> import torch
+    >>> ref = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+    >>> error_ulp(ref, torch.tensor([0.0, 1.0, 1.0], dtype=torch.bfloat16)).tolist()
+    [9.183549615799121e-41, 0.0078125, 0.0078125]
+    """
+    _, emin, _ = _format(y.dtype)
+    ulp = _round(ref64, y.dtype)[1]
+    tiny = ref64.abs() < 2.0**emin
+    if bool(tiny.any()):
+        ulp = torch.where(tiny, _round(y.detach().to(torch.float64).abs(), y.dtype)[1], ulp)
+    return ulp
+
+
 def _ordered(bits16: torch.Tensor) -> torch.Tensor:
     """Map 16-bit float patterns to integers whose order and difference count representable
     steps (±0 both map to 0)."""

@@ -61,6 +61,13 @@ class Cell:
         return max(errs) if errs else None
 
     @property
+    def shown_err(self) -> float | None:
+        """The largest error in the unit the cell shows (ulps for bf16/fp16 gradients)."""
+        errs = [r.max_abs_err / (ulp_unit(r) or 1.0) for r in self.results
+                if r.max_abs_err is not None]
+        return max(errs) if errs else None
+
+    @property
     def as_expected(self) -> bool:
         return all(r.as_expected for r in self.results)
 
@@ -75,8 +82,7 @@ class Cell:
             return "—"
         if w.status in ("error", "unsupported"):
             return w.status.upper() if not w.as_expected and w.status == "error" else w.status
-        err = self.max_err
-        number = format_error(err)
+        number = shown(w, w.max_abs_err)
         if not self.as_expected:
             verdict = "FAIL (unexpected)" if w.status == "fail" else "PASS (defect missed)"
         else:
@@ -92,13 +98,20 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
-        return discrimination_ratio(self.cells["randn"].max_err, self.cells["ones"].max_err)
+        return discrimination_ratio(self.cells["randn"].shown_err, self.cells["ones"].shown_err)
 
     @property
-    def tolerance(self) -> float | None:
-        tols = [r.tolerance for c in self.cells.values() for r in c.results
-                if r.tolerance is not None]
-        return max(tols) if tols else None
+    def loosest(self) -> Result | None:
+        """The result with the largest tolerance (the markdown's tolerance column)."""
+        found = [r for c in self.cells.values() for r in c.results if r.tolerance is not None]
+        return max(found, key=lambda r: r.tolerance or 0.0) if found else None
+
+    @property
+    def methods(self) -> list[str]:
+        """How the row's results were measured (bf16/fp16 gradients: ``"lifted to fp64"``,
+        ``"lifted to fp32"`` or ``"independent fp64 formula"``), in first-seen order."""
+        return _unique(str(r.details["method"]) for c in self.cells.values()
+                       for r in c.results if "method" in r.details)
 
     @property
     def worst_randn(self) -> list[int] | None:
@@ -122,10 +135,9 @@ class Table:
         return f"{titles[self.check]} · zero_centered_gamma={'on' if self.zcg else 'off'}"
 
     @property
-    def methods(self) -> list[str]:
-        """The methods the results name (``"lifted to fp64"``, ...), in first-seen order."""
-        return _unique(str(r.details["method"]) for row in self.rows
-                       for c in row.cells.values() for r in c.results if "method" in r.details)
+    def per_row_method(self) -> bool:
+        """bf16/fp16 gradients: each row names the reference its results were lifted to."""
+        return self.half and self.check in ("dx", "dw")
 
     @property
     def subtitle(self) -> str:
@@ -189,6 +201,30 @@ def format_tolerance(tol: float | None) -> str:
     return "—" if tol is None else ("0 (bitwise)" if tol == 0 else f"{tol:.1e}")
 
 
+def format_ulp(value: float) -> str:
+    """``0.4998 ulp``, ``255 ulp``, ``1.667e+05 ulp``: four significant digits and the unit."""
+    return "0 ulp" if value == 0 else f"{value:.4g} ulp"
+
+
+def ulp_unit(r: Result) -> float | None:
+    """What one ulp is in ``r``'s own numbers: 1 for a bf16/fp16 forward measured in ulps, the
+    output ulp at the reported element for a bf16/fp16 gradient (``details["ulp"]``: its JSON
+    keeps units of the gradient), None for a result reported in absolute units."""
+    if r.details.get("unit") == "ulp":
+        return 1.0
+    ulp = r.details.get("ulp")
+    return float(ulp) if isinstance(ulp, (int, float)) and ulp > 0 else None
+
+
+def shown(r: Result, value: float | None) -> str:
+    """An error or tolerance of ``r`` as the reports write it: in ulps with the unit where
+    :func:`ulp_unit` has one, else whole, as :func:`format_error` writes it."""
+    unit = ulp_unit(r)
+    if value is None or unit is None:
+        return format_error(value)
+    return format_ulp(value / unit)
+
+
 def format_index(idx: list[int] | None) -> str:
     return "—" if not idx else "[" + ",".join(str(i) for i in idx) + "]"
 
@@ -204,8 +240,7 @@ def describe(r: Result, scales: bool = False) -> str:
     if r.status in ("error", "unsupported") or (r.max_abs_err is None and r.message):
         return f"{where}: {r.status}" + (
             f" (expected {r.expected})" if r.status == "fail" else "") + f": {r.message}"
-    err = "—" if r.max_abs_err is None else f"{r.max_abs_err:.3e}"
-    tol = "—" if r.tolerance is None else f"{r.tolerance:.3e}"
+    err, tol = shown(r, r.max_abs_err), shown(r, r.tolerance)
     # A fail within tolerance failed on its message (non-finite values, a training forward
     # that differs): say "≤" there, never a comparison that did not happen.
     within = (r.max_abs_err is not None and r.tolerance is not None

@@ -10,6 +10,9 @@ that cannot fit the width as a grid falls back to one result per line. The grid,
             worst at      [0,5,70]     [1,0,188]         —
             randn/ones    7.56e+11
 
+bf16/fp16 cells are in ulps of the output dtype (``0.4998 ulp``), and the gradients' rows
+add the method: which precision the kernel's own forward was lifted to for the reference.
+
 A cell shows its worst result (one not as expected first, then the largest error): the
 error with a status glyph, below it that result's tolerance and worst element. Long kernel
 refs are shortened in the rows and given whole in a footnote. A line is a list of
@@ -33,8 +36,9 @@ from gradcheck_bi.report.tables import (
     format_index,
     format_ratio,
     short_name,
+    shown,
 )
-from gradcheck_bi.vocab import CONTROLS, Result, format_error
+from gradcheck_bi.vocab import CONTROLS, Result
 
 Segment = tuple[str, str]  # (text, Rich style)
 Line = list[Segment]
@@ -67,7 +71,7 @@ def _cell_lines(cell: Cell) -> tuple[Line, str, str]:
     if w.status in ("error", "unsupported"):
         return [g], "", ""
     where = format_index(w.worst) if w.max_abs_err else "—"  # no worst element of all-zeros
-    return [(format_error(w.max_abs_err) + " ", ""), g], format_error(w.tolerance), where
+    return [(shown(w, w.max_abs_err) + " ", ""), g], shown(w, w.tolerance), where
 
 
 def display_names(refs: list[str]) -> dict[str, str]:
@@ -113,6 +117,8 @@ def _grid(table: Table, names: dict[str, str]) -> list[list[Line]]:
         grid.append([[], [("tol", "dim")]] + [[(c[1], "")] for c in cells])
         grid.append([[], [("worst at", "dim")]] + [[(c[2], "")] for c in cells])
         grid.append([[], [("randn/ones", "dim")], [(format_ratio(row.ratio), "")]])
+        if table.per_row_method and row.methods:
+            grid.append([[], [("method", "dim")], [("; ".join(row.methods), "")]])
     return grid
 
 
@@ -150,8 +156,8 @@ def _per_result(table: Table, names: dict[str, str]) -> list[Line]:
                 if r.status in ("error", "unsupported"):
                     line.append(g)
                 else:
-                    line += [(format_error(r.max_abs_err) + " ", ""), g,
-                             (f" tol {format_error(r.tolerance)} at "
+                    line += [(shown(r, r.max_abs_err) + " ", ""), g,
+                             (f" tol {shown(r, r.tolerance)} at "
                               f"{format_index(r.worst)}", "")]
                 lines.append(line)
     return lines
