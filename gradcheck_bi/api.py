@@ -119,9 +119,9 @@ class Report:
 
 # Sweep settings check() takes as keywords beyond its named arguments (case-file names).
 SWEEP_OPTIONS = ("atol", "rtol", "stencil", "step_rel", "max_memory", "mode", "directions",
-                 "allow_mutation")
+                 "allow_mutation", "layouts")
 _LISTS = ("checks", "weights", "shapes", "eps", "seeds", "input_scales", "weight_scales",
-          "allow_mutation")
+          "allow_mutation", "layouts")
 _ZCG = {"off": [False], "on": [True], "both": [False, True]}
 
 

@@ -53,6 +53,7 @@ else:  # pragma: no cover - Python 3.10
 
 from gradcheck_bi import fd
 from gradcheck_bi.kernels.call import MUTABLE
+from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import (
@@ -197,6 +198,7 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     "mode": _choice(("full", "directional")),
     "directions": _count,
     "allow_mutation": _list_of(_choice(MUTABLE), "tensors (" + ", ".join(MUTABLE) + ")"),
+    "layouts": _list_of(_choice(LAYOUTS), "layouts (" + ", ".join(LAYOUTS) + ")"),
 }
 # Keys that shape how a block becomes a sweep, not a Sweep field.
 BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {

@@ -7,8 +7,8 @@ order. Data only: :mod:`gradcheck_bi.runner` measures the points and
 
 >>> from gradcheck_bi.kernels import resolve
 >>> s = Sweep(kernels=["after"], targets=[("cpu", "fp64")], checks=["forward"])
->>> [cfg.control for _, cfg in grid(s, [resolve("after")])][:3]
-['randn', 'ones', 'zeros']
+>>> [(cfg.control, cfg.layout) for _, cfg in grid(s, [resolve("after")])][:4]
+[('randn', 'contiguous'), ('randn', 'x-strided'), ('ones', 'contiguous'), ('zeros', 'contiguous')]
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
+# A strided input and a strided cotangent at γ = randn; cases/ci.toml sweeps every layout.
+DEFAULT_LAYOUTS = ("contiguous", "x-strided", "grad-strided")
 
 
 def default_targets() -> list[tuple[str, str]]:
@@ -63,6 +66,9 @@ class Sweep:
     # Tensors the kernels may write into by design ("x", "weight", "grad_output"): a note,
     # not a failure (kernels/call.py compares each before and after).
     allow_mutation: list[str] = field(default_factory=list)
+    # Memory layouts (kernels/layout.py): every point runs contiguous; each other layout is
+    # crossed with γ = randn and the checks it applies to (layout bugs do not hide behind γ).
+    layouts: list[str] = field(default_factory=lambda: list(DEFAULT_LAYOUTS))
 
     def checks_for(self, dtype: str) -> list[str]:
         return list(self.checks) if self.checks is not None else list(CHECKS)
@@ -73,11 +79,14 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
 
     A kernel is left out at a zcg setting it cannot take (:func:`not_run` says which)."""
     for device, dtype in sweep.targets:
-        for check, zcg, spec, shape, scale, wscale, eps, seed, control in itertools.product(
+        for (check, zcg, spec, shape, scale, wscale, eps, seed, control,
+             layout) in itertools.product(
             sweep.checks_for(dtype), sweep.zcg, kernels, sweep.shapes, sweep.input_scales,
-            sweep.weight_scales, sweep.eps, sweep.seeds, sweep.weights,
+            sweep.weight_scales, sweep.eps, sweep.seeds, sweep.weights, sweep.layouts,
         ):
             if zcg not in spec.zcg:  # a kernel without zcg, or with zcg built in
+                continue
+            if layout != "contiguous" and (control != "randn" or not applies(layout, check)):
                 continue
             yield spec, Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
@@ -85,7 +94,7 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 weight_scale=wscale,
                 atol=sweep.atol, rtol=sweep.rtol, stencil=sweep.stencil,
                 step_rel=sweep.step_rel, max_memory=sweep.max_memory, mode=sweep.mode,
-                directions=sweep.directions,
+                directions=sweep.directions, layout=layout,
             )
 
 

@@ -79,6 +79,8 @@ class Config:
     # "full": every element of dx; "directional": ⟨dx, v⟩ along random unit v per row.
     mode: str = "full"
     directions: int = 8
+    # How the kernel's tensors are laid out in memory (kernels/layout.py: "x-strided", …).
+    layout: str = "contiguous"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -125,6 +127,7 @@ class Result:
     worst: list[int] | None = None
     input_scale: float = 1.0
     weight_scale: float = 1.0
+    layout: str = "contiguous"
     atol: float | None = None
     rtol: float | None = None
     mode: str | None = None

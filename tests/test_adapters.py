@@ -18,7 +18,8 @@ from gradcheck_bi.vocab import KernelLoadError, Unsupported
 ROOT = Path(__file__).resolve().parents[1]
 HF = f"{ROOT}/tests/kernels/hf_style.py"
 HF_NAME = normal_ref(f"{HF}:F")[:-2]  # how results and messages name the file
-FP32 = ["--device", "cpu", "--dtype", "fp32", "--shape", "2,3,16", "--format", "json",
+FP32 = ["--device", "cpu", "--dtype", "fp32", "--shape", "2,3,16", "--layout", "contiguous",
+        "--format", "json",
         "--no-progress"]
 
 
@@ -163,7 +164,7 @@ def test_module_constructor_args_from_the_command_line_and_the_case_file(
                     'targets = ["cpu/fp32"]\nshapes = [[2, 16]]\nchecks = ["dx"]\n')
     code, doc, err = run(capsys, "run", "--case", str(case), "--format", "json",
                          "--no-progress")
-    assert code == 0 and len(doc["results"]) == 3, err
+    assert code == 0 and len(doc["results"]) == 5, err  # 3 γ + 2 default layouts (randn)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -234,7 +235,8 @@ def test_api_takes_the_same_shapes_of_kernel() -> None:
     plain_rms_norm = hf_style.plain_rms_norm
 
     for kernel in (torch.nn.RMSNorm, plain_rms_norm, "torch", "torch:nn"):
-        report = check(kernel, dtype="fp32", checks=["dx", "dw"], shapes=[(3, 16)])
+        report = check(kernel, dtype="fp32", checks=["dx", "dw"], shapes=[(3, 16)],
+                       layouts=["contiguous"])
         assert report.ok and len(report.results) == 6, (kernel, str(report))
         assert report.not_run and "zcg=on results not run" in report.not_run[0], report.not_run
     with pytest.raises(TypeError, match="is a int, not a kernel"):

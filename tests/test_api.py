@@ -23,7 +23,8 @@ MegatronLike = load(f"{KERNELS}/megatron_like.py:BatchInvariantRMSNormFn").fn
 
 def test_rmsnorm_backward_moves_with_gamma() -> None:
     """The README's example: dx and dw at a trained-looking γ, both zcg modes."""
-    report = gradcheck_bi.check(Correct, checks=["dx", "dw"], weights=["randn", "ones"],
+    report = gradcheck_bi.check(Correct, layouts=["contiguous"],
+                                checks=["dx", "dw"], weights=["randn", "ones"],
                                 shapes=[(4, 1000)], weight_scales=[30.0])
     assert report.ok and len(report.results) == 8
     assert all(r.max_abs_err is not None and r.max_abs_err <= r.tolerance  # type: ignore[operator]
@@ -32,7 +33,8 @@ def test_rmsnorm_backward_moves_with_gamma() -> None:
 
 def test_a_wrong_backward_raises_an_assertion_that_names_it() -> None:
     with pytest.raises(gradcheck_bi.GradcheckFailure) as info:
-        gradcheck_bi.check(DxDoubleWeight, checks=["dx"], shapes=[(3, 2, 40)], zcg=[False])
+        gradcheck_bi.check(DxDoubleWeight, layouts=["contiguous"],
+                           checks=["dx"], shapes=[(3, 2, 40)], zcg=[False])
     msg = str(info.value)
     assert isinstance(info.value, AssertionError)
     assert "1 of 3 results differ from what the kernels declare" in msg
@@ -41,7 +43,8 @@ def test_a_wrong_backward_raises_an_assertion_that_names_it() -> None:
 
 
 def test_report_without_raising() -> None:
-    report = gradcheck_bi.check(DxDoubleWeight, checks=["dx"], shapes=[(2, 33)],
+    report = gradcheck_bi.check(DxDoubleWeight, layouts=["contiguous"],
+                                checks=["dx"], shapes=[(2, 33)],
                                 raise_on_failure=False)
     assert report.exit_code == 1 and not report.ok
     assert {(r.weight, r.zero_centered_gamma) for r in report.failed} == {
@@ -49,14 +52,16 @@ def test_report_without_raising() -> None:
 
 
 def test_expect_fail_turns_a_known_defect_into_a_pass() -> None:
-    report = gradcheck_bi.check(DxDoubleWeight, checks=["dx"], weights=["randn"],
+    report = gradcheck_bi.check(DxDoubleWeight, layouts=["contiguous"],
+                                checks=["dx"], weights=["randn"],
                                 shapes=[(2, 33)], expect="fail")
     assert report.ok and {r.status for r in report.results} == {"fail"}
 
 
 def test_all_unsupported_is_a_skip_not_a_pass() -> None:
     with pytest.raises(gradcheck_bi.GradcheckSkipped) as info:
-        gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32")
+        gradcheck_bi.check(MegatronLike, layouts=["contiguous"],
+                           checks=["forward"], dtype="fp32")
     assert isinstance(info.value, unittest.SkipTest)
     report = info.value.report
     assert report.exit_code == 3 and len(report.unsupported) == len(report.results) == 6
@@ -65,14 +70,16 @@ def test_all_unsupported_is_a_skip_not_a_pass() -> None:
 
 
 def test_unsupported_report_without_raising() -> None:
-    report = gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32",
+    report = gradcheck_bi.check(MegatronLike, layouts=["contiguous"],
+                                checks=["forward"], dtype="fp32",
                                 raise_on_failure=False)
     assert report.exit_code == 3 and len(report.unsupported) == 6 and not report.failed
 
 
 def test_strict_makes_unsupported_a_failure() -> None:
     with pytest.raises(gradcheck_bi.GradcheckFailure) as info:
-        gradcheck_bi.check(MegatronLike, checks=["forward"], dtype="fp32", strict=True)
+        gradcheck_bi.check(MegatronLike, layouts=["contiguous"],
+                           checks=["forward"], dtype="fp32", strict=True)
     assert info.value.report.exit_code == 1
     assert "NOT AS EXPECTED (--strict) — 6 of 6 results could not run here" in str(
         info.value)
@@ -90,12 +97,14 @@ def test_some_unsupported_returns_the_report(tmp_path: Path) -> None:
         "            raise NotImplementedError('backward supports fp32 only')\n"
         "        return After.backward(ctx, g)\n")
     fn = load(f"{tmp_path}/bwd_fp32_only.py:Fn").fn
-    report = gradcheck_bi.check(fn, checks=["forward", "dx"], weights=["randn"], zcg=[False],
+    report = gradcheck_bi.check(fn, layouts=["contiguous"],
+                                checks=["forward", "dx"], weights=["randn"], zcg=[False],
                                 shapes=[(2, 16)])
     assert [r.status for r in report.results] == ["pass", "unsupported"], report
     assert report.exit_code == 3
     with pytest.raises(gradcheck_bi.GradcheckFailure):
-        gradcheck_bi.check(fn, checks=["forward", "dx"], weights=["randn"], zcg=[False],
+        gradcheck_bi.check(fn, layouts=["contiguous"],
+                           checks=["forward", "dx"], weights=["randn"], zcg=[False],
                            shapes=[(2, 16)], strict=True)
 
 

@@ -14,7 +14,8 @@ from gradcheck_bi.gate import baseline as bl
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "cases" / "ci.toml"
 SHIPPED = ROOT / "cases" / "baselines" / "ci-after-cpu-fp64.json"
-RUN = ["run", "--kernel", "after", "--shape", "2,3,24", "--check", "forward", "--check", "dx",
+RUN = ["run", "--kernel", "after", "--shape", "2,3,24", "--layout", "contiguous",
+       "--check", "forward", "--check", "dx",
        "--no-progress", "--format", "json"]
 
 
@@ -162,8 +163,8 @@ def test_kernel_refs_are_normalised(capsys: pytest.CaptureFixture[str],
                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(ROOT)
     path = tmp_path / "base.json"
-    small = ["run", "--shape", "2,24", "--check", "forward", "--no-progress", "--format",
-             "json", "--baseline", str(path)]
+    small = ["run", "--shape", "2,24", "--layout", "contiguous", "--check", "forward",
+             "--no-progress", "--format", "json", "--baseline", str(path)]
     code, _, _ = run(capsys, *small, "--kernel", "./tests/kernels/user_rmsnorm.py:Correct",
                      "--update-baseline")
     assert code == 0
@@ -175,7 +176,8 @@ def test_kernel_refs_are_normalised(capsys: pytest.CaptureFixture[str],
         assert code == 0, err
         assert {r["kernel"] for r in json.loads(out)["results"]} == kernels
     # Two spellings of one kernel in one run: one kernel, checked once.
-    code, out, _ = run(capsys, "run", "--shape", "2,24", "--check", "forward", "--no-progress",
+    code, out, _ = run(capsys, "run", "--shape", "2,24", "--layout", "contiguous",
+                       "--check", "forward", "--no-progress",
                        "--format", "json", "--kernel", "./tests/kernels/user_rmsnorm.py:Correct",
                        "--kernel", "tests/kernels/user_rmsnorm.py:Correct")
     assert code == 0 and len(json.loads(out)["results"]) == 6

@@ -104,7 +104,8 @@ def test_blocks_inherit_and_override_top_level() -> None:
 def test_shared_points_run_once_and_rules_decide_expectations() -> None:
     case = parse_case(
         "kernels = ['before']\ntargets = ['cpu/fp64']\nchecks = ['dx']\nzcg = [false]\n"
-        "shapes = [[3, 12]]\n[[sweep]]\n[[sweep]]\nweights = ['randn', 'ones']\n"
+        "shapes = [[3, 12]]\nlayouts = ['contiguous']\n[[sweep]]\n[[sweep]]\n"
+        "weights = ['randn', 'ones']\n"
         "[[expectation]]\nkernel = 'before'\nweight = 'randn'\nstatus = 'pass'\n"
         "reason = 'pretend the defect was fixed'\n", "demo.toml")
     results = run_sweeps(case.sweeps)
@@ -122,6 +123,7 @@ def test_a_rule_names_a_kernel_file_however_it_is_spelled(
     case = parse_case(
         "kernels = ['tests/kernels/user_rmsnorm.py:DxDoubleWeight']\ntargets = ['cpu/fp64']\n"
         "checks = ['dx']\nzcg = [false]\nweights = ['randn']\nshapes = [[3, 12]]\n"
+        "layouts = ['contiguous']\n"
         "[[expectation]]\nkernel = './tests/kernels/user_rmsnorm.py:DxDoubleWeight'\n"
         "status = 'fail'\n", "demo.toml")
     [result] = run_sweeps(case.sweeps)

@@ -48,15 +48,19 @@ def test_table_output_names_controls_ratio_and_verdict() -> None:
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "γ=ones (control)" in out and "discrimination ratio" in out
-    assert "VERDICT: all 12 results as expected" in out
+    # 2 kernels × 3 γ × 2 zcg, and 2 × 2 × 2 at a strided x and a strided cotangent (γ=randn)
+    assert "VERDICT: all 20 results as expected" in out
     assert "\x1b[" not in out  # no colour codes when not a terminal / NO_COLOR
 
 
 def test_markdown_is_a_pasteable_table() -> None:
     p = cli("run", "--device", "cpu", "--check", "dx", "--zcg", "off", "--format", "markdown")
     assert p.returncode == 0, p.stderr
-    rows = [line for line in p.stdout.splitlines() if line.startswith("| before")]
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| before | cpu fp64 |")]
     assert len(rows) == 1 and "fail" in rows[0] and "pass" in rows[0]
+    # The layout rows run at γ = randn only: the other cells are empty.
+    assert any(line.startswith("| before | cpu fp64 x-strided | ") and "| — | — |" in line
+               for line in p.stdout.splitlines())
 
 
 def test_a_defect_where_none_is_expected_exits_1(tmp_path: Path) -> None:
@@ -127,7 +131,8 @@ def test_kernels_lists_bundled_named_and_shapes_with_what_each_needs(
     assert "an nn.Module class" in out and "--kernel-arg name=value" in out
 def test_junit_to_a_file_leaves_the_verdict_and_failures_on_stdout(tmp_path: Path) -> None:
     p = cli("run", "--kernel", "tests/kernels/user_rmsnorm.py:DxDoubleWeight", "--check", "dx",
-            "--shape", "2,8,64", "--format", "junit", "--output", str(tmp_path / "r.xml"))
+            "--shape", "2,8,64", "--layout", "contiguous", "--format", "junit", "--output",
+            str(tmp_path / "r.xml"))
     assert p.returncode == 1, p.stderr
     assert (tmp_path / "r.xml").read_text().startswith("<?xml")
     lines = p.stdout.splitlines()

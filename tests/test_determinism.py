@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["run", "--device", "cpu", "--dtype", "fp64", "--shape", "2,3,40", "--kernel", "before",
+ARGS = ["run", "--device", "cpu", "--dtype", "fp64", "--shape", "2,3,40", "--layout", "contiguous",
+        "--kernel", "before",
         "--kernel", "after", "--kernel", "tests/independent/rmsnorm_ref.py:IndependentRMSNorm"]
 
 

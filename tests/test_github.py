@@ -13,7 +13,8 @@ KERNEL = "tests/kernels/user_rmsnorm.py:DxDoubleWeight"
 
 def test_annotations_for_a_defective_kernel(capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["run", "--kernel", KERNEL, "--check", "dx,forward", "--shape", "2,8,64",
-                     "--device", "cpu", "--dtype", "fp64", "--format", "github"])
+                     "--device", "cpu", "--dtype", "fp64", "--layout", "contiguous",
+                     "--format", "github"])
     out, err = capsys.readouterr()
     assert code == 1
     lines = out.splitlines()

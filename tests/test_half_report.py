@@ -15,7 +15,7 @@ from gradcheck_bi.checks import run_check
 from gradcheck_bi.kernels.rmsnorm import After
 from gradcheck_bi.vocab import Config
 
-SMALL = ["--shape", "2,4,64", "--device", "cpu", "--no-progress"]
+SMALL = ["--shape", "2,4,64", "--device", "cpu", "--no-progress", "--layout", "contiguous"]
 # A number written with an exponent of ±10 or beyond: 3.675e+40, 4.592e-41.
 HUGE_OR_TINY = re.compile(r"\d\.\d+e[+-](?:[1-9]\d)")
 

@@ -21,7 +21,8 @@ MEGATRON = ROOT / "tests" / "kernels" / "megatron_like.py"
 def _run(capsys: pytest.CaptureFixture[str], fmt: str, out: Path) -> int:
     code = cli.main(["run", "--kernel", f"{USER}:DxDoubleWeight", "--kernel",
                      f"{USER}:RaisesInBackward", "--kernel", f"{MEGATRON}:BatchInvariantRMSNormFn",
-                     "--kernel", "before", "--shape", "3,2,24", "--check", "forward",
+                     "--kernel", "before", "--shape", "3,2,24", "--layout", "contiguous",
+                     "--check", "forward",
                      "--check", "dx", "--no-progress", "--format", fmt, "--output", str(out)])
     capsys.readouterr()
     return code

@@ -15,7 +15,7 @@ from gradcheck_bi.vocab import KernelLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "tests" / "kernels"
-SMALL = ["--shape", "2,3,16", "--format", "json", "--no-progress"]
+SMALL = ["--shape", "2,3,16", "--format", "json", "--no-progress", "--layout", "contiguous"]
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict], str]:

@@ -16,8 +16,9 @@ from gradcheck_bi import cli
 from gradcheck_bi.cli.options import UsageError, many_of, one_of
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["--kernel", "after", "--shape", "2,16", "--device", "cpu", "--dtype", "fp64",
-         "--zcg", "off", "--weight", "randn", "--format", "json", "--no-progress"]
+SMALL = ["--kernel", "after", "--shape", "2,16", "--layout", "contiguous", "--device", "cpu",
+         "--dtype", "fp64", "--zcg", "off", "--weight", "randn", "--format", "json",
+         "--no-progress"]
 
 
 def test_repeats_and_comma_lists_are_the_same(capsys: pytest.CaptureFixture[str]) -> None:

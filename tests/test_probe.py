@@ -19,7 +19,8 @@ from gradcheck_bi.checks.probe import probe, refusal
 from gradcheck_bi.kernels.loader import load
 from gradcheck_bi.vocab import Unsupported
 
-SMALL = ["--shape", "2,3,16", "--device", "cpu", "--dtype", "fp64", "--no-progress"]
+SMALL = ["--shape", "2,3,16", "--device", "cpu", "--dtype", "fp64", "--no-progress",
+         "--layout", "contiguous"]
 
 
 def raised(fn: Any) -> BaseException:

@@ -73,7 +73,7 @@ def test_ci_case_in_three_shards_merges_to_the_unsharded_json(
     merged_code, merged = run(capsys, "merge", *files, "--format", "json")
     assert merged_code == code == 0
     assert _stable(merged) == _stable(whole)
-    assert len(json.loads(merged)["results"]) == 600
+    assert len(json.loads(merged)["results"]) == len(json.loads(whole)["results"]) > 600
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "junit", "github"])

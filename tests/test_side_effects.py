@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import gradcheck_bi
+from gradcheck_bi.kernels.layout import LAYOUTS
 
 KERNELS = Path(__file__).resolve().parent / "kernels" / "side_effects.py"
 SMALL = {"shapes": [(2, 4, 64)], "raise_on_failure": False}
@@ -44,3 +45,26 @@ def test_a_declared_write_passes_with_a_note() -> None:
     noted = [r for r in report.results if r.details.get("declared_mutation")]
     assert noted and all("declared mutation: backward overwrote grad_output" in r.message
                          for r in noted)
+
+
+@pytest.mark.parametrize(("attr", "layout"), [
+    ("ReadsGradAsContiguous", "grad-strided"),
+    ("ReadsXAsContiguous", "x-strided"),
+    ("AssumesTwoDims", "contiguous"),
+])
+def test_layout_defects_are_caught_by_the_default_run(attr: str, layout: str) -> None:
+    """The default sweep (shape 2×8×256, a strided input and a strided cotangent at
+    γ = randn) catches a kernel that reads a strided tensor as if it were contiguous, and
+    one that treats a 3-D input as 2-D."""
+    report = gradcheck_bi.check(f"{KERNELS}:{attr}", raise_on_failure=False)
+    failed = {r.layout for r in report.failed}
+    assert report.exit_code == 1 and layout in failed, failed
+    if layout != "contiguous":
+        assert failed == {layout}, "a layout defect shows only where the layout is used"
+
+
+def test_a_layout_correct_kernel_passes_every_layout() -> None:
+    report = gradcheck_bi.check(f"{KERNELS}:Correct", shapes=[(2, 3, 40)], layouts=LAYOUTS,
+                                raise_on_failure=False)
+    assert report.ok, str(report)
+    assert {r.layout for r in report.results} == set(LAYOUTS)

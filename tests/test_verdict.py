@@ -95,7 +95,8 @@ def test_api_nothing_checked_raises_and_zcg_strings_are_read() -> None:
         gradcheck_bi.check(norm, zcg=[True], shapes=[(3, 16)], strict=True)
     # "off" is zcg=off (not the characters 'o', 'f', 'f'): the weight-twice dx fails there.
     with pytest.raises(gradcheck_bi.GradcheckFailure) as failed:
-        gradcheck_bi.check(norm, zcg="off", checks="dx", weights="randn", shapes=(3, 16))
+        gradcheck_bi.check(norm, zcg="off", checks="dx", weights="randn", shapes=(3, 16),
+                           layouts="contiguous")
     assert [r.status for r in failed.value.report.results] == ["fail"]
 
 
@@ -126,7 +127,7 @@ def test_api_refuses_bad_arguments_before_any_kernel_runs(
 def test_api_takes_torch_dtypes_and_names() -> None:
     for dtype in (torch.float32, "float32", "fp32"):
         report = gradcheck_bi.check("after", dtype=dtype, checks="dx", weights="randn",
-                                    zcg=False, shapes=(3, 16))
+                                    zcg=False, shapes=(3, 16), layouts="contiguous")
         assert [r.dtype for r in report.results] == ["fp32"]
 
 
@@ -134,7 +135,7 @@ def test_a_crashing_kernel_is_located_in_text_json_and_debug(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "typo.py").write_text(TYPO)
     args = ["run", "--kernel", f"{tmp_path}/typo.py:Typo", "--check", "forward,dx",
-            "--weight", "randn", "--shape", "3,16"]
+            "--weight", "randn", "--shape", "3,16", "--layout", "contiguous"]
     code, out, _ = run(capsys, *args, "--format", "text")
     assert code == 1 and "typo.py:6 in forward" in out, out
     assert "the same error in 4 results" in out and out.count("wieght") == 1, out
@@ -171,7 +172,7 @@ def test_a_loosened_run_against_a_baseline_says_so_once_per_result(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     base = str(tmp_path / "b.json")
     args = ["run", "--kernel", "after", "--check", "dx,dw", "--shape", "3,32", "--format",
-            "text", "--baseline", base]
+            "text", "--layout", "contiguous", "--baseline", base]
     assert run(capsys, *args, "--update-baseline")[0] == 0
     code, out, _ = run(capsys, *args, "--rtol", "1e-3")
     text = " ".join(out.split())  # the log layout wraps long lines

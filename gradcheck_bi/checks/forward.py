@@ -20,6 +20,7 @@ from gradcheck_bi.checks.tolerance import forward_tolerance, overridden
 from gradcheck_bi.fd import unit_roundoff
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import call_forward
+from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.kernels.rmsnorm import compute_dtype, reference_forward
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
@@ -37,7 +38,8 @@ def check_forward(fn: Any, cfg: Config) -> Measurement:
     """
     x, w, _ = make_inputs(cfg)
     with torch.no_grad():
-        y = call_forward(fn, x, w, cfg.eps, cfg.zero_centered_gamma)
+        y = call_forward(fn, lay_out(x, cfg.layout, "x"), lay_out(w, cfg.layout, "weight"),
+                         cfg.eps, cfg.zero_centered_gamma)
     ref = reference_forward(x, w, cfg.eps, cfg.zero_centered_gamma)
     if cfg.dtype in HALF_DTYPES:
         m = check_forward_ulp(y, ref, x, cfg)
@@ -67,8 +69,10 @@ def training_forward_note(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config
     kernel that branches on ``requires_grad`` or ``torch.is_grad_enabled()`` would have an
     unchecked training path.
     """
-    xr = x.detach().clone().requires_grad_(True)
-    wr = w.detach().clone().requires_grad_(True)
+    # Laid out as the no_grad call was: a reduction over a transposed view may legitimately
+    # sum in another order than over a contiguous one.
+    xr = lay_out(x.detach().clone(), cfg.layout, "x").requires_grad_(True)
+    wr = lay_out(w.detach().clone(), cfg.layout, "weight").requires_grad_(True)
     with torch.enable_grad():
         y_train = call_forward(fn, xr, wr, cfg.eps, cfg.zero_centered_gamma).detach()
     n, delta, first = bitwise_diff(y_train, y)

@@ -39,13 +39,13 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
         return check_dx_lifted(fn, cfg)
     stencil = fd.STENCILS[cfg.stencil]
     x, w, g = make_inputs(cfg)
-    _, dx, _ = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
+    _, dx, _ = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     if cfg.mode == "directional":
         return _check_dx_directional(fn, cfg, stencil, x, w, g, dx)
     if cfg.mode != "full":
         raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
     est = fd.input_grad(
-        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma), x, g, cfg.eps, stencil,
+        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout), x, g, cfg.eps, stencil,
         cfg.step_rel, cfg.max_memory,
     )
     err = (dx.to(torch.float64) - est.grad).abs()
@@ -61,8 +61,8 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     The worst index is ``[direction, *row]``; no single element of dx is checked.
     """
     est = fd.directional_input_grad(
-        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma), x, g, cfg.eps, cfg.directions,
-        cfg.seed, stencil, cfg.step_rel, cfg.max_memory,
+        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout), x, g, cfg.eps,
+        cfg.directions, cfg.seed, stencil, cfg.step_rel, cfg.max_memory,
     )
     analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
     err = (analytic - est.projection).abs()
@@ -115,8 +115,9 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
         return check_dw_lifted(fn, cfg)
     stencil = fd.STENCILS[cfg.stencil]
     x, w, g = make_inputs(cfg)
-    _, _, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
-    est = fd.weight_grad(forward_in_w(fn, x, cfg.eps, cfg.zero_centered_gamma), w, x, g, stencil)
+    _, _, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
+    fwd_w = forward_in_w(fn, x, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
+    est = fd.weight_grad(fwd_w, w, x, g, stencil)
     err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
     rounding = _rounding_scale(est, x) * dw_sigma(x, g, cfg.eps)

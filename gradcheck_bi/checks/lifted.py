@@ -205,7 +205,7 @@ def _higher_backward(fn: Any, xh: torch.Tensor, wh: torch.Tensor, gh: torch.Tens
     """``"fp64"`` if the kernel's backward in the lifted dtype matches the lifted
     differences, ``"!fp64"`` if not, ``None`` if it cannot run there."""
     try:
-        _, dxh, dwh = analytic_grads(fn, xh, wh, gh, cfg.eps, cfg.zero_centered_gamma)
+        _, dxh, dwh = analytic_grads(fn, xh, wh, gh, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     except Exception:  # only a diagnosis: the verdict stands without it
         return None
     grad = (dxh if which == "dx" else dwh).to(torch.float64)
@@ -234,7 +234,7 @@ def _fd_extra(est: fd.FDEstimate) -> dict[str, Any]:
 
 def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     x, w, g = _lifted_inputs(cfg)
-    _, dx, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
+    _, dx, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     lift = lift_dtype(fn, x, w, cfg)
     m_dx, m_dw = _term_magnitudes(x, w, g, cfg)
     analytic, magnitude = (dx, m_dx) if which == "dx" else (dw, m_dw)
@@ -249,11 +249,11 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     xh, wh, gh = x.to(lift.dtype), w.to(lift.dtype), g.to(lift.dtype)
     stencil = fd.STENCILS[cfg.stencil]
     if which == "dx":
-        est = fd.input_grad(forward_in_x(fn, wh, cfg.eps, cfg.zero_centered_gamma), xh, gh,
-                            cfg.eps, stencil, cfg.step_rel, cfg.max_memory)
+        fwd_x = forward_in_x(fn, wh, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
+        est = fd.input_grad(fwd_x, xh, gh, cfg.eps, stencil, cfg.step_rel, cfg.max_memory)
     else:
-        est = fd.weight_grad(forward_in_w(fn, xh, cfg.eps, cfg.zero_centered_gamma), wh, xh,
-                             gh, stencil)
+        fwd_w = forward_in_w(fn, xh, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
+        est = fd.weight_grad(fwd_w, wh, xh, gh, stencil)
     assert est.sigma is not None and est.truncation is not None
     floor = combined_floor(est.sigma, est.truncation, sigma_k)
     return _judge(analytic, est.grad, floor, magnitude, lift, cfg, which,

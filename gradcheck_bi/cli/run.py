@@ -48,6 +48,7 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
+from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.runner import check_memory
 from gradcheck_bi.shard import ShardError, parse_shard
@@ -90,9 +91,15 @@ def run_command(
         help="A parameter of your kernel the adapter cannot fill (a module's constructor "
         "argument, Liger's casting_mode; zcg=builtin|absent). Repeatable.")] = None,
     allow_mutation: Annotated[list[str] | None, typer.Option(
-        "--allow-mutation", metavar=choices(MUTABLE, many=True), rich_help_panel=WHAT,
-        show_default="none",
-        help="Tensors your kernel writes into by design (a note, not a failure).")] = None,
+        "--allow-mutation", metavar="TENSOR,…", rich_help_panel=WHAT, show_default="none",
+        help="Tensors your kernel writes into by design (x, weight, grad_output): a note, "
+        "not a failure.")] = None,
+    layout: Annotated[list[str] | None, typer.Option(
+        "--layout", metavar="LAYOUT,…", rich_help_panel=WHAT,
+        show_default="contiguous; x-, grad-strided at γ=randn",
+        help="Memory layouts of x, the weight and the cotangent: contiguous; x-, weight-, "
+        "grad-strided; x-, grad-transposed; x-, weight-, grad-offset. Each but contiguous "
+        "runs at γ=randn.")] = None,
     check: Annotated[list[str] | None, typer.Option(
         metavar="CHECK,…", rich_help_panel=WHAT, show_default="all",
         help=f"Which checks: {', '.join(CHECKS)}.")] = None,
@@ -229,6 +236,7 @@ def run_command(
         directions=directions,
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
+        layouts=many_of("--layout", layout, LAYOUTS),
     ) for sweep in sweeps]
     _check_memory(sweeps)
     done = execute(sweeps, progress, part)

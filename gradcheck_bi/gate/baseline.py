@@ -65,7 +65,9 @@ FLOOR_FRACTION = 1e-6
 # ×1e8). Same machine and backend, a tighter slack (even 0) holds; edit it in the file.
 TOLERANCE_SLACK = 0.25
 KEY_FIELDS = ("kernel", "check", "device", "dtype", "shape", "eps", "seed", "weight",
-              "zero_centered_gamma", "input_scale", "weight_scale", *SETTING_NAMES)
+              "zero_centered_gamma", "input_scale", "weight_scale", "layout", *SETTING_NAMES)
+# Keys a baseline recorded before they existed: read as the value every such result had.
+KEY_DEFAULTS = {"layout": "contiguous"}
 Key = tuple[Any, ...]
 
 
@@ -75,7 +77,8 @@ class BaselineError(Exception):
 
 def key_of(r: Result | dict[str, Any]) -> Key:
     d = r if isinstance(r, dict) else r.__dict__
-    return tuple(tuple(d[k]) if k == "shape" else d[k] for k in KEY_FIELDS)
+    return tuple(tuple(d[k]) if k == "shape" else d[k] if k in d else KEY_DEFAULTS[k]
+                 for k in KEY_FIELDS)
 
 
 def describe_key(key: Key) -> str:
@@ -87,6 +90,8 @@ def describe_key(key: Key) -> str:
         text += f" x-scale {d['input_scale']:g}"
     if d["weight_scale"] != 1.0:
         text += f" γ-scale {d['weight_scale']:g}"
+    if d["layout"] != "contiguous":
+        text += f" layout {d['layout']}"
     for name in SETTING_NAMES:  # only what a run set: None is the derived default
         value = d[name]
         if value is not None and (name, value) not in (("mode", "full"), ("stencil", "central-4")):

@@ -62,6 +62,7 @@ def judge(
         worst=measurement.worst if measurement else None,
         input_scale=cfg.input_scale,
         weight_scale=cfg.weight_scale,
+        layout=cfg.layout,
         **tolerance_settings(cfg),
         details=measurement.details if measurement else dict(details or {}),
         trace=trace,

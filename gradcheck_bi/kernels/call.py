@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.vocab import ContractViolation, first_line
 
 
@@ -50,26 +51,33 @@ class ForwardInX:
     w: torch.Tensor
     eps: float
     zero_centered_gamma: bool
+    layout: str = "contiguous"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return call_forward(self.fn, x, self.w, self.eps, self.zero_centered_gamma)
+        return call_forward(self.fn, lay_out(x, self.layout, "x"),
+                            lay_out(self.w, self.layout, "weight"), self.eps,
+                            self.zero_centered_gamma)
 
 
-def forward_in_x(fn: Any, w: torch.Tensor, eps: float,
-                 zero_centered_gamma: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The kernel's forward as a function of ``x`` alone (:class:`ForwardInX`)."""
-    return ForwardInX(fn, w, eps, zero_centered_gamma)
+def forward_in_x(fn: Any, w: torch.Tensor, eps: float, zero_centered_gamma: bool,
+                 layout: str = "contiguous") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The kernel's forward as a function of ``x`` alone (:class:`ForwardInX`), its inputs
+    laid out as ``layout`` says (the perturbed x too: FD sees what the backward saw)."""
+    return ForwardInX(fn, w, eps, zero_centered_gamma, layout)
 
 
-def forward_in_w(fn: Any, x: torch.Tensor, eps: float,
-                 zero_centered_gamma: bool) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The kernel's forward as a function of the weight alone (``x`` held)."""
-    return lambda w: call_forward(fn, x, w, eps, zero_centered_gamma)
+def forward_in_w(fn: Any, x: torch.Tensor, eps: float, zero_centered_gamma: bool,
+                 layout: str = "contiguous") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The kernel's forward as a function of the weight alone (``x`` held), laid out as
+    ``layout`` says."""
+    xl = lay_out(x, layout, "x")
+    return lambda w: call_forward(fn, xl, lay_out(w, layout, "weight"), eps,
+                                  zero_centered_gamma)
 
 
 def analytic_grads(
     fn: Any, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, eps: float,
-    zero_centered_gamma: bool,
+    zero_centered_gamma: bool, layout: str = "contiguous",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(y, dx, dw)`` from the kernel's own forward and hand-written backward.
 
@@ -78,15 +86,18 @@ def analytic_grads(
     (x, weight, grad_output). A write into one of them is a :class:`ContractViolation`
     (``backward overwrote grad_output (37 % of elements)``) unless the kernel declares it
     (:func:`declared_mutations`); the gradients are measured on the copies either way.
+    ``layout`` (:mod:`.layout`) hands the kernel x, the weight or its grad_output as a
+    strided, transposed or offset view of the same values.
     """
-    xr = x.detach().clone().requires_grad_(True)
-    wr = w.detach().clone().requires_grad_(True)
+    xr = lay_out(x.detach().clone(), layout, "x").requires_grad_(True)
+    wr = lay_out(w.detach().clone(), layout, "weight").requires_grad_(True)
     owned = {"x": (xr, x), "weight": (wr, w)}
     y = call_forward(fn, xr, wr, eps, zero_centered_gamma)
     _unchanged("forward", owned)
 
     def keep(grad: torch.Tensor) -> torch.Tensor:  # the tensor the kernel's backward gets
-        owned["grad_output"] = (grad, grad.detach().clone())
+        grad = lay_out(grad.detach(), layout, "grad")
+        owned["grad_output"] = (grad, grad.clone())
         return grad
 
     if y.requires_grad:

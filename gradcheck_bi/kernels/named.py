@@ -11,17 +11,19 @@ torch:nn       ``torch.nn.RMSNorm``, built per shape and eps
 liger          Liger-Kernel's ``LigerRMSNormFunction``, casting mode ``llama``
 liger:gemma    the same, casting mode ``gemma`` (everything in fp32, one rounding)
 liger:none     the same, casting mode ``none`` (no casts)
+liger:inplace  the same with ``in_place=True``: a declared write into grad_output
 liger:module   ``LigerRMSNorm`` (the Hugging Face-facing module)
 liger:megatron ``LigerMegatronRMSNorm`` (zero_centered_gamma as a keyword)
 ============== ==================================================================
 
 Liger: zero_centered_gamma is its ``offset`` (1.0 under zcg), ``in_place=False`` (its
-default ``True`` overwrites the upstream gradient with dx), and ``--kernel-arg`` reaches its
+default ``True`` overwrites the upstream gradient with dx; ``liger:inplace`` keeps that
+default and declares the write, a note in the report), and ``--kernel-arg`` reaches its
 other parameters (``casting_mode``, ``row_mode``). Its Triton kernels need a CUDA GPU, and
 its backward has no fp64; both are ``unsupported`` with a message saying so.
 
 >>> sorted(NAMED)[:3]
-['liger', 'liger:gemma', 'liger:megatron']
+['liger', 'liger:gemma', 'liger:inplace']
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ def case_name(r: Result) -> str:
         parts.append(f"x-scale={r.input_scale:g}")
     if r.weight_scale != 1.0:
         parts.append(f"γ-scale={r.weight_scale:g}")
+    if r.layout != "contiguous":
+        parts.append(f"layout={r.layout}")
     return " ".join(parts)
 
 

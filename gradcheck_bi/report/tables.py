@@ -163,7 +163,9 @@ def build_tables(results: list[Result]) -> list[Table]:
             continue
         rows: dict[tuple[str, str], Row] = {}
         for r in mine:
-            key = (short_name(r.kernel), f"{r.device} {r.dtype}")
+            # A layout other than contiguous gets a row of its own (shown only where used).
+            lay = "" if r.layout == "contiguous" else f" {r.layout}"
+            key = (short_name(r.kernel), f"{r.device} {r.dtype}{lay}")
             if key not in rows:
                 rows[key] = Row(key[0], key[1], {w: Cell() for w in CONTROLS})
             rows[key].cells[r.weight].results.append(r)
@@ -234,6 +236,8 @@ def describe(r: Result, scales: bool = False) -> str:
     γ scales even when both are 1)."""
     scale = "" if (r.input_scale, r.weight_scale) == (1.0, 1.0) and not scales else (
         f" x·{r.input_scale:g} γ·{r.weight_scale:g}")
+    if r.layout != "contiguous":
+        scale += f" layout {r.layout}"
     where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
              f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scale} "
              f"eps {r.eps:g} seed {r.seed}")

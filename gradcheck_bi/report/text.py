@@ -116,7 +116,8 @@ def _grid(table: Table, names: dict[str, str]) -> list[list[Line]]:
                     + [c[0] for c in cells])
         grid.append([[], [("tol", "dim")]] + [[(c[1], "")] for c in cells])
         grid.append([[], [("worst at", "dim")]] + [[(c[2], "")] for c in cells])
-        grid.append([[], [("randn/ones", "dim")], [(format_ratio(row.ratio), "")]])
+        if row.cells["ones"].results:  # a layout row runs γ = randn only: no ratio
+            grid.append([[], [("randn/ones", "dim")], [(format_ratio(row.ratio), "")]])
         if table.per_row_method and row.methods:
             grid.append([[], [("method", "dim")], [("; ".join(row.methods), "")]])
     return grid

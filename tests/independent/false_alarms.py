@@ -27,8 +27,14 @@ CHECKS = ("forward", "dx", "dw", "batch_invariance")
 
 def configs(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20240607,
             widths: tuple[int, ...] = WIDTHS) -> Iterator[dict[str, Any]]:
-    """``n`` random configurations (keyword arguments of ``checks.Config`` minus ``check``)."""
+    """``n`` random configurations (keyword arguments of ``checks.Config`` minus ``check``).
+
+    Each carries a random memory layout (every layout as often as contiguous), drawn from a
+    stream of its own so that the other draws are those of earlier runs."""
+    from gradcheck_bi.kernels.layout import LAYOUTS
+
     rng = random.Random(seed)
+    layouts = random.Random(seed + 1)
     for _ in range(n):
         d = rng.choice(widths)
         ndim = rng.choice((1, 2, 3))
@@ -43,6 +49,7 @@ def configs(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20240607,
             eps=10 ** rng.uniform(-12, -1), seed=rng.randrange(1 << 31),
             control=rng.choice(("randn", "ones", "zeros")), zero_centered_gamma=rng.random() < 0.5,
             input_scale=10 ** rng.uniform(-3, 3), weight_scale=10 ** rng.uniform(-2, 1),
+            layout=layouts.choice(LAYOUTS),
         )
 
 
@@ -72,13 +79,15 @@ def run(n: int, dtypes: tuple[str, ...], device: str,
     """Every check of every correct kernel at ``n`` configurations → tallies per
     (kernel, dtype, check). ``ratio`` is err / tolerance (bitwise checks: 0 or inf)."""
     from gradcheck_bi.checks import run_check
+    from gradcheck_bi.kernels.layout import applies
     from gradcheck_bi.vocab import Config
 
     tallies: dict[tuple[str, str, str], Tally] = {}
     for i, base in enumerate(configs(n, dtypes, device, seed, widths)):
         for name, fn in kernels().items():
             for check in CHECKS:
-                cfg = Config(check=check, **base)
+                layout = base["layout"] if applies(base["layout"], check) else "contiguous"
+                cfg = Config(check=check, **{**base, "layout": layout})
                 t0 = time.perf_counter()
                 try:
                     m = run_check(fn, cfg)

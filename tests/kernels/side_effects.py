@@ -29,6 +29,8 @@ def _grads(x: torch.Tensor, g: torch.Tensor, r: torch.Tensor, gamma: torch.Tenso
 
 
 class Correct(torch.autograd.Function):
+    """The same math with every contract kept: the twin the others are measured against."""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
                 eps: float, zero_centered_gamma: bool) -> torch.Tensor:
@@ -107,3 +109,46 @@ class ColumnWeightGradient(Correct):
         x, r, gamma = ctx.saved_tensors
         dx, dw = _grads(x, g, r, gamma)
         return dx, dw.unsqueeze(-1), None, None
+
+
+def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """What a kernel that takes a data pointer and assumes row-major strides reads."""
+    strides, step = [], 1
+    for size in reversed(t.shape):
+        strides.insert(0, step)
+        step *= size
+    return torch.as_strided(t, t.shape, strides, t.storage_offset())
+
+
+class ReadsGradAsContiguous(Correct):
+    """The backward reads grad_output through its data pointer as if it were contiguous
+    (right on fresh tensors; garbage on a strided or transposed cotangent)."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        x, r, gamma = ctx.saved_tensors
+        dx, dw = _grads(x, _as_if_contiguous(g), r, gamma)
+        return dx, dw, None, None
+
+
+class ReadsXAsContiguous(Correct):
+    """The forward reads x through its data pointer as if it were contiguous."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                eps: float, zero_centered_gamma: bool) -> torch.Tensor:
+        return Correct.forward(ctx, _as_if_contiguous(x), weight, eps, zero_centered_gamma)
+
+
+class AssumesTwoDims(Correct):
+    """dw reduced over the first dim only, as a kernel written for 2-D (rows, D) inputs
+    does with ``grid = x.shape[0]``: a 3-D or 4-D input loses every row past the first
+    slice of each leading index."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        x, r, gamma = ctx.saved_tensors
+        dx, _ = _grads(x, g, r, gamma)
+        rows = x.shape[0]
+        dw = (g * x * r).reshape(-1, x.shape[-1])[:rows].sum(0)
+        return dx, dw, None, None

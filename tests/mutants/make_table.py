@@ -78,6 +78,10 @@ def _main() -> tuple[str, int]:
         "arguments (fp64, x 2×3×16, γ = randn) for zcg off / on.",
         "Small defects (m21–m24) under the tolerance before and after issue 11, in fp32 and",
         "fp64: [small_defects.md](small_defects.md).",
+        "Kernels right on fresh contiguous tensors that read strided memory as contiguous,",
+        "assume 2-D inputs, write into x, the weight or grad_output, or return no or a",
+        "misshapen gradient (tests/kernels/side_effects.py), through the default run:",
+        "[side_effects.md](side_effects.md).",
         "",
         "| # | defect | exit | caught by (check: γ control, zcg) | regimes (primary check) "
         "| torch gradcheck (zcg off / on) |",
