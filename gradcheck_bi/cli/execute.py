@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gradcheck_bi.kernels import reduction
+from gradcheck_bi.kernels import reduction, watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
 from gradcheck_bi.sweep import Sweep, not_run, unchecked
@@ -52,6 +52,12 @@ def progress_bar(enabled: bool) -> tuple[Any, Any]:
         progress.update(task, completed=done, total=total,
                         description=f"{r.kernel} {r.check} {r.device}/{r.dtype}")
 
+    def on_slow_first_call(fn: Any, shape: tuple[int, ...]) -> None:
+        name = getattr(fn, "__name__", None) or type(fn).__name__
+        progress.update(task, description=f"compiling / autotuning {name} at "
+                                          f"{'×'.join(str(d) for d in shape)}")
+
+    watch.listen(on_slow_first_call)
     return progress, on_result
 
 
@@ -96,8 +102,11 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     if bar is None:
         results = run_points(points)
     else:
-        with bar:
-            results = run_points(points, on_result)
+        try:
+            with bar:
+                results = run_points(points, on_result)
+        finally:
+            watch.listen(None)
     # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
     partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
     return Executed(results, not_run(sweeps, partly), idle, meta)

@@ -23,13 +23,17 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.layout import lay_out
+from gradcheck_bi.kernels.watch import first_call
 from gradcheck_bi.vocab import ContractViolation, first_line
 
 
 def call_forward(fn: Any, x: torch.Tensor, w: torch.Tensor, eps: float,
                  zero_centered_gamma: bool) -> torch.Tensor:
-    """``fn.apply(x, w, eps, zero_centered_gamma)``, refusing a result outside the contract."""
-    y = fn.apply(x, w, eps, zero_centered_gamma)
+    """``fn.apply(x, w, eps, zero_centered_gamma)``, refusing a result outside the contract
+    (a first call at a shape that is slow — a compile, an autotune — is announced:
+    :mod:`.watch`)."""
+    with first_call(fn, tuple(x.shape), str(x.dtype), x.device.type):
+        y = fn.apply(x, w, eps, zero_centered_gamma)
     if not isinstance(y, torch.Tensor):
         raise TypeError(f"forward returned {type(y).__name__}, expected a tensor")
     if y.shape != x.shape:
