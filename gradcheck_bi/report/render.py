@@ -14,12 +14,16 @@ from typing import Any
 
 from gradcheck_bi import lowp
 from gradcheck_bi._version import __version__
+from gradcheck_bi.checks import summation
+from gradcheck_bi.checks.lifted import K_OPS
+from gradcheck_bi.fd import K_SIGMA, K_TRUNC
 from gradcheck_bi.gate import Summary, verdict_line
 from gradcheck_bi.report.tables import (
     COLUMN_TITLES,
     Row,
     Table,
     describe,
+    format_detectable,
     format_index,
     format_ratio,
     format_tolerance,
@@ -28,16 +32,21 @@ from gradcheck_bi.report.tables import (
 )
 from gradcheck_bi.vocab import CONTROLS, Result
 
+_ANY_ORDER = (f"{K_SIGMA:g}σ of the FD noise, measured from the forward, and of the kernel's "
+              f"own rounding in any summation order, in quadrature, + {K_TRUNC:g}× Richardson "
+              "truncation")
+_OPS = summation.OPS_RSQRT + summation.OPS_SCALE
 TOLERANCE_NOTES = {
-    "forward": "tolerance: output rounding + fp64/fp32 summation bound, × max|ref|",
-    "dx": "tolerance: per element, the FD noise floor from the forward alone (8σ of its "
-    "measured rounding + 2× Richardson truncation); a cell shows the error at the element "
+    "forward": "tolerance: output rounding + the mean square's rounding in any summation "
+    f"order, u·min({K_SIGMA:g}·sqrt((D+1)/24 + {_OPS:g}), D/2 + {_OPS:g}), × max|ref|",
+    "dx": f"tolerance: per element, {_ANY_ORDER}; a cell shows the error at the element "
     "nearest its own tolerance; 4th-order central stencil, step per row",
-    "dw": "tolerance: per element, the FD noise floor from the forward alone (8σ of its "
-    "measured rounding and of dw's own row sum + 2× Richardson truncation); a cell shows "
-    "the error at the element nearest its own tolerance; 4th-order central stencil",
+    "dw": f"tolerance: per element, {_ANY_ORDER}; a cell shows the error at the element "
+    "nearest its own tolerance; 4th-order central stencil",
     "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
 }
+_HALF_SUM = (f"+ fp32 rounding in any summation order ({K_SIGMA:g}σ) and {K_OPS:g} ulps × "
+             "the terms + the lifted FD noise floor")
 # A kernel that computes in fp32 and rounds each output once is off by just under ½ ulp at
 # its worst element: measured on `after` (benchmarks/half_ulp_margin.py), forward 0.497–0.5002
 # ulp, dx and dw 0.490–0.500 ulp against tolerances of 0.500–0.505 ulp.
@@ -49,11 +58,11 @@ HALF_TOLERANCE_NOTES = {
     "correctly rounded, no overflow; " + BY_CONSTRUCTION,
     "dx": "ulps of the output dtype at the element shown (reference 0 or subnormal: at |dx|, "
     "at least the smallest normal's ulp; the JSON keeps units of dL/dx); tolerance per "
-    "element: ½ ulp at |reference| + fp32 summation bound + lifted FD noise floor; "
+    f"element: ½ ulp at |reference| {_HALF_SUM}; "
     + BY_CONSTRUCTION,
     "dw": "ulps of the output dtype at the element shown (reference 0 or subnormal: at |dw|, "
     "at least the smallest normal's ulp; the JSON keeps units of dL/dw); tolerance per "
-    "element: ½ ulp at |reference| + fp32 summation bound + lifted FD noise floor; "
+    f"element: ½ ulp at |reference| {_HALF_SUM}; "
     + BY_CONSTRUCTION,
     "batch_invariance": TOLERANCE_NOTES["batch_invariance"],
 }
@@ -114,15 +123,18 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
         out.append(f"_{table.subtitle}; {method_line(table)}_")
         out.append("")
         method = table.per_row_method
+        sees = any(row.detectable_randn is not None for row in table.rows)
         out.append("| kernel | device dtype | " + " | ".join(COLUMN_TITLES[w] for w in CONTROLS)
-                   + " | tolerance | worst γ=randn |" + (" method |" if method else ""))
+                   + " | tolerance | worst γ=randn |" + (" method |" if method else "")
+                   + (" catches (rel., γ=randn) |" if sees else ""))
         out.append("| --- | --- | " + " | ".join("---:" for _ in CONTROLS) + " | ---: | ---: |"
-                   + (" --- |" if method else ""))
+                   + (" --- |" if method else "") + (" ---: |" if sees else ""))
         for row in table.rows:
             out.append(f"| {row.kernel} | {row.target} | "
                        + " | ".join(_md_cell(table, row, w) for w in CONTROLS)
                        + f" | {_md_tolerance(row)} | {format_index(row.worst_randn)} |"
-                       + (f" {'; '.join(row.methods)} |" if method else ""))
+                       + (f" {'; '.join(row.methods)} |" if method else "")
+                       + (f" {format_detectable(row.detectable_randn)} |" if sees else ""))
         out.append("")
         out.append(ratio_line(table))
         out.append("")

@@ -118,6 +118,14 @@ class Row:
         w = self.cells["randn"].worst
         return w.worst if w is not None else None
 
+    @property
+    def detectable_randn(self) -> float | None:
+        """The largest ``detectable_rel`` of the γ=randn results (dx, dw): the smallest
+        relative error in the gradient that every one of them typically catches."""
+        found = [float(r.details["detectable_rel"]) for r in self.cells["randn"].results
+                 if "detectable_rel" in r.details]
+        return max(found) if found else None
+
 
 @dataclass
 class Table:
@@ -225,6 +233,11 @@ def shown(r: Result, value: float | None) -> str:
     if value is None or unit is None:
         return format_error(value)
     return format_ulp(value / unit)
+
+
+def format_detectable(rel: float | None) -> str:
+    """``≥ 2.1e-14``: the relative error a dx/dw check catches (``—`` where none)."""
+    return "—" if rel is None else f"≥ {rel:.1e}"
 
 
 def format_index(idx: list[int] | None) -> str:

@@ -33,6 +33,7 @@ from gradcheck_bi.report.tables import (
     Cell,
     Row,
     Table,
+    format_detectable,
     format_index,
     format_ratio,
     short_name,
@@ -120,6 +121,9 @@ def _grid(table: Table, names: dict[str, str]) -> list[list[Line]]:
             grid.append([[], [("randn/ones", "dim")], [(format_ratio(row.ratio), "")]])
         if table.per_row_method and row.methods:
             grid.append([[], [("method", "dim")], [("; ".join(row.methods), "")]])
+        if row.detectable_randn is not None:  # dx, dw: the relative error it would catch
+            grid.append([[], [("catches", "dim")],
+                         [(format_detectable(row.detectable_randn), "")]])
     return grid
 
 
