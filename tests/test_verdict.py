@@ -183,3 +183,13 @@ def test_a_loosened_run_against_a_baseline_says_so_once_per_result(
     assert text.count("tolerance settings changed (the tolerance did not move)") == 2, out
     assert "not in the baseline" not in out and "not run" not in out
     assert out.rstrip().splitlines()[-1].startswith("VERDICT: BASELINE DRIFT — 12 of 12")
+
+
+def test_plot_names_a_crashing_kernel_and_exits_1(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    """plot judges nothing, but a kernel that raises is the kernel's failure, located in its
+    own file: exit 1, never 4 (gradcheck-bi's own bug)."""
+    (tmp_path / "typo.py").write_text(TYPO)
+    code = cli.main(["plot", "--kernel", f"{tmp_path}/typo.py:Typo", "--format", "json"])
+    err = capsys.readouterr().err
+    assert code == 1 and "typo.py:6 in forward" in err and "internal" not in err, err

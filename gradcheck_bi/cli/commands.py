@@ -37,6 +37,7 @@ RUN_EXIT_CODES = _exit_codes(
 )
 PLOT_EXIT_CODES = _exit_codes(
     "0 drawn (the plot judges nothing).",
+    "1 the kernel raised (one line naming where, in its own file).",
     "2 bad usage or input (a PNG without matplotlib too).",
     "3 could not run here (no GPU, a kernel refusing the device or dtype).",
     "4 internal error of gradcheck-bi (one line; --debug for the traceback).",

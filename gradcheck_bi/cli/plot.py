@@ -31,11 +31,12 @@ from gradcheck_bi.cli.options import (
     parse_shape,
     write_output,
 )
-from gradcheck_bi.gate import EXIT_UNSUPPORTED
+from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED
+from gradcheck_bi.kernels.trace import is_internal, kernel_frames
 from gradcheck_bi.report.plot import PlotDependencyError, render_text, save_png
 from gradcheck_bi.runner import resolve_kernels
 from gradcheck_bi.stepsweep import STEP_EXPONENTS, step_sweep, to_json
-from gradcheck_bi.vocab import Unsupported
+from gradcheck_bi.vocab import Unsupported, first_line
 
 DEFAULT_SHAPE = "4,256"
 
@@ -119,6 +120,15 @@ def plot_command(
     except Unsupported as exc:
         sys.stderr.write(f"gradcheck-bi: unsupported here: {exc}\n")
         return EXIT_UNSUPPORTED
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:  # the kernel's crash, not gradcheck-bi's (that one exits 4)
+        if is_internal(exc):
+            raise
+        frames = kernel_frames(exc)
+        where = f" (at {frames[-1]})" if frames else ""
+        sys.stderr.write(f"gradcheck-bi: the kernel raised: {first_line(exc)}{where}\n")
+        return EXIT_UNEXPECTED
     if fmt_name == "json":
         text = to_json(sweep)
         if output is None:
