@@ -120,7 +120,8 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     est = fd.weight_grad(fwd_w, w, x, g, stencil)
     err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
-    rounding = _rounding_scale(est, x) * dw_sigma(x, g, cfg.eps)
+    assert est.terms is not None
+    rounding = _rounding_scale(est, x) * dw_sigma(est.terms)
     return _fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 

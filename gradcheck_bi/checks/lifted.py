@@ -38,7 +38,13 @@ import torch
 from gradcheck_bi import fd, lowp
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.probe import refusal
-from gradcheck_bi.checks.summation import combined_floor, detectable, dw_sigma, dx_sigma
+from gradcheck_bi.checks.summation import (
+    combined_floor,
+    detectable,
+    dw_sigma,
+    dw_terms,
+    dx_sigma,
+)
 from gradcheck_bi.checks.tolerance import fd_tolerance, forward_tolerance
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, call_forward, forward_in_w, forward_in_x
@@ -240,7 +246,7 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     analytic, magnitude = (dx, m_dx) if which == "dx" else (dw, m_dw)
     gamma = w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
     sigma_k = U_COMPUTE * (dx_sigma(x, gamma, g, cfg.eps) if which == "dx"
-                           else dw_sigma(x, g, cfg.eps))
+                           else dw_sigma(dw_terms(x, g, cfg.eps)))
     if lift.dtype is None:
         ref = _reference_grads(x, w, g, cfg)[0 if which == "dx" else 1]
         zero = torch.zeros_like(ref)
@@ -254,6 +260,8 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     else:
         fwd_w = forward_in_w(fn, xh, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
         est = fd.weight_grad(fwd_w, wh, xh, gh, stencil)
+        assert est.terms is not None  # dw's terms as the forward makes them
+        sigma_k = U_COMPUTE * dw_sigma(est.terms)
     assert est.sigma is not None and est.truncation is not None
     floor = combined_floor(est.sigma, est.truncation, sigma_k)
     return _judge(analytic, est.grad, floor, magnitude, lift, cfg, which,

@@ -40,7 +40,8 @@ the bound).
       var dx = (a - 3b)² v_r + OPS_DIRECT a² + OPS_VARIANCE b²
                + (r³ x / D)² (V(g x γ) + OPS_TERM Σ (g x γ)²)
 
-* dw: a sum over the R rows, each term rounded ``OPS_TERM`` times::
+* dw: a sum over the R rows of ``t = g ∂y/∂w``, measured on the forward (the finite
+  difference in w gives it exactly), each term rounded ``OPS_TERM`` times::
 
       var dw = OPS_TERM Σ_rows t² + V(t over rows)
 
@@ -135,11 +136,18 @@ def dx_sigma(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float) 
     return var.sqrt()
 
 
-def dw_sigma(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
-    """Per element of dw (shape ``(D,)``), the RMS of the kernel's own rounding in ``u``."""
+def dw_terms(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    """``t = g x r`` per row, ``(R, D)`` fp64, from the fp64 formula: the terms of dw where no
+    finite difference measured them (a kernel that refuses every higher precision)."""
     d = x.shape[-1]
     x64, g64, _, r = _parts(x, x.new_ones(()), g, eps)
-    cols = (g64 * x64 * r).reshape(-1, d).T.contiguous()  # (D, R): sums over the rows
+    return (g64 * x64 * r).reshape(-1, d)
+
+
+def dw_sigma(terms: torch.Tensor) -> torch.Tensor:
+    """Per element of dw (shape ``(D,)``), the RMS of the kernel's own rounding in ``u``, from
+    its ``(R, D)`` terms ``g ∂y/∂w`` (measured on the forward: ``FDEstimate.terms``)."""
+    cols = terms.T.contiguous()  # (D, R): sums over the rows
     return (OPS_TERM * row_sum(cols * cols) + any_order_var(cols)).sqrt()
 
 

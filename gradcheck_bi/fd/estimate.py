@@ -68,6 +68,8 @@ class FDEstimate:
     # add other independent noise (the kernel's own rounding) in quadrature.
     sigma: torch.Tensor | None = None
     truncation: torch.Tensor | None = None
+    # dw only: the (rows, D) terms g·∂y/∂w the analytic dw sums, from the forward
+    terms: torch.Tensor | None = None
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
                  x2: torch.Tensor) -> torch.Tensor:
@@ -280,6 +282,7 @@ def weight_grad(
     # (gradcheck_bi.checks.summation).
     sigma = lam * torch.sqrt(dw_estimate_var(stacked, g2, stencil, h, u))
     h_t = torch.tensor(h, dtype=torch.float64)
+    terms = g2 * (stacked[0].to(torch.float64) - stacked[n_lev].to(torch.float64)) / (2 * h)
     return FDEstimate(grad, noise_floor(odd, stencil, h_t, sigma), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma,
-                      richardson_truncation(odd, stencil, h_t))
+                      richardson_truncation(odd, stencil, h_t), terms)
