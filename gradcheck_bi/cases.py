@@ -55,9 +55,9 @@ from gradcheck_bi import fd
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import (
-    CHECKS,
     CONTROLS,
     DEVICES,
     DTYPES,
@@ -165,6 +165,12 @@ def _target(v: Any) -> tuple[str, str]:
     return device, dtype
 
 
+def _group_size(v: Any) -> int | None:
+    if v == "D":
+        return None
+    return _count(v)
+
+
 def _memory(v: Any) -> int:
     what = "bytes: a positive integer or a string such as '512M' or '2G'"
     if isinstance(v, int) and not isinstance(v, bool) and v > 0:
@@ -186,7 +192,7 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     "weight_scales": _list_of(_positive, "finite numbers > 0"),
     "eps": _list_of(_positive, "finite numbers > 0"),
     "seeds": _list_of(_seed, "integers >= 0"),
-    "checks": _list_of(_choice(CHECKS), "checks (" + ", ".join(CHECKS) + ")"),
+    "checks": _list_of(_choice(ALL_CHECKS), "checks (" + ", ".join(ALL_CHECKS) + ")"),
     "weights": _list_of(_choice(CONTROLS), "γ controls (" + ", ".join(CONTROLS) + ")"),
     "zcg": _list_of(_bool, "booleans"),
     "atol": _nonnegative,
@@ -199,6 +205,10 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     "directions": _count,
     "allow_mutation": _list_of(_choice(MUTABLE), "tensors (" + ", ".join(MUTABLE) + ")"),
     "layouts": _list_of(_choice(LAYOUTS), "layouts (" + ", ".join(LAYOUTS) + ")"),
+    # Only the family's other ops have these axes (gradcheck_bi.ops).
+    "biases": _list_of(_choice(BIAS_CONTROLS), "β controls (" + ", ".join(BIAS_CONTROLS) + ")"),
+    "group_sizes": _list_of(_group_size, "group sizes (integers >= 1, or \"D\")"),
+    "norm_before_gate": _list_of(_bool, "booleans"),
 }
 # Keys that shape how a block becomes a sweep, not a Sweep field.
 BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {
@@ -217,7 +227,7 @@ TOP_KEYS: dict[str, Callable[[Any], Any]] = {"description": _string,
 EXPECT_KEYS: dict[str, Callable[[Any], Any]] = {
     "status": _choice(EXPECTED_STATUSES),
     "kernel": _kernel,
-    "check": _choice(CHECKS),
+    "check": _choice(ALL_CHECKS),
     "device": _choice(DEVICES),
     "dtype": _choice(tuple(DTYPES)),
     "weight": _choice(CONTROLS),

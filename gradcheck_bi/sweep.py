@@ -22,7 +22,8 @@ import torch
 
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.vocab import CHECKS, CONTROLS, Config, Expectation, KernelSpec
+from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
+from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
 # A strided input and a strided cotangent at γ = randn; cases/ci.toml sweeps every layout.
@@ -69,9 +70,22 @@ class Sweep:
     # Memory layouts (kernels/layout.py): every point runs contiguous; each other layout is
     # crossed with γ = randn and the checks it applies to (layout bugs do not hide behind γ).
     layouts: list[str] = field(default_factory=lambda: list(DEFAULT_LAYOUTS))
+    # Axes only the family's other ops have (gradcheck_bi.ops): the β control, the gated
+    # norm's group sizes (None: D/4 where it divides D, and D) and norm_before_gate.
+    biases: list[str] = field(default_factory=lambda: list(BIAS_CONTROLS))
+    group_sizes: list[int | None] | None = None
+    norm_before_gate: list[bool] = field(default_factory=lambda: [True, False])
 
     def checks_for(self, dtype: str) -> list[str]:
-        return list(self.checks) if self.checks is not None else list(CHECKS)
+        return list(self.checks) if self.checks is not None else list(ALL_CHECKS)
+
+    def group_sizes_for(self, d: int) -> list[int]:
+        """The group sizes at row length ``d`` (``None`` is D); a size that does not divide
+        D is left out."""
+        asked = self.group_sizes if self.group_sizes is not None else (
+            [d // 4, None] if d % 4 == 0 and d >= 8 else [None])
+        sizes = [d if g is None else int(g) for g in asked]
+        return list(dict.fromkeys(g for g in sizes if 0 < g <= d and d % g == 0))
 
 
 def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, Config]]:
@@ -88,7 +102,9 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 continue
             if layout != "contiguous" and (control != "randn" or not applies(layout, check)):
                 continue
-            yield spec, Config(
+            if check not in OPS[spec.op].checks:  # e.g. dz, asked of an RMSNorm
+                continue
+            cfg = Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
                 weight_scale=wscale,
@@ -96,6 +112,22 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 step_rel=sweep.step_rel, max_memory=sweep.max_memory, mode=sweep.mode,
                 directions=sweep.directions, layout=layout,
             )
+            if spec.op == "rms_norm":
+                yield spec, cfg
+            elif dtype not in HALF_DTYPES and layout == "contiguous":
+                yield from ((spec, c) for c in op_points(spec.op, cfg, sweep))
+
+
+def op_points(op_name: str, cfg: Config, sweep: Sweep) -> Iterator[Config]:
+    """``cfg`` at every value of the axes the op has: β control, group size, mode."""
+    op = OPS[op_name]
+    biases: list[str | None] = list(sweep.biases) if op.has("bias") else [None]
+    gated = op.has("group_size")
+    groups: list[int | None] = (list(sweep.group_sizes_for(cfg.shape[-1])) if gated
+                                else [None])
+    modes: list[bool | None] = list(sweep.norm_before_gate) if gated else [None]
+    for bias, group, mode in itertools.product(biases, groups, modes):
+        yield replace(cfg, op=op_name, bias=bias, group_size=group, norm_before_gate=mode)
 
 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
@@ -110,9 +142,30 @@ def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
 
+def _dropped_half(sweeps: list[Sweep], spec: KernelSpec) -> str:
+    """Why :func:`grid` schedules no bf16/fp16 point, nor a layout but contiguous, of a
+    kernel of another op ("" if none was asked)."""
+    if spec.op == "rms_norm":
+        return ""
+    asked = [s for s in sweeps if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
+    halves = sorted({dt for s in asked for _, dt in s.targets if dt in HALF_DTYPES})
+    layouts = list(dict.fromkeys(lay for s in asked for lay in s.layouts
+                                 if lay != "contiguous"))
+    what = [f"{'/'.join(halves)} results" if halves else "",
+            f"the {', '.join(layouts)} layouts" if layouts else ""]
+    if not any(what):
+        return ""
+    return (f"{' and '.join(w for w in what if w)} not run — the low-precision audit, lifted "
+            f"gradients and layouts are not built yet for {spec.op} (fp64 and fp32, "
+            "contiguous, are checked)")
+
+
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
-    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out."""
-    return [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
+    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out,
+    and per kernel of another op asked for bf16/fp16."""
+    lines = [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
+    return lines + [f"{spec.name}: {why}" for spec in kernels
+                    if (why := _dropped_half(sweeps, spec))]
 
 
 def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
@@ -124,6 +177,7 @@ def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
     out = []
     for spec in kernels:
         if spec.name not in ran:
-            why = "; ".join(spec.why_not(z) for z in _dropped_zcg(sweeps, spec))
+            why = "; ".join([spec.why_not(z) for z in _dropped_zcg(sweeps, spec)]
+                            + [w for w in [_dropped_half(sweeps, spec)] if w])
             out.append((spec.name, why or "no point of its sweeps applies to it"))
     return out

@@ -81,6 +81,12 @@ class Config:
     directions: int = 8
     # How the kernel's tensors are laid out in memory (kernels/layout.py: "x-strided", …).
     layout: str = "contiguous"
+    # The op (gradcheck_bi.ops) and what only the other ops have: the β control, the gated
+    # norm's group size (resolved: never None) and norm_before_gate. RMSNorm leaves them.
+    op: str = "rms_norm"
+    bias: str | None = None
+    group_size: int | None = None
+    norm_before_gate: bool | None = None
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -136,10 +142,19 @@ class Result:
     details: dict[str, Any] = field(default_factory=dict)
     # An error's whole traceback, for --debug; never in the JSON (it names this machine).
     trace: str = field(default="", repr=False, compare=False)
+    # The op and its point's extra axes (Config); in the JSON only for ops other than
+    # rms_norm, so an RMSNorm result reads as it always has.
+    op: str = "rms_norm"
+    bias: str | None = None
+    group_size: int | None = None
+    norm_before_gate: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         del d["trace"]
+        extra = {k: d.pop(k) for k in OP_FIELDS}
+        if extra["op"] != "rms_norm":
+            d = _with_op_fields(d, extra)
         for key in ("max_abs_err", "tolerance"):
             v = d[key]
             if isinstance(v, float) and not math.isfinite(v):
@@ -147,6 +162,21 @@ class Result:
         if not d["message"]:
             del d["message"]
         return d
+
+
+OP_FIELDS = ("op", "bias", "group_size", "norm_before_gate")
+
+
+def _with_op_fields(d: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``op`` after ``kernel``, ``bias`` after ``weight``, the gated norm's options after
+    ``zero_centered_gamma``; a field the op does not have (None) is left out."""
+    out: dict[str, Any] = {}
+    after = {"kernel": ("op",), "weight": ("bias",),
+             "zero_centered_gamma": ("group_size", "norm_before_gate")}
+    for key, value in d.items():
+        out[key] = value
+        out.update({k: extra[k] for k in after.get(key, ()) if extra[k] is not None})
+    return out
 
 
 @dataclass(frozen=True)
@@ -184,6 +214,10 @@ class KernelSpec:
     zcg_how: str = ""
     # Tensors it writes into by design ("grad_output": Liger's in-place backward).
     allow_mutation: frozenset[str] = frozenset()
+    # The op it computes (gradcheck_bi.ops) and, for a kernel recognised from its
+    # parameters, one line saying which op and from which names.
+    op: str = "rms_norm"
+    recognised: str = ""
 
     def not_run(self, zero_centered_gamma: bool) -> str:
         """The one line a report gives for the zcg setting this kernel is not run at."""

@@ -19,7 +19,8 @@ MAX_LINES = 350
 # Bottom to top: kernel → perturbation → measurement → (sweep data) → verdict → run →
 # report → the user's entry points.
 LAYERS: list[tuple[str, ...]] = [
-    ("gradcheck_bi.vocab", "gradcheck_bi._version", "gradcheck_bi._atomic", "gradcheck_bi.lowp"),
+    ("gradcheck_bi.vocab", "gradcheck_bi._version", "gradcheck_bi._atomic", "gradcheck_bi.lowp",
+     "gradcheck_bi.ops"),
     ("gradcheck_bi.kernels",),
     ("gradcheck_bi.fd", "gradcheck_bi.inputs"),
     ("gradcheck_bi.checks", "gradcheck_bi.stepsweep"),

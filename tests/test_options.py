@@ -38,7 +38,7 @@ def test_several_shapes_by_repeating_shape(capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--dtype", "fp8"], "--dtype 'fp8': expected one of fp64, fp32, bf16, fp16"),
-    (["--check", "dx,grad"], "--check 'grad': expected one of forward, dx, dw"),
+    (["--check", "dx,grad"], "--check 'grad': expected one of forward, dx, dresidual"),
     (["--weight", "randn,"], "empty item"),
     (["--format", "html"], "--format 'html': expected one of table, text"),
 ])

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks.batch_invariance import batch_sizes, check_batch_invariance
+from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.checks.forward import check_forward
 from gradcheck_bi.checks.gradients import check_dw, check_dx
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
@@ -44,6 +45,10 @@ TOLERANCE_SETTINGS: dict[str, tuple[str, ...]] = {
     "dx": ("atol", "rtol", "mode", "stencil", "step_rel"),
     "dw": ("atol", "rtol", "stencil"),
     "batch_invariance": (),  # bitwise: nothing loosens it
+    # The other ops' gradients (gradcheck_bi.checks.family): every element, no directions.
+    "dresidual": ("atol", "rtol", "stencil", "step_rel"),
+    "dz": ("atol", "rtol", "stencil", "step_rel"),
+    "dbias": ("atol", "rtol", "stencil"),
 }
 SETTING_NAMES = ("atol", "rtol", "mode", "stencil", "step_rel")
 
@@ -59,6 +64,8 @@ def run_check(fn: Any, cfg: Config) -> Measurement:
     """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("--device cuda asked for, but no CUDA GPU is visible here")
+    if cfg.op != "rms_norm":
+        return run_op_check(fn, cfg)
     return CHECK_FUNCTIONS[cfg.check](fn, cfg)
 
 

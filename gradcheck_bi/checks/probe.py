@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported, first_line
 
@@ -82,9 +83,15 @@ def probe(spec: KernelSpec, device: str, dtype: str) -> str | None:
     if device == "cuda" and not torch.cuda.is_available():
         return "--device cuda asked for, but no CUDA GPU is visible here"
     try:
-        x, w, _ = make_inputs(Config(check="forward", device=device, dtype=dtype, shape=(2, 8)))
+        cfg = Config(check="forward", device=device, dtype=dtype, shape=(2, 8), op=spec.op,
+                     group_size=8 if spec.op == "rms_norm_gated" else None)
         with torch.no_grad():
-            spec.fn.apply(x, w, 1e-6, min(spec.zcg))  # zcg off, unless only on is run
+            if spec.op != "rms_norm":  # the family's other ops: one call with every input
+                p = make_point(cfg)
+                spec.fn.call(p.inputs, p.params, p.options, min(spec.zcg))
+            else:
+                x, w, _ = make_inputs(cfg)
+                spec.fn.apply(x, w, 1e-6, min(spec.zcg))  # zcg off, unless only on is run
     except Unsupported as exc:  # e.g. a user kernel whose module could not be imported here
         return str(exc)
     except (KeyboardInterrupt, MemoryError):

@@ -12,6 +12,7 @@ from typer.core import TyperCommand, TyperGroup
 from gradcheck_bi._version import __version__
 from gradcheck_bi.cli.kernels import kernels_command
 from gradcheck_bi.cli.merge import merge_command
+from gradcheck_bi.cli.ops import ops_command
 from gradcheck_bi.cli.plot import plot_command
 from gradcheck_bi.cli.run import run_command
 
@@ -111,4 +112,5 @@ def _register(name: str, command: Callable[..., int], epilog: str) -> None:
 _register("run", run_command, RUN_EXIT_CODES)
 _register("plot", plot_command, PLOT_EXIT_CODES)
 _register("kernels", kernels_command, KERNELS_EXIT_CODES)
+_register("ops", ops_command, _exit_codes("0 listed.", "4 internal error of gradcheck-bi."))
 _register("merge", merge_command, MERGE_EXIT_CODES)

@@ -90,6 +90,9 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     the whole grid, so that every shard says the same about it."""
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
     specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
+    for spec in specs:  # which op each user kernel was read as, and from which names
+        if spec.recognised:
+            sys.stderr.write(f"gradcheck-bi: note: {spec.name}: {spec.recognised}\n")
     points = sweep_points(sweeps, specs)
     idle = unchecked(sweeps, specs, (spec.name for spec, _, _ in points))
     meta = None

@@ -33,22 +33,30 @@ zero_centered_gamma: a keyword or an offset parameter runs both settings; with
   neither, the kernel is run once at w = 0 to tell γ = w (zcg=on not run) from
   γ = 1 + w (built in, as Gemma's: zcg=off not run); --kernel-arg zcg=builtin
   or zcg=absent says so instead.
+Other ops (fused_add_rms_norm, layer_norm, rms_norm_gated) are recognised from
+  the parameter names (`gradcheck-bi ops` lists them); --op NAME says the op.
 """
 
 
 def _wrap(text: str, first: str) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=" " * 20,
+    return textwrap.wrap(text, WIDTH, initial_indent=first,
+                         subsequent_indent=" " * (len(first) + 2),
                          break_on_hyphens=False, break_long_words=False)
 
 
 def kernels_command() -> int:
     """List the bundled kernels, the named adapters and the shapes of kernel --kernel takes."""
-    out = ["Bundled kernels (no dependency; CPU or CUDA, every dtype)"]
+    out = ["Bundled kernels (no dependency; CPU or CUDA, every dtype), op rms_norm"]
     out += [f"  {name:<15} {spec.description}" for name, spec in BUNDLED.items()]
     out += ["", "Named adapters (each imports its library only when asked for)"]
-    for name, named in NAMED.items():
-        here = "installed" if named.installed() else "NOT installed"
-        out += _wrap(f"{named.summary}", f"  {name:<15} ")
-        out += _wrap(f"needs {named.needs} [{here}]", " " * 18)
+    width = max(15, *(len(n) for n in NAMED))
+    for op in dict.fromkeys(named.op for named in NAMED.values()):
+        out += [f" op {op}:"]
+        for name, named in NAMED.items():
+            if named.op != op:
+                continue
+            here = "installed" if named.installed() else "NOT installed"
+            out += _wrap(f"{named.summary}", f"  {name:<{width}} ")
+            out += _wrap(f"needs {named.needs} [{here}]", " " * (width + 3))
     sys.stdout.write("\n".join(out) + "\n\n" + SHAPES)
     return 0

@@ -22,7 +22,6 @@ from gradcheck_bi.cases import CaseError, load_case
 from gradcheck_bi.cli.emit import Report, emit
 from gradcheck_bi.cli.execute import environment, execute, print_tracebacks
 from gradcheck_bi.cli.options import (
-    CHECKS,
     CONTROLS,
     DEVICES,
     DTYPE_NAMES,
@@ -50,6 +49,7 @@ from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import complete_ref
+from gradcheck_bi.ops import ALL_CHECKS, OPS
 from gradcheck_bi.runner import check_memory
 from gradcheck_bi.shard import ShardError, parse_shard
 from gradcheck_bi.sweep import Sweep, with_overrides
@@ -90,6 +90,10 @@ def run_command(
         "--kernel-arg", metavar="NAME=VALUE", rich_help_panel=WHAT, show_default="none",
         help="A parameter of your kernel the adapter cannot fill (a module's constructor "
         "argument, Liger's casting_mode; zcg=builtin|absent). Repeatable.")] = None,
+    op: Annotated[str | None, typer.Option(
+        metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
+        help="The op your kernels compute: rms_norm, fused_add_rms_norm, layer_norm, "
+        "rms_norm_gated (`gradcheck-bi ops`).")] = None,
     allow_mutation: Annotated[list[str] | None, typer.Option(
         "--allow-mutation", metavar="TENSOR,…", rich_help_panel=WHAT, show_default="none",
         help="Tensors your kernel writes into by design (x, weight, grad_output): a note, "
@@ -102,7 +106,8 @@ def run_command(
         "runs at γ=randn.")] = None,
     check: Annotated[list[str] | None, typer.Option(
         metavar="CHECK,…", rich_help_panel=WHAT, show_default="all",
-        help=f"Which checks: {', '.join(CHECKS)}.")] = None,
+        help=f"Which checks: {', '.join(ALL_CHECKS)} (each op has its own: `gradcheck-bi "
+        "ops`).")] = None,
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="all",
         help="γ controls (on the effective weight; ones is the blind control).")] = None,
@@ -211,6 +216,8 @@ def run_command(
     sweeps, recorded, dropped = _load(case, baseline, update_baseline)
     kernels = many_of("--kernel", kernel)
     extra = dict(parse_kernel_arg(a) for a in kernel_arg or [])
+    if one_of("--op", op, tuple(OPS)) is not None:
+        extra["op"] = op  # the adapter's reserved kernel arg (kernels/adapters.py)
     targets = _targets(one_of("--device", device, DEVICES), one_of("--dtype", dtype, DTYPE_NAMES))
     if targets is not None:
         dropped = []  # the command line's targets replace the case's: nothing of it dropped
@@ -224,7 +231,7 @@ def run_command(
         shapes=[parse_shape(s) for s in shape] if shape else None,
         eps=[eps] if eps is not None else None,
         seeds=[seed] if seed is not None else None,
-        checks=many_of("--check", check, CHECKS),
+        checks=many_of("--check", check, ALL_CHECKS),
         weights=many_of("--weight", weight, CONTROLS),
         zcg=ZCG[zcg] if zcg else None,
         atol=atol,

@@ -66,6 +66,8 @@ def judge(
         **tolerance_settings(cfg),
         details=measurement.details if measurement else dict(details or {}),
         trace=trace,
+        op=cfg.op, bias=cfg.bias, group_size=cfg.group_size,
+        norm_before_gate=cfg.norm_before_gate,
     )
 
 

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
 from gradcheck_bi.kernels.signature import (
     Slot,
     call_slots,
@@ -240,6 +242,26 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
         raise KernelLoadError(
             f"kernel {name} is a {type(obj).__name__} instance: give its class or a factory "
             "f(hidden_size, eps), so it can be built for each shape and eps")
+    forced = args.pop("op", None)  # --op NAME: the op, instead of reading it off the names
+    kind = ("module" if _is_module_factory(obj) else "function" if _is_function(obj)
+            else "apply" if callable(getattr(obj, "apply", None)) else "callable")
+    if kind == "apply" or not callable(obj):
+        if forced not in (None, "rms_norm"):
+            raise KernelLoadError(f"kernel {name}: --op {forced} needs a Function, a function "
+                                  "or an nn.Module class")
+        return _adapt_rms(obj, name, source, args, override, description)
+    skip = kind == "function" and _own_forward_has_ctx(obj)
+    rec = recognise_kernel(obj, kind, name, forced, args, skip)
+    if rec.op != "rms_norm":
+        return adapt_op(obj, kind, name, source, rec, args, override, description, skip)
+    spec = _adapt_rms(obj, name, source, args, override, description)
+    # RMSNorm is the default reading: a note only when --op said so.
+    return replace(spec, recognised=rec.note) if forced is not None else spec
+
+
+def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override: str | None,
+               description: str) -> KernelSpec:
+    """:func:`adapt` for an RMSNorm: Megatron's ``apply`` as it is, or an :class:`Adapted`."""
     call: Callable[..., Any]
     if _is_module_factory(obj):  # before apply: nn.Module has an apply(fn) of its own
         what = getattr(obj, "__name__", name)

@@ -3,18 +3,22 @@
 Each name imports its library only when asked for; a library missing here gives a kernel
 whose every result is ``unsupported`` with the import's message and how to install it.
 
-============== ==================================================================
-name           kernel
-============== ==================================================================
-torch          ``torch.nn.functional.rms_norm`` (no zero_centered_gamma)
-torch:nn       ``torch.nn.RMSNorm``, built per shape and eps
-liger          Liger-Kernel's ``LigerRMSNormFunction``, casting mode ``llama``
-liger:gemma    the same, casting mode ``gemma`` (everything in fp32, one rounding)
-liger:none     the same, casting mode ``none`` (no casts)
-liger:inplace  the same with ``in_place=True``: a declared write into grad_output
-liger:module   ``LigerRMSNorm`` (the Hugging Face-facing module)
-liger:megatron ``LigerMegatronRMSNorm`` (zero_centered_gamma as a keyword)
-============== ==================================================================
+=================== ==================================================================
+name                kernel
+=================== ==================================================================
+torch               ``torch.nn.functional.rms_norm`` (no zero_centered_gamma)
+torch:nn            ``torch.nn.RMSNorm``, built per shape and eps
+liger               Liger-Kernel's ``LigerRMSNormFunction``, casting mode ``llama``
+liger:gemma         the same, casting mode ``gemma`` (everything in fp32, one rounding)
+liger:none          the same, casting mode ``none`` (no casts)
+liger:inplace       the same with ``in_place=True``: a declared write into grad_output
+liger:module        ``LigerRMSNorm`` (the Hugging Face-facing module)
+liger:megatron      ``LigerMegatronRMSNorm`` (zero_centered_gamma as a keyword)
+torch:layer_norm    ``torch.nn.functional.layer_norm`` (op layer_norm)
+torch:nn.LayerNorm  ``torch.nn.LayerNorm``, built per shape and eps (op layer_norm)
+liger:fused_add     ``LigerFusedAddRMSNormFunction`` (op fused_add_rms_norm; zcg as offset)
+liger:layer_norm    ``LigerLayerNormFunction`` (op layer_norm)
+=================== ==================================================================
 
 Liger: zero_centered_gamma is its ``offset`` (1.0 under zcg), ``in_place=False`` (its
 default ``True`` overwrites the upstream gradient with dx; ``liger:inplace`` keeps that
@@ -23,14 +27,14 @@ other parameters (``casting_mode``, ``row_mode``). Its Triton kernels need a CUD
 its backward has no fp64; both are ``unsupported`` with a message saying so.
 
 >>> sorted(NAMED)[:3]
-['liger', 'liger:gemma', 'liger:inplace']
+['liger', 'liger:fused_add', 'liger:gemma']
 """
 
 from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -52,6 +56,7 @@ class Named:
     needs: str
     package: str  # the import that must work (checked without importing by `installed`)
     build: Callable[[str, dict[str, Any]], KernelSpec]
+    op: str = "rms_norm"  # the op it computes (gradcheck_bi.ops)
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.package) is not None
@@ -119,6 +124,41 @@ def _liger(attr_path: str, defaults: dict[str, Any], allow_mutation: frozenset[s
     return build
 
 
+def _torch_layer_norm(name: str, kernel_args: dict[str, Any]) -> KernelSpec:
+    # Its weight and bias default to None: the op is said, not read off the names.
+    return adapt(torch.nn.functional.layer_norm, name, name, {**kernel_args, "op": "layer_norm"})
+
+
+def _torch_layer_norm_module(name: str, kernel_args: dict[str, Any]) -> KernelSpec:
+    return adapt(torch.nn.LayerNorm, name, name, kernel_args)  # recognised: (D,) weight, bias
+
+
+class _LigerOp:
+    """A Liger kernel of another op behind the adapter, refusing CPU with a clear line."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.op, self.zcg = inner, inner.op, inner.zcg
+
+    def call(self, inputs: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+             options: dict[str, Any], zcg: bool) -> Any:
+        if not inputs["x"].is_cuda:
+            raise Unsupported("Liger-Kernel's Triton kernels need a CUDA GPU; they do not "
+                              "run on CPU, nor in Triton's CPU interpreter")
+        return self.inner.call(inputs, params, options, zcg)
+
+
+def _liger_op(attr_path: str, defaults: dict[str, Any]
+              ) -> Callable[[str, dict[str, Any]], KernelSpec]:
+    module_name, attr = attr_path.rsplit(":", 1)
+
+    def build(name: str, kernel_args: dict[str, Any]) -> KernelSpec:
+        obj = getattr(importlib.import_module(module_name), attr)
+        spec = adapt(obj, name, name, {**defaults, **kernel_args})
+        return replace(spec, fn=_LigerOp(spec.fn))
+
+    return build
+
+
 def _megatron_config() -> SimpleNamespace:
     # The three fields LigerMegatronRMSNorm reads from Megatron's TransformerConfig.
     return SimpleNamespace(normalization="RMSNorm", sequence_parallel=False,
@@ -148,6 +188,17 @@ NAMED: dict[str, Named] = {n.name: n for n in [
           _LIGER_NEEDS, "liger_kernel",
           _liger("liger_kernel.megatron.rms_norm:LigerMegatronRMSNorm",
                  {"config": _megatron_config()})),
+    Named("torch:layer_norm", "torch.nn.functional.layer_norm; zcg absent", "torch", "torch",
+          _torch_layer_norm, op="layer_norm"),
+    Named("torch:nn.LayerNorm", "torch.nn.LayerNorm, built per shape and eps; zcg absent",
+          "torch", "torch", _torch_layer_norm_module, op="layer_norm"),
+    Named("liger:fused_add", "LigerFusedAddRMSNormFunction, casting_mode=llama, "
+          "in_place=False; zcg as offset", _LIGER_NEEDS, "liger_kernel",
+          _liger_op("liger_kernel.ops.fused_add_rms_norm:LigerFusedAddRMSNormFunction",
+                    {"casting_mode": "llama", "in_place": False}), op="fused_add_rms_norm"),
+    Named("liger:layer_norm", "LigerLayerNormFunction; zcg absent", _LIGER_NEEDS,
+          "liger_kernel", _liger_op("liger_kernel.ops.layer_norm:LigerLayerNormFunction", {}),
+          op="layer_norm"),
 ]}
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.reduction import resolve_backend, row_sum
+from gradcheck_bi.ops import OPS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -155,7 +156,8 @@ After = _make_function("After", forward_ignores_zcg=False, dx_double_weight=Fals
 def reference_forward(
     x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered_gamma: bool
 ) -> torch.Tensor:
-    """Independent fp64 reference ``x * rsqrt(mean(x^2) + eps) * γ`` (torch's own sum)."""
+    """Independent fp64 reference ``x * rsqrt(mean(x^2) + eps) * γ`` (torch's own sum): the
+    ``rms_norm`` op's reference (:mod:`gradcheck_bi.ops`) at the effective weight."""
     x64 = x.detach().to(torch.float64)
     gamma = weight.detach().to(torch.float64) + (1.0 if zero_centered_gamma else 0.0)
-    return x64 * torch.rsqrt(x64.pow(2).mean(dim=-1, keepdim=True) + eps) * gamma
+    return OPS["rms_norm"].reference({"x": x64}, {"weight": gamma}, {"eps": eps})["y"]

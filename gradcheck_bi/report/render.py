@@ -47,6 +47,9 @@ TOLERANCE_NOTES = {
 }
 _HALF_SUM = (f"+ fp32 rounding in any summation order ({K_SIGMA:g}σ) and {K_OPS:g} ulps × "
              "the terms + the lifted FD noise floor")
+# The family's other ops (gradcheck_bi.checks.family): inputs as dx, parameters as dw.
+TOLERANCE_NOTES.update({"dresidual": TOLERANCE_NOTES["dx"], "dz": TOLERANCE_NOTES["dx"],
+                        "dbias": TOLERANCE_NOTES["dw"]})
 # A kernel that computes in fp32 and rounds each output once is off by just under ½ ulp at
 # its worst element: measured on `after` (benchmarks/half_ulp_margin.py), forward 0.497–0.5002
 # ulp, dx and dw 0.490–0.500 ulp against tolerances of 0.500–0.505 ulp.

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
-from gradcheck_bi.vocab import CHECKS, CONTROLS, HALF_DTYPES, Result, format_error
+from gradcheck_bi.ops import ALL_CHECKS, OPS
+from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Result, format_error
 
 CHECK_TITLES = {
     "forward": "forward: y vs an independent fp64 reference with the effective weight γ",
@@ -36,6 +37,14 @@ HALF_CHECK_TITLES = {
     "lifted to a higher precision at the same inputs",
     "batch_invariance": "batch invariance (bf16/fp16): rows alone vs in batches, bitwise "
     "(y, dx); run to run (y, dx, dw)",
+}
+# The family's other ops (gradcheck_bi.ops): tables of their own, named by the op.
+OP_CHECK_TITLES = {
+    "forward": "forward: every output vs the op's fp64 reference (effective γ, β)",
+    **{c: f"{c}: analytic vs central finite differences of the kernel's own forward, "
+       "random cotangents on every output" for c in ("dx", "dresidual", "dz", "dw", "dbias")},
+    "batch_invariance": "batch invariance: rows alone vs in batches, bitwise (every output "
+    "and input gradient); run to run (every gradient)",
 }
 T = TypeVar("T")
 COLUMN_TITLES = {"randn": "γ=randn", "ones": "γ=ones (control)", "zeros": "γ=zeros"}
@@ -136,11 +145,15 @@ class Table:
     eps: list[float]
     seeds: list[int]
     half: bool = False  # bf16/fp16 rows (see HALF_CHECK_TITLES)
+    op: str = "rms_norm"
 
     @property
     def title(self) -> str:
+        zcg = f"zero_centered_gamma={'on' if self.zcg else 'off'}"
+        if self.op != "rms_norm":
+            return f"{self.op} · {OP_CHECK_TITLES[self.check]} · {zcg}"
         titles = HALF_CHECK_TITLES if self.half else CHECK_TITLES
-        return f"{titles[self.check]} · zero_centered_gamma={'on' if self.zcg else 'off'}"
+        return f"{titles[self.check]} · {zcg}"
 
     @property
     def per_row_method(self) -> bool:
@@ -161,12 +174,14 @@ class Table:
 
 
 def build_tables(results: list[Result]) -> list[Table]:
-    """Group results into tables in check order, zcg off before on, fp32/fp64 before
-    bf16/fp16, rows in first-seen order."""
+    """Group results into tables by op (rms_norm first), then in check order, zcg off before
+    on, fp32/fp64 before bf16/fp16, rows in first-seen order."""
     tables = []
-    for check, zcg, half in itertools.product(CHECKS, (False, True), (False, True)):
+    ops = [op for op in OPS if any(r.op == op for r in results)]
+    for op, check, zcg, half in itertools.product(ops, ALL_CHECKS, (False, True),
+                                                  (False, True)):
         mine = [r for r in results if r.check == check and r.zero_centered_gamma == zcg
-                and (r.dtype in HALF_DTYPES) == half]
+                and (r.dtype in HALF_DTYPES) == half and r.op == op]
         if not mine:
             continue
         rows: dict[tuple[str, str], Row] = {}
@@ -180,7 +195,7 @@ def build_tables(results: list[Result]) -> list[Table]:
         tables.append(Table(
             check, zcg, list(rows.values()),
             _unique(r.shape for r in mine), _unique(r.eps for r in mine),
-            _unique(r.seed for r in mine), half,
+            _unique(r.seed for r in mine), half, op,
         ))
     return tables
 
@@ -244,6 +259,15 @@ def format_index(idx: list[int] | None) -> str:
     return "—" if not idx else "[" + ",".join(str(i) for i in idx) + "]"
 
 
+def _op_axes(r: Result) -> str:
+    """`` β=zeros group_size=64 norm_before_gate=off`` for the other ops' axes ("" else)."""
+    parts = [f"β={r.bias}" if r.bias else "",
+             f"group_size={r.group_size}" if r.group_size else "",
+             "" if r.norm_before_gate is None else
+             f"norm_before_gate={'on' if r.norm_before_gate else 'off'}"]
+    return "".join(f" {p}" for p in parts if p)
+
+
 def describe(r: Result, scales: bool = False) -> str:
     """One line naming a result and what went wrong with it (``scales``: name the input and
     γ scales even when both are 1)."""
@@ -253,7 +277,7 @@ def describe(r: Result, scales: bool = False) -> str:
         scale += f" layout {r.layout}"
     where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
              f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scale} "
-             f"eps {r.eps:g} seed {r.seed}")
+             f"eps {r.eps:g} seed {r.seed}{_op_axes(r)}")
     if r.status in ("error", "unsupported") or (r.max_abs_err is None and r.message):
         return f"{where}: {r.status}" + (
             f" (expected {r.expected})" if r.status == "fail" else "") + f": {r.message}"

@@ -1,0 +1,97 @@
+"""Batch invariance of the family's other ops: every output and every input gradient of a
+row alone vs inside batches of other sizes, bitwise; and every output and every gradient
+(the parameters' too) run to run. The probe rows and batch sizes are RMSNorm's
+(:mod:`gradcheck_bi.checks.batch_invariance`); the rows that fill a batch are fresh random
+rows of every input and cotangent, drawn from the seed alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from gradcheck_bi.checks._measure import bitwise_diff
+from gradcheck_bi.checks.batch_invariance import batch_sizes
+from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.kernels.opcall import op_grads
+from gradcheck_bi.vocab import Config, Measurement
+
+Tensors = dict[str, torch.Tensor]
+
+
+@functools.lru_cache(maxsize=4)
+def _fillers(seed: int, n_cols: int, scale: float, names: tuple[str, ...]
+             ) -> list[dict[str, torch.Tensor]]:
+    """Per batch size, fp64 CPU rows for every name (inputs and cotangents); ``z`` and the
+    cotangents unscaled."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    out = []
+    for size in batch_sizes(n_cols):
+        rows = {}
+        for n in names:
+            t = torch.randn(size, n_cols, generator=gen, dtype=torch.float64)
+            rows[n] = t * scale if n in ("x", "residual") else t
+        out.append(rows)
+    return out
+
+
+def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
+    """Bitwise: rows alone vs in the checked shape and in batches; run to run."""
+    point = make_point(cfg)
+    d = cfg.shape[-1]
+    ins = {n: t.reshape(-1, d) for n, t in point.inputs.items()}
+    cots = {n: t.reshape(-1, d) for n, t in point.cotangents.items()}
+    n_rows = ins["x"].shape[0]
+    probes = sorted({0, n_rows // 2, n_rows - 1})
+    failures: list[str] = []
+    worst_err, worst_at, compared = 0.0, None, 0
+
+    def run(i: Tensors, c: Tensors) -> tuple[Tensors, Tensors]:
+        return op_grads(fn, i, point.params, c, point.options, point.zcg)
+
+    def compare(label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
+        nonlocal worst_err, worst_at, compared
+        compared += 1
+        n, err, first = bitwise_diff(a, b)
+        if n:
+            failures.append(f"{label}: {n} of {a.numel()} elements differ (max {err:.3e})")
+            if err >= worst_err:
+                worst_err, worst_at = err, [row, *(first or [])[-1:]]
+
+    outs, grads = run(ins, cots)
+    again = run(ins, cots)
+    for name, t in {**outs, **{f"d{n}": g for n, g in grads.items()}}.items():
+        other = again[0].get(name) if name in outs else again[1][name[1:]]
+        if other is not None:
+            compare(f"{name} run to run", t, other, 0)
+    rowwise = {**outs, **{f"d{n}": grads[n] for n in ins}}
+    alone = {}
+    for p in probes:
+        o1, g1 = run({n: t[p:p + 1] for n, t in ins.items()},
+                     {n: t[p:p + 1] for n, t in cots.items()})
+        alone[p] = {**o1, **{f"d{n}": g1[n] for n in ins}}
+        for name, t in alone[p].items():
+            compare(f"{name} row {p} alone vs in shape {cfg.shape}", t[0], rowwise[name][p], p)
+    names = tuple(ins) + tuple(cots)
+    for size, fill in zip(batch_sizes(d), _fillers(cfg.seed, d, cfg.input_scale, names),
+                          strict=True):
+        positions = [size - 1, size // 2, 0][: len(probes)]
+        batch = {n: fill[n].to(ins["x"].device, ins["x"].dtype, copy=True) for n in names}
+        for p, at in zip(probes, positions, strict=True):
+            for n in ins:
+                batch[n][at] = ins[n][p]
+            for n in cots:
+                batch[n][at] = cots[n][p]
+        ob, gb = run({n: batch[n] for n in ins}, {n: batch[n] for n in cots})
+        inside = {**ob, **{f"d{n}": gb[n] for n in ins}}
+        for p, at in zip(probes, positions, strict=True):
+            for name, t in alone[p].items():
+                compare(f"{name} row {p} alone vs at {at} in a batch of {size}", t[0],
+                        inside[name][at], p)
+    details = {"comparisons": compared, "batch_sizes": batch_sizes(d), "probe_rows": probes,
+               "compared": sorted(rowwise)}
+    msg = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3
+                                     else "")
+    return Measurement(worst_err, 0.0, not failures, worst_at, msg, details)

@@ -1,0 +1,135 @@
+"""Every gradient of the family's other ops against finite differences of the kernel's forward.
+
+``d<input>`` (dx, dresidual, dz): the input perturbed one column of every row at once
+(:func:`gradcheck_bi.fd.coloured.input_grad_outputs`), the other inputs and the
+parameters held, differencing **every output the kernel returns** against its own random
+cotangent (a backward that drops ``residual_out``'s cotangent is invisible when that
+cotangent is zero). ``d<parameter>`` (dw, dbias): every element of the parameter perturbed
+at once (:func:`gradcheck_bi.fd.weight_grad`): output column j depends on parameter element
+j alone, and ``y`` is linear in γ and β, so one large step costs no truncation.
+
+Steps, per row: ``h_rel`` (as RMSNorm's, by dtype) times the length over which the output
+bends as one element moves (:func:`step_scale`): the statistic's row length ``sqrt(Σ v² +
+n·eps)`` of what is normalised (``x + residual``; ``x − μ``; ``x`` or ``x·silu(z)`` per
+group, the shortest group), and for the gate ``z`` the scale of silu, 1. A power of two.
+Tolerance per element as for RMSNorm: the finite difference's measured noise floor and
+Richardson truncation, with the kernel's own rounding (:mod:`.rounding`) in quadrature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi.checks._measure import nonfinite
+from gradcheck_bi.checks.family.point import OpPoint, make_point
+from gradcheck_bi.checks.family.rounding import kernel_sigma
+from gradcheck_bi.checks.gradients import _fd_verdict, _rounding_scale
+from gradcheck_bi.checks.summation import dw_sigma
+from gradcheck_bi.fd.coloured import input_grad_outputs
+from gradcheck_bi.fd.step import input_step_rel, pow2
+from gradcheck_bi.kernels.opcall import op_forward, op_grads
+from gradcheck_bi.ops.references import grouped
+from gradcheck_bi.vocab import Config, Measurement
+
+
+def _row_length(v: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.sqrt((v * v).sum(-1) + v.shape[-1] * eps)
+
+
+def step_scale(point: OpPoint, name: str) -> torch.Tensor:
+    """Per row ``(R,)``, fp64: how far input ``name`` may move before the output bends."""
+    ins = {n: t.reshape(-1, t.shape[-1]) for n, t in point.inputs64.items()}
+    eps, x = point.options["eps"], ins["x"]
+    if point.op.name == "fused_add_rms_norm":
+        return _row_length(x + ins["residual"], eps)
+    if point.op.name == "layer_norm":
+        return _row_length(x - x.mean(-1, keepdim=True), eps)
+    gate = torch.nn.functional.silu(ins["z"])
+    before = point.options["norm_before_gate"]
+    v = x if before else x * gate
+    shortest = _row_length(grouped(v, point.options["group_size"]), eps).min(-1).values
+    if name == "x":
+        return shortest if before else shortest / gate.abs().amax(-1).clamp(min=1.0)
+    ones = torch.ones_like(shortest)
+    return ones if before else torch.minimum(ones, shortest / x.abs().amax(-1).clamp(
+        min=1e-300))
+
+
+def reach(point: OpPoint, name: str, returned: list[str]) -> list[int]:
+    """Per returned output, the group of elements one element of ``name`` moves: the row
+    (a shared statistic), the statistic's group (gated), or itself alone (``residual_out``;
+    the gate ``z`` applied after the norm)."""
+    d = point.inputs["x"].shape[-1]
+    group = point.options.get("group_size") or d
+    out = []
+    for o in returned:
+        if o == "residual_out" or (name == "z" and point.options.get("norm_before_gate")):
+            out.append(1)
+        else:
+            out.append(group)
+    return out
+
+
+def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
+                   ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+    d = point.inputs["x"].shape[-1]
+    others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
+    n_rows = point.inputs["x"].numel() // d
+
+    def forward(t2: torch.Tensor) -> list[torch.Tensor]:
+        k = t2.shape[0] // n_rows
+        ins = {name: t2, **{n: o.repeat(k, 1) for n, o in others.items()}}
+        outs = op_forward(fn, ins, point.params, point.options, point.zcg)
+        if list(outs) != returned:
+            raise ValueError(f"forward returned {list(outs)} here, {returned} before")
+        return [outs[o] for o in returned]
+
+    return forward
+
+
+def _param_forward(fn: Any, point: OpPoint, name: str
+                   ) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(p: torch.Tensor) -> torch.Tensor:
+        outs = op_forward(fn, point.inputs, {**point.params, name: p}, point.options,
+                          point.zcg)
+        return outs["y"]  # residual_out does not depend on a parameter
+
+    return forward
+
+
+def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
+    """``cfg.check`` (``dx``, ``dresidual``, ``dz``, ``dw``, ``dbias``) of ``cfg.op``."""
+    point = make_point(cfg)
+    name = point.op.gradient_checks[cfg.check]
+    stencil = fd.STENCILS[cfg.stencil]
+    outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
+                           point.zcg)
+    returned = list(outs)
+    x = point.inputs["x"]
+    est: fd.FDEstimate
+    if name in point.op.inputs:
+        rel = input_step_rel(x.dtype, cfg.step_rel)
+        h = pow2(rel * step_scale(point, name))
+        est = input_grad_outputs(_input_forward(fn, point, name, returned), point.inputs[name],
+                                 [point.cotangents[o] for o in returned], h, stencil,
+                                 reach(point, name, returned))
+    else:
+        est = fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
+                             point.cotangents["y"], stencil)
+    analytic = grads[name]
+    err = (analytic.to(torch.float64) - est.grad).abs()
+    notes = [nonfinite(f"analytic {cfg.check}", analytic),
+             nonfinite(f"finite-difference {cfg.check}", est.grad)]
+    if name in point.op.inputs:
+        rounding = _rounding_scale(est, x) * kernel_sigma(point, name)
+    else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
+        assert est.terms is not None
+        rounding = _rounding_scale(est, x) * dw_sigma(est.terms)
+    extra: dict[str, Any] = {"outputs": returned}
+    if "residual_out" in point.op.outputs and "residual_out" not in returned:
+        extra["note"] = "the kernel returns y alone: no residual_out to check"
+    return _fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)

@@ -1,0 +1,113 @@
+"""The data of one point of the family's other ops: inputs, parameters, cotangents, options.
+
+``x``, the stored weight and ``y``'s cotangent are the RMSNorm draws of the point
+(:func:`gradcheck_bi.inputs.make_inputs`: same seed, same bits), so a fused add, a layer norm
+and an RMSNorm at one point see one ``x``. The rest — ``residual``, ``z``, the cotangent of
+``residual_out`` and β — come from a second stream of the same seed, drawn in one fixed
+order whatever the op, in fp64 and only then cast. ``residual`` is scaled by the point's
+input scale like ``x``; ``z`` is not (a gate is not a signal). β: randn or zeros (its
+control).
+
+Also here, in fp64: the op's reference at the point (:func:`reference`) and its exact
+gradients by torch.autograd through that reference (:func:`exact_grads`) — what the
+rounding model (:mod:`.rounding`) scales, never what a gradient is compared with.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.ops import OPS, Op
+from gradcheck_bi.vocab import Config
+
+Tensors = dict[str, torch.Tensor]
+EXTRA_STREAM = 0x5EED0F  # added to the seed: the extras' own generator
+
+
+@dataclass
+class OpPoint:
+    """One point: tensors as the kernel gets them, the effective parameters in fp64."""
+
+    op: Op
+    inputs: Tensors  # shaped like x, in the point's dtype and device
+    params: Tensors  # stored (weight = γ − 1 under zcg)
+    cotangents: Tensors  # one per output
+    options: dict[str, Any]
+    zcg: bool
+
+    @property
+    def effective(self) -> Tensors:
+        """The parameters as the op uses them, fp64: γ = stored (+ 1 under zcg), β."""
+        out = {n: t.to(torch.float64) for n, t in self.params.items()}
+        if self.zcg:
+            out["weight"] = out["weight"] + 1.0
+        return out
+
+    @property
+    def inputs64(self) -> Tensors:
+        return {n: t.to(torch.float64) for n, t in self.inputs.items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _extras(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """``(residual, z, cotangent of residual_out, β)``, unscaled fp64, one fixed order."""
+    gen = torch.Generator().manual_seed(seed + EXTRA_STREAM)
+    n = math.prod(shape)
+    drawn = [torch.randn(n, generator=gen, dtype=torch.float64).view(shape) for _ in range(3)]
+    return (*drawn, torch.randn(shape[-1], generator=gen, dtype=torch.float64))
+
+
+def options_of(cfg: Config) -> dict[str, Any]:
+    """The op's options at the point (``eps``; the gated norm's group size and mode)."""
+    options: dict[str, Any] = {"eps": cfg.eps}
+    op = OPS[cfg.op]
+    if "group_size" in op.options:
+        options["group_size"] = cfg.group_size
+        options["norm_before_gate"] = (True if cfg.norm_before_gate is None
+                                       else cfg.norm_before_gate)
+    return options
+
+
+def make_point(cfg: Config) -> OpPoint:
+    """The point's tensors; fresh copies every call (a kernel cannot reach the draw)."""
+    op = OPS[cfg.op]
+    x, w, g = make_inputs(cfg)
+    residual, z, g_res, beta = _extras(cfg.seed, tuple(cfg.shape))
+    dt, dev = cfg.torch_dtype, torch.device(cfg.device)
+    drawn = {"x": x, "residual": (residual * cfg.input_scale).to(dev, dt),
+             "z": z.to(dev, dt)}
+    params = {"weight": w}
+    if op.has("bias"):
+        b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
+        params["bias"] = b.to(dev, dt)
+    cots = {"y": g, "residual_out": g_res.to(dev, dt)}
+    return OpPoint(op, {n: drawn[n] for n in op.inputs}, params,
+                   {n: cots[n] for n in op.outputs}, options_of(cfg),
+                   cfg.zero_centered_gamma)
+
+
+def reference(point: OpPoint) -> Tensors:
+    """The op's fp64 outputs at the point."""
+    return point.op.reference(point.inputs64, point.effective, point.options)
+
+
+def exact_grads(point: OpPoint, outputs: tuple[str, ...] | None = None) -> Tensors:
+    """``dL/d(every input and parameter)`` in fp64 by autograd through the reference, for
+    the cotangents of ``outputs`` (default: every output of the op)."""
+    names = outputs if outputs is not None else point.op.outputs
+    leaves = {n: t.detach().clone().requires_grad_(True)
+              for n, t in {**point.inputs64, **point.effective}.items()}
+    with torch.enable_grad():
+        outs = point.op.reference({n: leaves[n] for n in point.inputs},
+                                  {n: leaves[n] for n in point.params}, point.options)
+        loss = torch.stack([(outs[n] * point.cotangents[n].to(torch.float64)).sum()
+                            for n in names]).sum()
+        grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    return {n: (g if g is not None else torch.zeros_like(leaves[n])).detach()
+            for n, g in zip(leaves, grads, strict=True)}

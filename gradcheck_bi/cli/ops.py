@@ -1,0 +1,44 @@
+"""``gradcheck-bi ops``: the ops a kernel can compute, what each takes and is checked for,
+and the parameter names by which a kernel's signature is recognised as one of them."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops.names import ROLE_NAMES, names_of
+
+WIDTH = 80
+RULES = """\
+A kernel's op is read from its parameter names: a required residual →
+fused_add_rms_norm; a required bias → layer_norm; a z (required, or with
+group_size / norm_before_gate) → rms_norm_gated; none of these → rms_norm. An
+optional parameter the op does not need (bias=None, residual=None,
+prenorm=False) keeps its default. --op NAME says the op instead.
+"""
+
+def _wrap(text: str, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def ops_command() -> int:
+    """List the ops, their inputs, parameters, outputs and checks, and the parameter names
+    that recognise them."""
+    out: list[str] = []
+    for op in OPS.values():
+        params = ", ".join(f"{p.name} (γ controls {'/'.join(p.controls)})"
+                           if p.name == "weight" else
+                           f"{p.name} (β controls {'/'.join(p.controls)})" for p in op.params)
+        out += [op.name]
+        out += _wrap(op.summary, "  ", "  ")
+        out += _wrap(f"inputs {', '.join(op.inputs)}; parameters {params}; options "
+                     f"{', '.join(op.options)}; outputs {', '.join(op.outputs)}", "  ", "    ")
+        out += _wrap(f"checks {', '.join(op.checks)}", "  ", "    ")
+        out += [""]
+    out += ["Parameter names, by role (case-insensitive):"]
+    for role in ROLE_NAMES:
+        out += _wrap(names_of(role), f"  {role:<17} ", " " * 20)
+    sys.stdout.write("\n".join(out) + "\n\n" + RULES)
+    return 0

@@ -1,0 +1,151 @@
+"""Row-coloured finite differences of a forward with several outputs (the family's ops).
+
+For ``L = Σ_outputs Σ g_out · y_out`` and an input ``t`` shaped like x, perturbing column
+``c`` of *every* row at once gives ``dL/dt_c`` for all rows (every op of the family is
+row-wise), with the stencil, levels and noise model of :func:`~gradcheck_bi.fd.input_grad`::
+
+    S_o = Σ_out Σ_i g_i (y_i(t + o h e_c) - y_i(t - o h e_c)),   dL/dt_c ≈ Σ_o w_o S_o / h
+
+The outputs are treated as one row of all their elements. The rounding model of one point
+(:func:`~gradcheck_bi.fd.noise.model_sigma`) runs, per row *and column*, over the output
+elements the perturbed element reaches: ``reach[k]`` is, for output ``k``, the size of the
+consecutive group of elements that column ``c`` moves (D: the whole row, as RMSNorm's
+shared ``r``; ``group_size`` for a grouped statistic; 1: only element ``c``, as the gate
+``z`` before the norm or ``residual_out``). An element out of reach is computed alike at
+every level and adds no noise; one in reach adds its rounding even when its bits do not
+move (a staircase below one ulp). ``λ`` is measured from the residual as for RMSNorm; where
+some output does not reach the whole row, ``y0``'s own rounding is no longer shared by the
+row's columns, so it is modelled (``(2 Σ c_o)² = 90²`` times one point's variance) rather
+than centred away, and ``λ`` is held at 1 or more: an element moved little rounds all or
+nothing (``x + o h`` shifted by a multiple of its ulp rounds alike at every level, or one
+ulp apart), so the pooled ``λ`` measures how often its roundings differ, not how large one
+difference is.
+Columns are stacked into batched calls of at most :data:`MAX_ELEMENTS` elements per output.
+
+>>> import torch
+>>> x = torch.randn(3, 8, dtype=torch.float64); g = torch.randn(3, 8, dtype=torch.float64)
+>>> h = torch.full((3,), 2.0**-8, dtype=torch.float64)
+>>> est = input_grad_outputs(lambda t: [t * t], x, [g], h)
+>>> bool(torch.allclose(est.grad, 2 * x * g))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gradcheck_bi.fd.estimate import FDEstimate
+from gradcheck_bi.fd.noise import (
+    RESIDUAL,
+    RESIDUAL_VAR,
+    model_sigma,
+    noise_floor,
+    noise_residual,
+    noise_scale,
+    richardson_truncation,
+    unit_roundoff,
+)
+from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
+
+MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
+Y0_VAR = (2.0 * sum(RESIDUAL)) ** 2  # y0's weight in the noise residual: 90²
+
+
+def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[int]
+                  ) -> torch.Tensor:
+    """``sqrt(Σ (g y0)² + (Σ g y0)²)`` per column and row ``(D, R)``, each sum over the
+    elements column ``c`` reaches: its group of ``reach[k]`` consecutive elements in
+    output ``k`` (1: itself only)."""
+    sq = torch.zeros_like(y0[0])
+    lin = torch.zeros_like(y0[0])
+    for g, y, k in zip(g2, y0, reach, strict=True):
+        gy = (g * y).reshape(g.shape[0], -1, k)
+        sq = sq + (gy * gy).sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
+        lin = lin + gy.sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
+    return torch.sqrt(sq + lin * lin).T
+
+
+def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The odd sums rescaled to the nominal steps: ``S_o · 2 o h / (δ⁺_o − δ⁻_o)``.
+
+    ``x ± o h`` rounds where it crosses into a coarser binade (``x + 4h`` past 1.0): the
+    step taken is off by up to half an ulp of x, an error of ``u |x| |dL/dx| / h`` that no
+    output rounding model contains (it dominates when ``x + residual`` nearly cancels).
+    Rescaling each level by the step it really took removes it to first order.
+    """
+    n_lev = len(LEVELS)
+    nominal = 2 * torch.tensor(LEVELS, dtype=torch.float64, device=h.device)[:, None, None] * h
+    width = taken[:n_lev] - taken[n_lev:]
+    scale = torch.where(width > 0, nominal / torch.where(width > 0, width, 1.0), 1.0)
+    return sums[:n_lev] * scale, sums[n_lev:]
+
+
+def input_grad_outputs(
+    forward: Callable[[torch.Tensor], list[torch.Tensor]],
+    t: torch.Tensor,
+    gs: list[torch.Tensor],
+    h: torch.Tensor,
+    stencil: Stencil = CENTRAL4,
+    reach: list[int] | None = None,
+) -> FDEstimate:
+    """Central-difference ``dL/dt`` for ``L = Σ_k Σ gs[k] · forward(t)[k]``, every element.
+
+    ``forward`` maps ``(N, D)`` rows of ``t`` to its outputs, each ``(N, D)``, holding the
+    other inputs (repeated to ``N`` rows); ``h`` is the step per row, ``(R,)``, fp64;
+    ``reach`` the group each output's elements move in (default: the whole row).
+    """
+    n_cols = t.shape[-1]
+    t2 = t.detach().reshape(-1, n_cols)
+    n_rows, dev = t2.shape[0], t.device
+    g2 = [g.detach().reshape(-1, n_cols).to(torch.float64) for g in gs]
+    with torch.no_grad():
+        y0 = [y.reshape(-1, n_cols).to(torch.float64) for y in forward(t2)]
+    if len(y0) != len(g2):
+        raise ValueError(f"forward returned {len(y0)} outputs for {len(g2)} cotangents")
+    reach = list(reach) if reach is not None else [n_cols] * len(g2)
+    n_lev = len(LEVELS)
+    delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
+    sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
+    taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
+    per_call = max(1, MAX_ELEMENTS // (2 * n_lev * n_rows * n_cols))
+    calls = 1
+    for c0 in range(0, n_cols, per_call):
+        c1 = min(n_cols, c0 + per_call)
+        cols = torch.arange(c1 - c0, device=dev)
+        xs = t2.expand(2 * n_lev, c1 - c0, n_rows, n_cols).clone()
+        xs[:, cols, :, c0 + cols] += delta  # advanced indices first: (columns, 2L, R)
+        base = t2[:, c0:c1].T.to(torch.float64)[:, None, :]
+        taken[:, c0:c1] = (xs[:, cols, :, c0 + cols].to(torch.float64) - base).transpose(0, 1)
+        with torch.no_grad():
+            ys = forward(xs.reshape(-1, n_cols))
+        calls += 1
+        wsum = torch.zeros(2 * n_lev, c1 - c0, n_rows, dtype=torch.float64, device=dev)
+        for y, y_ref, g in zip(ys, y0, g2, strict=True):
+            wsum += ((y.reshape(xs.shape).to(torch.float64) - y_ref) * g).sum(-1)
+        sums[:n_lev, c0:c1] = wsum[:n_lev] - wsum[n_lev:]
+        sums[n_lev:, c0:c1] = wsum[:n_lev] + wsum[n_lev:]
+    odd, even = _steps_taken(sums, taken, h)
+    grad = (stencil_sum(odd, stencil) / h).T
+    # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
+    even = even - (taken[:n_lev] + taken[n_lev:]) * grad.T[None]
+    u = unit_roundoff(t.dtype)
+    coupled = all(k == n_cols for k in reach)  # y0's rounding shared by a row's columns
+    if coupled:
+        sigma_m = model_sigma(torch.cat(g2, -1), torch.cat(y0, -1), u).expand(n_cols, n_rows)
+    else:
+        sigma_m = u * reached_sigma(g2, y0, reach)
+    resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
+    lam = noise_scale(noise_residual(even), resid_var * sigma_m**2, centre=coupled)
+    if not coupled:  # all-or-nothing roundings: at least the dtype model's
+        lam = max(lam, 1.0)
+    sigma_e = lam * stencil.rss_weight * sigma_m / h
+
+    def shaped(v: torch.Tensor) -> torch.Tensor:
+        return v.reshape(t.shape).contiguous()
+
+    return FDEstimate(shaped(grad), shaped(noise_floor(odd, stencil, h, sigma_e).T), h,
+                      stencil, calls, lam, lam * u, shaped(sigma_e.T),
+                      shaped(richardson_truncation(odd, stencil, h).T))

@@ -1,0 +1,103 @@
+"""Calling a kernel of the family's other ops: its forward, and its backward through autograd.
+
+A kernel (an :class:`~gradcheck_bi.kernels.opadapt.OpAdapted`) returns a tensor or a tuple;
+:func:`op_forward` names what it returned by the op's outputs, in order (a fused add that
+returns ``y`` alone has no ``residual_out``), and refuses anything outside the contract
+(not a tensor, not x's shape, not x's dtype). :func:`op_grads` runs the hand-written backward
+with a cotangent on **every** output the kernel returned, and returns the gradient of every
+input and parameter; a ``None`` or a wrongly shaped gradient, or a write into a tensor the
+kernel does not own, is a :class:`~gradcheck_bi.vocab.ContractViolation` (a ``fail``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gradcheck_bi.kernels.call import _unchanged
+from gradcheck_bi.ops import OPS
+from gradcheck_bi.vocab import ContractViolation, first_line
+
+Tensors = dict[str, torch.Tensor]
+
+
+def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
+    """``{output name: tensor}`` for what the kernel returned, checked against the contract."""
+    names = OPS[op].outputs
+    items = list(raw) if isinstance(raw, (tuple, list)) else [raw]
+    if not items:
+        raise TypeError("forward returned an empty tuple, expected y")
+    out: Tensors = {}
+    for name, t in zip(names, items, strict=False):
+        if t is None and name != "y":
+            break  # e.g. (y, None): no residual_out
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"forward returned {type(t).__name__} for {name}, expected a tensor")
+        if t.shape != x.shape:
+            raise ValueError(f"forward returned {name} of shape {tuple(t.shape)} for x of "
+                             f"{tuple(x.shape)}")
+        if t.dtype != x.dtype:
+            raise TypeError(f"forward returned {name} in {t.dtype} for x of {x.dtype}; "
+                            f"expected {name} in x.dtype")
+        out[name] = t
+    return out
+
+
+def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
+               zcg: bool) -> Tensors:
+    """The kernel's outputs by name."""
+    return outputs_of(fn.op, fn.call(inputs, params, options, zcg), inputs["x"])
+
+
+def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
+             options: dict[str, Any], zcg: bool) -> tuple[Tensors, Tensors]:
+    """``(outputs, gradients)``: every output the kernel returned, and the gradient of every
+    input and parameter for ``L = Σ_outputs Σ cotangent · output``.
+
+    The kernel gets copies of its inputs, parameters and cotangents; each is compared
+    bitwise after the forward and after the backward (see
+    :func:`gradcheck_bi.kernels.call.analytic_grads`).
+    """
+    leaves = {n: t.detach().clone().requires_grad_(True) for n, t in {**inputs,
+                                                                   **params}.items()}
+    owned = {n: (leaves[n], t) for n, t in {**inputs, **params}.items()}
+    outs = op_forward(fn, {n: leaves[n] for n in inputs}, {n: leaves[n] for n in params},
+                      options, zcg)
+    _unchanged("forward", owned)
+    loss = None
+    for name, y in outs.items():
+        g = cotangents[name].detach().clone()
+
+        def keep(grad: torch.Tensor, name: str = name) -> torch.Tensor:
+            key = "grad_output" if name == "y" else f"grad_{name}"
+            owned[key] = (grad, grad.detach().clone())
+            return grad
+
+        if y.requires_grad:
+            y.register_hook(keep)
+        term = (y * g).sum()
+        loss = term if loss is None else loss + term
+    assert loss is not None
+    try:
+        loss.backward()
+    except RuntimeError as exc:
+        if "returned an invalid gradient" not in str(exc) and "does not require grad" not in str(
+                exc):
+            raise
+        raise ContractViolation(f"backward: {first_line(exc)}") from None
+    _unchanged("backward", owned)
+    grads: Tensors = {}
+    for name, leaf in leaves.items():
+        if leaf.grad is None:
+            raise ContractViolation(f"backward returned None for d{_short(name)} (its input "
+                                    "requires grad)")
+        if leaf.grad.shape != leaf.shape:
+            raise ContractViolation(f"backward returned d{_short(name)} of shape "
+                                    f"{tuple(leaf.grad.shape)}, expected {tuple(leaf.shape)}")
+        grads[name] = leaf.grad.detach()
+    return {n: y.detach() for n, y in outs.items()}, grads
+
+
+def _short(name: str) -> str:
+    return "w" if name == "weight" else name

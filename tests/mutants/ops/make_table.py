@@ -1,0 +1,82 @@
+"""Run every family mutant through ``cases/family.toml`` and write the family section of
+docs/mutants.md (between its ``ops-mutants`` markers).
+
+    PYTHONPATH=. python tests/mutants/ops/make_table.py        # ~1 minute per mutant
+
+Each mutant is run as a user would: ``gradcheck-bi run --case cases/family.toml --kernel
+tests/mutants/ops/X.py:Mutant`` (no --op: recognised from its parameters), and must exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ops_catalog as catalog
+
+DOC = catalog.REPO / "docs" / "mutants.md"
+BEGIN, END = "<!-- ops-mutants:begin -->", "<!-- ops-mutants:end -->"
+
+
+def run_case(ref: str) -> tuple[int, list[dict]]:
+    from gradcheck_bi.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        code = main(["run", "--case", str(catalog.REPO / "cases" / "family.toml"),
+                     "--kernel", ref, "--format", "json", "--output", str(out),
+                     "--no-progress"])
+        doc = json.loads(out.read_text()) if out.exists() else {}
+    return code, doc.get("results", [])
+
+
+def _where(r: dict) -> str:
+    parts = [f"γ={r['weight']}"]
+    if r.get("bias"):
+        parts.append(f"β={r['bias']}")
+    if r.get("norm_before_gate") is not None:
+        parts.append(f"G={'D' if r['group_size'] == r['shape'][-1] else 'D/4'}")
+        parts.append("before" if r["norm_before_gate"] else "after")
+    return " ".join(parts)
+
+
+def row(m: catalog.OpMutant) -> tuple[str, bool]:
+    code, results = run_case(m.ref)
+    bad = [r for r in results if not r["as_expected"]]
+    checks = sorted({r["check"] for r in bad}, key=lambda c: [r["check"] for r in results]
+                    .index(c))
+    where = sorted({_where(r) for r in bad})
+    passed = sorted({_where(r) for r in results if r["check"] == m.primary
+                     and r["as_expected"]})
+    blind = ", ".join(passed) if passed else "—"
+    caught = code == 1 and m.primary in checks
+    cells = [m.stem[:4], m.op, m.title, ", ".join(checks) or "—",
+             f"{len(bad)} of {len(results)}", ", ".join(where) or "—", blind]
+    return "| " + " | ".join(cells) + " |", caught
+
+
+def main() -> int:
+    lines = ["| id | op | defect | caught by | results failed | where | its check "
+             "passes at |", "| --- | --- | --- | --- | ---: | --- | --- |"]
+    caught = 0
+    for m in catalog.MUTANTS:
+        text, ok = row(m)
+        lines.append(text)
+        caught += ok
+        print(text, flush=True)
+    n = len(catalog.MUTANTS)
+    lines += ["", f"_{n} family mutants, {caught} caught (exit 1, their own check among the "
+              "catchers) by `cases/family.toml` in fp64 on CPU._"]
+    doc = DOC.read_text(encoding="utf-8")
+    head, _, rest = doc.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail,
+                   encoding="utf-8")
+    return 0 if caught == n else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""The family's mutant catalogue: single-defect kernels of fused add + RMSNorm, LayerNorm and
+gated RMSNorm (tests/mutants/ops/), each a copy of the correct kernel in tests/kernels/ with
+one defect marked ``# MUTANT``; shared by tests/test_op_mutants.py and make_table.py (which
+writes the family section of docs/mutants.md).
+
+``fast`` is one point where the ``primary`` check must fail; ``blind`` lists points where
+the defect is invisible by construction — a γ control (γ = ones hides a defect multiplied
+by γ − 1), an option (group_size = D hides a backward that ignores the groups;
+norm_before_gate = True one that ignores the mode) or a check the defect does not touch.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+SHAPE = (2, 3, 32)  # 3-D; D = 32 gives group sizes 8 (= D/4) and 32 (= D)
+
+
+@dataclass(frozen=True)
+class Point:
+    check: str
+    weight: str = "randn"
+    bias: str | None = None
+    group_size: int | None = None
+    norm_before_gate: bool | None = None
+
+    def label(self) -> str:
+        extra = [f"β={self.bias}" if self.bias else "",
+                 f"group_size={self.group_size}" if self.group_size else "",
+                 "" if self.norm_before_gate is None else
+                 f"norm_before_gate={self.norm_before_gate}"]
+        return " ".join([self.check, f"γ={self.weight}", *[e for e in extra if e]])
+
+
+@dataclass(frozen=True)
+class OpMutant:
+    stem: str
+    op: str
+    fast: Point
+    blind: tuple[Point, ...] = field(default=())
+
+    @property
+    def primary(self) -> str:
+        return self.fast.check
+
+    @property
+    def path(self) -> Path:
+        return HERE / f"{self.stem}.py"
+
+    @property
+    def ref(self) -> str:
+        return f"{self.path.relative_to(REPO)}:Mutant"
+
+    @property
+    def title(self) -> str:
+        doc = ast.get_docstring(ast.parse(self.path.read_text())) or ""
+        return doc.splitlines()[0].split(":", 1)[1].strip().rstrip(".")
+
+
+FUSED, LAYER, GATED = "fused_add_rms_norm", "layer_norm", "rms_norm_gated"
+MUTANTS: list[OpMutant] = [
+    # A None gradient fails every gradient check (the contract is broken at each call).
+    OpMutant("fa01_no_residual_gradient", FUSED, Point("dresidual"), (Point("forward"),)),
+    OpMutant("fa02_residual_cotangent_through_the_norm", FUSED, Point("dx"),
+             (Point("forward"),)),
+    OpMutant("fa03_ignores_residual_out_cotangent", FUSED, Point("dresidual", "ones"),
+             (Point("dw"), Point("forward"))),
+    OpMutant("fa04_dx_double_weight", FUSED, Point("dx"),
+             (Point("dx", "ones"), Point("dresidual", "ones"), Point("dx", "zeros"))),
+    OpMutant("fa05_dw_from_x_not_the_sum", FUSED, Point("dw"), (Point("dx"),)),
+    OpMutant("ln01_mean_subtracted_twice", LAYER, Point("dx"), (Point("dbias"),)),
+    OpMutant("ln02_dbias_times_gamma", LAYER, Point("dbias"),
+             (Point("dbias", "ones"), Point("dbias", "ones", "zeros"))),
+    OpMutant("ln03_dx_drops_the_mean_term", LAYER, Point("dx", "ones"), (Point("dx", "zeros"),)),
+    OpMutant("ln04_variance_not_centred", LAYER, Point("forward"), (Point("dbias"),)),
+    OpMutant("gn01_dz_written_as_dx", GATED, Point("dz"), (Point("dx"),)),
+    OpMutant("gn02_backward_ignores_group_size", GATED, Point("dx", group_size=8),
+             (Point("dx", group_size=32), Point("dz", group_size=32))),
+    OpMutant("gn03_dx_double_weight", GATED, Point("dx"), (Point("dx", "ones"),)),
+    OpMutant("gn04_backward_ignores_norm_before_gate", GATED,
+             Point("dx", norm_before_gate=False), (Point("dx", norm_before_gate=True),
+                                                    Point("dz", norm_before_gate=True))),
+]
+BY_STEM = {m.stem: m for m in MUTANTS}
+CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
+           GATED: "tests/kernels/rms_norm_gated.py"}
+
+
+def run_points(ref: str, points: list[Point], dtype: str = "fp64") -> list[Any]:
+    """Run each point (zcg off, the catalogue's shape) through the library, on CPU."""
+    from gradcheck_bi.kernels import resolve
+    from gradcheck_bi.runner import run
+    from gradcheck_bi.sweep import Sweep
+
+    spec = resolve(ref)
+    results = []
+    for p in points:
+        sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[SHAPE], checks=[p.check],
+                      weights=[p.weight], zcg=[False],
+                      biases=[p.bias] if p.bias else ["randn"],
+                      group_sizes=[p.group_size] if p.group_size else [None],
+                      norm_before_gate=[True if p.norm_before_gate is None
+                                        else p.norm_before_gate])
+        results.extend(run(sweep, [spec]))
+    return results
+
+
+def load_module(stem: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"gradcheck_bi_op_mutant_{stem}",
+                                                  HERE / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

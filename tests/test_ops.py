@@ -1,0 +1,222 @@
+"""The norm family (gradcheck_bi.ops, gradcheck_bi.checks.family): references, engine,
+recognition, the sweep and the JSON, each checked against something written independently.
+
+The references are compared with formulas written here (and torch's own layer_norm); the
+correct kernels (tests/kernels/) with torch.autograd through the reference on fresh random
+inputs; the finite-difference engine with autograd through the reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gradcheck_bi import cli
+from gradcheck_bi.checks.family import exact_grads, make_point, reference
+from gradcheck_bi.checks.family.gradients import reach, step_scale
+from gradcheck_bi.fd.coloured import input_grad_outputs
+from gradcheck_bi.fd.step import pow2
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.opcall import op_grads
+from gradcheck_bi.ops import OPS
+from gradcheck_bi.runner import run
+from gradcheck_bi.sweep import Sweep, grid, not_run
+from gradcheck_bi.vocab import Config, KernelLoadError
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = {"fused_add_rms_norm": "tests/kernels/fused_add_rms_norm.py",
+           "layer_norm": "tests/kernels/layer_norm.py",
+           "rms_norm_gated": "tests/kernels/rms_norm_gated.py"}
+SHAPES = "tests/kernels/family_shapes.py"
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _points(op: str) -> list[Config]:
+    """Configs of ``op`` at every option value the default sweep has, γ randn, zcg off."""
+    base = Config(check="forward", op=op, shape=(3, 2, 32), seed=7)
+    return [cfg for _, cfg in grid(Sweep(kernels=[], targets=[("cpu", "fp64")],
+                                         shapes=[(3, 2, 32)], seeds=[7], checks=["forward"],
+                                         weights=["randn"], zcg=[False]),
+                                   [resolve(KERNELS[op])])] or [base]
+
+
+def test_references_match_formulas_written_here() -> None:
+    g = _gen(1)
+    x, r, z = (torch.randn(4, 24, generator=g, dtype=torch.float64) for _ in range(3))
+    w, b = (torch.randn(24, generator=g, dtype=torch.float64) for _ in range(2))
+    eps = 1e-5
+    ref = OPS["layer_norm"].reference({"x": x}, {"weight": w, "bias": b}, {"eps": eps})
+    assert torch.allclose(ref["y"], F.layer_norm(x, (24,), w, b, eps), rtol=0, atol=1e-13)
+    fused = OPS["fused_add_rms_norm"].reference({"x": x, "residual": r}, {"weight": w},
+                                               {"eps": eps})
+    s = x + r
+    by_hand = s / torch.sqrt((s * s).sum(-1, keepdim=True) / 24 + eps) * w
+    assert torch.equal(fused["residual_out"], s)
+    assert torch.allclose(fused["y"], by_hand, rtol=0, atol=1e-13)
+    for before in (True, False):
+        out = OPS["rms_norm_gated"].reference({"x": x, "z": z}, {"weight": w},
+                                             {"eps": eps, "group_size": 8,
+                                              "norm_before_gate": before})["y"]
+        gate = z / (1 + torch.exp(-z))
+        v = x if before else x * gate
+        expect = torch.empty_like(v)
+        for k in range(0, 24, 8):  # one group at a time, by hand
+            block = v[:, k:k + 8]
+            expect[:, k:k + 8] = block / torch.sqrt((block * block).mean(-1, keepdim=True) + eps)
+        expect = expect * w * (gate if before else 1.0)
+        assert torch.allclose(out, expect, rtol=0, atol=1e-13), before
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+def test_correct_kernels_match_autograd_through_the_reference(op: str) -> None:
+    spec = resolve(KERNELS[op])
+    for cfg in _points(op):
+        for control, zcg in (("randn", False), ("randn", True), ("ones", False)):
+            if zcg not in spec.zcg:
+                continue
+            p = make_point(Config(**{**cfg.__dict__, "control": control,
+                                     "zero_centered_gamma": zcg}))
+            outs, grads = op_grads(spec.fn, p.inputs, p.params, p.cotangents, p.options, p.zcg)
+            exact, ref = exact_grads(p), reference(p)
+            for name, y in outs.items():
+                assert torch.allclose(y, ref[name], rtol=0, atol=1e-12), (op, name)
+            for name, g in grads.items():
+                err = float((g - exact[name]).abs().max())
+                assert err < 1e-11, (op, cfg.group_size, cfg.norm_before_gate, name, err)
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+def test_finite_differences_of_the_reference_match_autograd(op: str) -> None:
+    """The engine differencing the fp64 reference itself: every input's estimate within its
+    noise floor of the exact gradient."""
+    for cfg in _points(op):
+        p = make_point(cfg)
+        exact = exact_grads(p)
+        for name in p.op.inputs:
+            others = {n: t.reshape(-1, 32) for n, t in p.inputs.items() if n != name}
+
+            def forward(t2: torch.Tensor, name: str = name, others: Any = others,
+                        p: Any = p) -> list[torch.Tensor]:
+                k = t2.shape[0] // 6
+                ins = {name: t2, **{n: o.repeat(k, 1) for n, o in others.items()}}
+                out = p.op.reference(ins, p.effective, p.options)
+                return [out[o] for o in p.op.outputs]
+
+            h = pow2(2.0**-11 * step_scale(p, name))
+            est = input_grad_outputs(forward, p.inputs[name], [p.cotangents[o] for o in
+                                                               p.op.outputs], h,
+                                     reach=reach(p, name, list(p.op.outputs)))
+            ratio = float(((est.grad - exact[name]).abs() / est.noise_floor).max())
+            assert ratio <= 1.0, (op, cfg.group_size, cfg.norm_before_gate, name, ratio)
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+def test_correct_kernels_named_by_path_pass_every_check(op: str, dtype: str) -> None:
+    spec = resolve(KERNELS[op])
+    assert spec.op == op and spec.recognised.startswith(f"recognised {op}")
+    sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[(2, 3, 32)])
+    results = run(sweep, [spec])
+    assert {r.check for r in results} == set(OPS[op].checks)
+    bad = [(r.check, r.weight, r.bias, r.group_size, r.norm_before_gate, r.message,
+            r.max_abs_err, r.tolerance) for r in results if r.status != "pass"]
+    assert not bad
+
+
+def test_gated_default_sweep_covers_group_sizes_and_both_modes() -> None:
+    spec = resolve(KERNELS["rms_norm_gated"])
+    cfgs = [c for _, c in grid(Sweep(kernels=[], targets=[("cpu", "fp64")],
+                                     shapes=[(2, 64)], checks=["dz"]), [spec])]
+    assert {(c.group_size, c.norm_before_gate) for c in cfgs} == {
+        (16, True), (16, False), (64, True), (64, False)}
+    layer = [c for _, c in grid(Sweep(kernels=[], targets=[("cpu", "fp64")], checks=["dbias"],
+                                      weights=["ones"]), [resolve(KERNELS["layer_norm"])])]
+    assert [c.bias for c in layer] == ["randn", "zeros"]
+
+
+def test_half_precision_points_are_not_scheduled_and_a_note_says_so() -> None:
+    spec = resolve(KERNELS["layer_norm"])
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "bf16"), ("cpu", "fp32")])
+    cfgs = [c for _, c in grid(sweep, [spec])]
+    assert cfgs and {c.dtype for c in cfgs} == {"fp32"}
+    assert any("bf16 results" in n and "not run" in n and "layer_norm" in n
+               for n in not_run([sweep], [spec]))
+
+
+def test_json_keys_of_an_op_result_and_none_for_rmsnorm(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    code = cli.main(["run", "--kernel", KERNELS["layer_norm"], "--check", "dbias",
+                     "--weight", "ones", "--shape", "2,16", "--format", "json",
+                     "--no-progress"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert code == 0, doc
+    keys = list(doc["results"][0])
+    assert keys[:3] == ["kernel", "op", "check"]
+    assert keys[keys.index("weight") + 1] == "bias"
+    assert [r["bias"] for r in doc["results"]] == ["randn", "zeros"]
+    assert "recognised layer_norm from its parameters (x, weight, bias, eps)" in err
+    cli.main(["run", "--kernel", "after", "--check", "forward", "--weight", "ones",
+              "--zcg", "off", "--shape", "2,16", "--format", "json", "--no-progress"])
+    plain = json.loads(capsys.readouterr()[0])["results"][0]
+    assert not {"op", "bias", "group_size", "norm_before_gate"} & set(plain)
+
+
+@pytest.mark.parametrize("attr, op", [
+    ("fused_add", "fused_add_rms_norm"),          # hidden_states, residual: positional
+    ("fused_add_y_only", "fused_add_rms_norm"),   # X, R, W; returns y alone
+    ("gated", "rms_norm_gated"),                  # z before x, keyword-only options
+    ("layer_norm", "layer_norm"),                 # input, variance_epsilon
+    ("rms_with_optional", "rms_norm"),            # bias=None, residual=None, prenorm=False
+    ("FusedAddNorm", "fused_add_rms_norm"),       # an nn.Module: forward(hidden, residual)
+    ("GatedNorm", "rms_norm_gated"),              # ctor group_size, norm_before_gate
+    ("BiasNorm", "layer_norm"),                   # (D,) parameters gamma and beta
+])
+def test_recognised_from_parameter_names(attr: str, op: str) -> None:
+    spec = resolve(f"{SHAPES}:{attr}")
+    assert spec.op == op, spec.recognised
+    # RMSNorm is the default reading: no note unless --op said so.
+    assert spec.recognised.startswith(f"recognised {op} from its parameters") if op != \
+        "rms_norm" else spec.recognised == ""
+    results = run(Sweep(kernels=[], targets=[("cpu", "fp64")], shapes=[(2, 16)],
+                        weights=["randn"], zcg=[False]), [spec])
+    assert results and all(r.status == "pass" for r in results), [
+        (r.check, r.status, r.message) for r in results if r.status != "pass"]
+
+
+def test_ambiguous_signature_is_one_line_and_op_decides(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    with pytest.raises(KernelLoadError, match="fit fused_add_rms_norm and layer_norm"):
+        resolve(f"{SHAPES}:fused_and_bias")
+    code = cli.main(["run", "--kernel", f"{SHAPES}:fused_and_bias", "--no-progress"])
+    err = capsys.readouterr()[1]
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    spec = resolve(f"{SHAPES}:fused_and_bias", {"op": "fused_add_rms_norm"})
+    assert spec.op == "fused_add_rms_norm" and "given by --op" in spec.recognised
+    with pytest.raises(KernelLoadError, match="--op 'norm'"):
+        resolve(f"{SHAPES}:fused_add", {"op": "norm"})
+
+
+def test_torch_layer_norm_adapters_pass_on_cpu() -> None:
+    for name in ("torch:layer_norm", "torch:nn.LayerNorm"):
+        spec = resolve(name)
+        assert spec.op == "layer_norm"
+        results = run(Sweep(kernels=[], targets=[("cpu", "fp32")], shapes=[(3, 40)]), [spec])
+        assert results and all(r.status == "pass" for r in results), name
+
+
+def test_ops_command_lists_every_op_and_the_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["ops"]) == 0
+    out = capsys.readouterr()[0]
+    for op in OPS.values():
+        assert op.name in out and f"checks {', '.join(op.checks)}" in out
+    assert "hidden_states" in out and "variance_epsilon" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
