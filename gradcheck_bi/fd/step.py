@@ -17,7 +17,7 @@ import torch
 
 # Step relative to the row length scale ℓ, per dtype of the forward. Near u^(1/5) for the
 # 4th-order stencil (fp64 ~7e-4, fp32 ~4e-2). `gradcheck-bi plot` measures the error against
-# the step: its minimum sits at 2^-11 in fp64 and 2^-5 in fp32 (README, docs/img/).
+# the step: its minimum sits at 2^-11 in fp64 and 2^-5 in fp32 (docs/checks.md, docs/img/).
 STEP_REL = {torch.float64: 2.0**-11, torch.float32: 2.0**-5}
 DEFAULT_STEP_REL = 2.0**-5
 # dw: y is linear in w for RMSNorm, so a large step costs no truncation error and divides
