@@ -1,6 +1,6 @@
 """False alarms of the family's other ops: ≥ 200 random configurations per dtype per op.
 
-    PYTHONPATH=. python benchmarks/op_false_alarms.py [N] [--dtypes fp64,fp32]
+    PYTHONPATH=. python benchmarks/op_false_alarms.py [N] [--dtypes fp64,fp32] [--ops OP,…]
 
 Every check of each op's correct kernel (tests/kernels/) at N seeded random configurations
 per op and dtype (tests/independent/op_false_alarms.py draws them); prints the table
@@ -24,10 +24,11 @@ def main() -> int:
     dtypes = ("fp64", "fp32")
     if "--dtypes" in args:
         dtypes = tuple(args[args.index("--dtypes") + 1].split(","))
+    ops = tuple(args[args.index("--ops") + 1].split(",")) if "--ops" in args else None
     started = time.perf_counter()
     tallies: dict = {}
     for dtype in dtypes:  # N per dtype: one run per dtype
-        tallies.update(op_false_alarms.run(n, (dtype,), "cpu",
+        tallies.update(op_false_alarms.run(n, (dtype,), "cpu", ops=ops,
                                            log=lambda s: print(s, file=sys.stderr)))
     header = (f"{n} random configurations per op and dtype, CPU, "
               f"{time.perf_counter() - started:.0f} s")

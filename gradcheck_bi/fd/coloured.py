@@ -90,12 +90,20 @@ def input_grad_outputs(
     h: torch.Tensor,
     stencil: Stencil = CENTRAL4,
     reach: list[int] | None = None,
+    shared: torch.Tensor | None = None,
+    offsets: list[torch.Tensor | None] | None = None,
 ) -> FDEstimate:
     """Central-difference ``dL/dt`` for ``L = Σ_k Σ gs[k] · forward(t)[k]``, every element.
 
     ``forward`` maps ``(N, D)`` rows of ``t`` to its outputs, each ``(N, D)``, holding the
     other inputs (repeated to ``N`` rows); ``h`` is the step per row, ``(R,)``, fp64;
-    ``reach`` the group each output's elements move in (default: the whole row).
+    ``reach`` the group each output's elements move in (default: the whole row);
+    ``shared`` (``(R,)``, in units of ``u``) a rounding every element of a row shares that
+    the model's ``(Σ g y)²`` term does not contain (a layer norm's mean: additive, not
+    relative), added to one point's variance; ``offsets`` per output, a part of ``y`` that
+    the statistic does not scale (a layer norm's β): the model then runs on ``y − offset``
+    (what rounds relative to the statistic) and adds the final addition's own rounding of
+    each ``y`` — where ``n γ`` and β nearly cancel, ``|y|`` would understate both.
     """
     n_cols = t.shape[-1]
     t2 = t.detach().reshape(-1, n_cols)
@@ -133,10 +141,18 @@ def input_grad_outputs(
     even = even - (taken[:n_lev] + taken[n_lev:]) * grad.T[None]
     u = unit_roundoff(t.dtype)
     coupled = all(k == n_cols for k in reach)  # y0's rounding shared by a row's columns
+    offs = list(offsets) if offsets is not None else [None] * len(y0)
+    scaled = [y if o is None else y - o.to(y) for y, o in zip(y0, offs, strict=True)]
     if coupled:
-        sigma_m = model_sigma(torch.cat(g2, -1), torch.cat(y0, -1), u).expand(n_cols, n_rows)
+        sigma_m = model_sigma(torch.cat(g2, -1), torch.cat(scaled, -1), u).expand(n_cols,
+                                                                                 n_rows)
     else:
-        sigma_m = u * reached_sigma(g2, y0, reach)
+        sigma_m = u * reached_sigma(g2, scaled, reach)
+    extra = sum((((g * y) ** 2).sum(-1) for g, y, o in zip(g2, y0, offs, strict=True)
+                 if o is not None), torch.zeros(n_rows, dtype=torch.float64, device=dev))
+    if shared is not None:
+        extra = extra + shared.to(extra) ** 2
+    sigma_m = torch.sqrt(sigma_m**2 + u * u * extra)
     resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
     lam = noise_scale(noise_residual(even), resid_var * sigma_m**2, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's

@@ -51,8 +51,8 @@ def configs(op: str, n: int, dtypes: tuple[str, ...], device: str, seed: int,
 
 
 def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
-        widths: tuple[int, ...] = WIDTHS, log: Callable[[str], None] = lambda s: None
-        ) -> dict[tuple[str, str, str], dict[str, Any]]:
+        widths: tuple[int, ...] = WIDTHS, log: Callable[[str], None] = lambda s: None,
+        ops: tuple[str, ...] | None = None) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every check of every op's correct kernel at ``n`` configurations per op → tallies
     per (op, dtype, check): count, failures, the worst err/tol ratio and the messages."""
     from dataclasses import replace
@@ -64,6 +64,8 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
 
     tallies: dict[tuple[str, str, str], dict[str, Any]] = {}
     for op, ref in KERNELS.items():
+        if ops is not None and op not in ops:
+            continue
         spec = resolve(str(REPO / ref))
         for i, kw in enumerate(configs(op, n, dtypes, device, seed, widths)):
             if kw["zero_centered_gamma"] not in spec.zcg:

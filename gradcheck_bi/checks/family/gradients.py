@@ -28,7 +28,7 @@ from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, make_point
 from gradcheck_bi.checks.family.rounding import kernel_sigma
 from gradcheck_bi.checks.gradients import _fd_verdict, _rounding_scale
-from gradcheck_bi.checks.summation import dw_sigma
+from gradcheck_bi.checks.summation import any_order_var, dw_sigma
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
@@ -74,6 +74,23 @@ def reach(point: OpPoint, name: str, returned: list[str]) -> list[int]:
     return out
 
 
+def shared_sigma(point: OpPoint) -> torch.Tensor | None:
+    """Per row, in ``u``: a rounding every output of the row shares beyond the relative one
+    of a statistic ``r`` (which the noise model has). A layer norm's mean ``μ`` errs by
+    ``δμ`` (σ ``sqrt(V(x)/D² + μ²)``: its sum in any order and its division), shifting every
+    ``x_i − μ`` alike, so ``Σ g y`` moves by ``ρ δμ Σ g γ``."""
+    if point.op.name != "layer_norm":
+        return None
+    x = point.inputs64["x"].reshape(-1, point.inputs["x"].shape[-1])
+    d = x.shape[-1]
+    mu = x.mean(-1)
+    c = x - mu[:, None]
+    rho = torch.rsqrt((c * c).mean(-1) + point.options["eps"])
+    gg = (point.cotangents["y"].to(torch.float64).reshape(-1, d)
+          * point.effective["weight"]).sum(-1)
+    return rho * gg.abs() * torch.sqrt(any_order_var(x) / d**2 + mu * mu)
+
+
 def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
                    ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
     d = point.inputs["x"].shape[-1]
@@ -116,7 +133,9 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
         h = pow2(rel * step_scale(point, name))
         est = input_grad_outputs(_input_forward(fn, point, name, returned), point.inputs[name],
                                  [point.cotangents[o] for o in returned], h, stencil,
-                                 reach(point, name, returned))
+                                 reach(point, name, returned), shared_sigma(point),
+                                 [point.params.get("bias") if o == "y" else None
+                                  for o in returned])
     else:
         est = fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
                              point.cotangents["y"], stencil)
