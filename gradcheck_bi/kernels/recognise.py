@@ -77,7 +77,9 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     params = _params(fn, skip_first)
     roles = roles_of(params)
     every = params + list(extra or [])
-    named = [p.name for p in extra or [] if ROLE_OF.get(p.name.lower()) is not None]
+    named = list(dict.fromkeys(p.name for p in extra or []
+                               if ROLE_OF.get(p.name.lower()) is not None
+                               and p.name not in {q.name for q in params}))
     listing = f"({', '.join(p.name for p in params)}{'; ' if named else ''}{', '.join(named)})"
     if forced is not None:
         if forced not in OPS:
@@ -98,8 +100,9 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         return Recognition("rms_norm", roles, f"recognised rms_norm from its parameters "
                            f"{listing}")
     missing = [r for r in op.needs if r not in present and r not in roles.values()]
-    why = "; ".join(f"{p.name!r} is {_MARK_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
-                    if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks))
+    why = "; ".join(dict.fromkeys(
+        f"{p.name!r} is {_MARK_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
+        if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))
     if missing:  # a mark among names that say nothing else (f(a, b, c, d)): RMSNorm's rules
         return Recognition("rms_norm", roles, f"recognised rms_norm from its parameters "
                            f"{listing} (no {', '.join(missing)} for {op.name})")
