@@ -32,11 +32,11 @@ from gradcheck_bi.cli.options import (
     write_output,
 )
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED
-from gradcheck_bi.kernels.trace import is_internal, kernel_frames
+from gradcheck_bi.kernels.trace import is_internal, located
 from gradcheck_bi.report.plot import PlotDependencyError, render_text, save_png
 from gradcheck_bi.runner import resolve_kernels
 from gradcheck_bi.stepsweep import STEP_EXPONENTS, step_sweep, to_json
-from gradcheck_bi.vocab import Unsupported, first_line
+from gradcheck_bi.vocab import Unsupported
 
 DEFAULT_SHAPE = "4,256"
 
@@ -125,9 +125,7 @@ def plot_command(
     except Exception as exc:  # the kernel's crash, not gradcheck-bi's (that one exits 4)
         if is_internal(exc):
             raise
-        frames = kernel_frames(exc)
-        where = f" (at {frames[-1]})" if frames else ""
-        sys.stderr.write(f"gradcheck-bi: the kernel raised: {first_line(exc)}{where}\n")
+        sys.stderr.write(f"gradcheck-bi: the kernel raised: {located(exc)}\n")
         return EXIT_UNEXPECTED
     if fmt_name == "json":
         text = to_json(sweep)

@@ -16,14 +16,13 @@ from typing import Any
 
 from gradcheck_bi.checks import tolerance_settings
 from gradcheck_bi.checks.probe import refusal
-from gradcheck_bi.kernels.trace import full_traceback, kernel_frames
+from gradcheck_bi.kernels.trace import full_traceback, kernel_frames, located
 from gradcheck_bi.vocab import (
     Config,
     ContractViolation,
     Measurement,
     Result,
     Unsupported,
-    first_line,
 )
 
 
@@ -91,8 +90,7 @@ def judge_raised(kernel: str, expected: str, cfg: Config, exc: Exception) -> Res
         return judge(kernel, expected, cfg, status="unsupported",
                      message=f"kernel refuses {cfg.device}/{cfg.dtype}: {why}")
     frames = kernel_frames(exc)
-    where = f" (at {frames[-1]})" if frames else ""
-    return judge(kernel, expected, cfg, status="error", message=first_line(exc) + where,
+    return judge(kernel, expected, cfg, status="error", message=located(exc),
                  details={"traceback": frames} if frames else None,
                  trace=full_traceback(exc))
 

@@ -23,6 +23,8 @@ import sysconfig
 import traceback
 from pathlib import Path
 
+from gradcheck_bi.vocab import first_line
+
 _PACKAGE = Path(__file__).resolve().parent.parent  # gradcheck_bi/
 _BUNDLED = {_PACKAGE / "kernels" / name for name in (
     "rmsnorm.py", "reduction.py", "_triton_kernels.py", "blocking.py")}
@@ -81,3 +83,10 @@ def is_internal(exc: BaseException) -> bool:
     ours = [fs for fs in tb if not fs.filename.startswith("<")
             and _is_machinery(Path(fs.filename).resolve())]
     return bool(ours) and ours[-1] is tb[-1]
+
+
+def located(exc: BaseException) -> str:
+    """``"NameError: … (at my_norm.py:6 in forward)"``: the exception's first line and the
+    innermost frame of the kernel's own code, where there is one."""
+    frames = kernel_frames(exc)
+    return first_line(exc) + (f" (at {frames[-1]})" if frames else "")
