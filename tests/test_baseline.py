@@ -234,3 +234,26 @@ def test_drift_lines_end_the_text_report_on_stdout(capsys: pytest.CaptureFixture
     assert any("drift:" in ln for ln in lines[-4:]), out
     assert lines[-2].startswith("BASELINE: 1 result drifted") and lines[-1].startswith(
         "VERDICT")
+
+
+def test_other_ops_results_keep_their_own_keys(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    """Two results of the gated norm that differ only in group size or norm_before_gate, or
+    of the layer norm only in β, are two baseline rows (they once shared a key, so one
+    result's drift hid behind the other's record); a rerun is drift-free."""
+    path = tmp_path / "base.json"
+    args = ["run", "--kernel", "tests/kernels/rms_norm_gated.py:RMSNormGated",
+            "--kernel", "tests/kernels/layer_norm.py:LayerNorm", "--shape", "3,40",
+            "--check", "forward", "--no-progress", "--format", "json"]
+    code, out, _ = run(capsys, *args, "--baseline", str(path), "--update-baseline")
+    assert code == 0
+    results = json.loads(out)["results"]
+    rows = json.loads(path.read_text())["results"]
+    assert len({bl.key_of(r) for r in results}) == len(results) == len(rows)
+    assert {r.get("group_size") for r in rows} > {None}
+    assert {r.get("norm_before_gate") for r in rows} >= {True, False}
+    assert {r.get("bias") for r in rows} >= {"randn", "zeros"}
+    code, out, _ = run(capsys, *args, "--baseline", str(path))
+    assert code == 0 and json.loads(out)["baseline"]["drift"] == []
+    gated = next(r for r in rows if r.get("norm_before_gate") is False)
+    assert "norm_before_gate False" in bl.describe_key(bl.key_of(gated))

@@ -49,7 +49,7 @@ from typing import Any
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
 from gradcheck_bi.checks import SETTING_NAMES
-from gradcheck_bi.vocab import Result, format_error
+from gradcheck_bi.vocab import OP_FIELDS, Result, format_error
 
 FORMAT = "gradcheck-bi baseline"
 # 2: keys carry the tolerance settings, kernel refs normalised, tolerance_slack in the head.
@@ -65,9 +65,12 @@ FLOOR_FRACTION = 1e-6
 # ×1e8). Same machine and backend, a tighter slack (even 0) holds; edit it in the file.
 TOLERANCE_SLACK = 0.25
 KEY_FIELDS = ("kernel", "check", "device", "dtype", "shape", "eps", "seed", "weight",
-              "zero_centered_gamma", "input_scale", "weight_scale", "layout", *SETTING_NAMES)
-# Keys a baseline recorded before they existed: read as the value every such result had.
-KEY_DEFAULTS = {"layout": "contiguous"}
+              "zero_centered_gamma", "input_scale", "weight_scale", "layout", *SETTING_NAMES,
+              *OP_FIELDS)
+# Keys a baseline recorded before they existed, and the op fields an RMSNorm result leaves
+# out (as its JSON does): read as the value every such result has.
+KEY_DEFAULTS: dict[str, Any] = {"layout": "contiguous", "op": "rms_norm", "bias": None,
+                                "group_size": None, "norm_before_gate": None}
 Key = tuple[Any, ...]
 
 
@@ -92,6 +95,12 @@ def describe_key(key: Key) -> str:
         text += f" γ-scale {d['weight_scale']:g}"
     if d["layout"] != "contiguous":
         text += f" layout {d['layout']}"
+    if d["op"] != "rms_norm":
+        text += f" op {d['op']}"
+    for name, label in (("bias", "β="), ("group_size", "group "),
+                        ("norm_before_gate", "norm_before_gate ")):
+        if d[name] is not None:
+            text += f" {label}{d[name]}"
     for name in SETTING_NAMES:  # only what a run set: None is the derived default
         value = d[name]
         if value is not None and (name, value) not in (("mode", "full"), ("stencil", "central-4")):
@@ -139,6 +148,9 @@ class Baseline:
         for key, rec in self.entries.items():
             row: dict[str, Any] = dict(zip(KEY_FIELDS, key, strict=True))
             row["shape"] = list(row["shape"])
+            for name in OP_FIELDS:  # as the JSON: an RMSNorm row reads as it always has
+                if row[name] == KEY_DEFAULTS[name]:
+                    del row[name]
             row.update(status=rec.status, max_abs_err=_jsonable(rec.max_abs_err),
                        tolerance=_jsonable(rec.tolerance),
                        tolerance_max=_jsonable(rec.tolerance_max))
