@@ -1,0 +1,236 @@
+"""Where a whole run's time goes, for a kernel written by someone else (issue 22).
+
+    PYTHONPATH=. python3 benchmarks/gpu_run_profile.py --kernel liger [--reps 5] [-- RUN ARGS]
+
+Two parts, both printed as Markdown:
+
+* **fresh processes** — ``gradcheck-bi run --kernel K`` in a new process, ``--reps`` times
+  with a cold Triton cache (a new, empty ``TRITON_CACHE_DIR`` each time) and as many with a
+  warm one (one shared directory, primed by one uncounted run). Medians, plus the kernels
+  Triton compiled (cache entries of a cold run) and the autotuner passes
+  (``TRITON_PRINT_AUTOTUNING`` lines).
+* **one warm process, broken down** — imports; the kernel's autograd Function calls (every
+  ``Function.apply`` and its ``backward``, synchronised), split into first calls per
+  (phase, shapes, dtypes) — compile, cache load, autotune — and repeat calls; gradcheck-bi's
+  finite-difference sums (``level_sums``/``sums_into``, synchronised); the rest is
+  gradcheck-bi's own Python and torch work outside the kernel. Distinct shapes with counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import functools
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_runs(run_args: list[str], reps: int) -> dict[str, Any]:
+    """Wall seconds of ``reps`` cold and ``reps`` warm fresh-process runs, compiles, tunes."""
+    cmd = [sys.executable, "-m", "gradcheck_bi", "run", "--no-progress", "--format", "json",
+           *run_args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_PRINT_AUTOTUNING": "1"}
+
+    def once(cache: str) -> tuple[float, int, str]:
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, env={**env, "TRITON_CACHE_DIR": cache}, capture_output=True,
+                           text=True, cwd=ROOT)
+        wall = time.perf_counter() - t0
+        tunes = sum("autotuning" in line.lower() for line in p.stdout.splitlines()
+                    + p.stderr.splitlines())
+        return wall, tunes, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
+
+    out: dict[str, Any] = {"cold": [], "warm": [], "compiled": [], "tunes_cold": [],
+                           "tunes_warm": []}
+    for _ in range(reps):
+        with tempfile.TemporaryDirectory() as cache:
+            wall, tunes, verdict = once(cache)
+            out["cold"].append(wall)
+            out["tunes_cold"].append(tunes)
+            out["compiled"].append(sum(1 for p in Path(cache).rglob("*.cubin")))
+    with tempfile.TemporaryDirectory() as cache:
+        once(cache)
+        for _ in range(reps):
+            wall, tunes, verdict = once(cache)
+            out["warm"].append(wall)
+            out["tunes_warm"].append(tunes)
+    out["verdict"] = verdict
+    return out
+
+
+class Clock:
+    """Synchronised timers around the kernel's Function calls and the FD sums."""
+
+    def __init__(self, sync: Any) -> None:
+        self.sync = sync
+        self.first = 0.0
+        self.repeat = 0.0
+        self.fd = 0.0
+        self.calls: collections.Counter[tuple[Any, ...]] = collections.Counter()
+        self.first_seconds: dict[tuple[Any, ...], float] = {}
+        self._depth = 0
+
+    def kernel(self, key: tuple[Any, ...], call: Any) -> Any:
+        if self._depth:  # a Function called inside another (or inside the FD sums)
+            return call()
+        self.sync()
+        t0 = time.perf_counter()
+        self._depth += 1
+        try:
+            return call()
+        finally:
+            self._depth -= 1
+            self.sync()
+            dt = time.perf_counter() - t0
+            if key in self.calls:
+                self.repeat += dt
+            else:
+                self.first += dt
+                self.first_seconds[key] = dt
+            self.calls[key] += 1
+
+    def sums(self, call: Any) -> Any:
+        if self._depth:
+            return call()
+        self.sync()
+        t0 = time.perf_counter()
+        self._depth += 1
+        try:
+            return call()
+        finally:
+            self._depth -= 1
+            self.sync()
+            self.fd += time.perf_counter() - t0
+
+
+def _shapes(args: Any) -> tuple[Any, ...]:
+    import torch
+    return tuple((tuple(a.shape), str(a.dtype).removeprefix("torch."))
+                 for a in args if isinstance(a, torch.Tensor))
+
+
+def instrument(clock: Clock) -> None:
+    """Time every autograd Function (forward by ``apply``, backward by its staticmethod)
+    and every FD-sum entry point of gradcheck-bi."""
+    import torch
+
+    base_apply = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+    patched: set[type] = set()
+
+    def patch_backward(cls: type) -> None:
+        if cls in patched:
+            return
+        patched.add(cls)
+        bwd = cls.__dict__.get("backward")
+        if bwd is None:
+            return
+        fn = bwd.__func__ if isinstance(bwd, staticmethod) else bwd
+
+        @functools.wraps(fn)
+        def backward(ctx: Any, *grads: Any) -> Any:
+            return clock.kernel((cls.__name__, "backward", _shapes(grads)),
+                                lambda: fn(ctx, *grads))
+        cls.backward = staticmethod(backward)  # type: ignore[attr-defined]
+
+    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        patch_backward(cls)
+        return clock.kernel((cls.__name__, "forward", _shapes(args)),
+                            lambda: base_apply(cls, *args, **kwargs))
+
+    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment]
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("gradcheck_bi") or mod is None:
+            continue
+        for attr in ("level_sums", "sums_into"):
+            fn = getattr(mod, attr, None)
+            if callable(fn):
+                setattr(mod, attr, _timed_sums(clock, fn))
+
+
+def _timed_sums(clock: Clock, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def timed(*a: Any, **k: Any) -> Any:
+        return clock.sums(lambda: fn(*a, **k))
+    return timed
+
+
+def breakdown(run_args: list[str]) -> None:
+    t0 = time.perf_counter()
+    import torch
+    t_torch = time.perf_counter() - t0
+    import gradcheck_bi.cli as cli
+    import gradcheck_bi.fd.estimate  # noqa: F401  (the sums' callers, to patch)
+    with contextlib.suppress(ImportError):
+        import liger_kernel.ops.rms_norm  # noqa: F401
+    t_import = time.perf_counter() - t0
+    clock = Clock(torch.cuda.synchronize if torch.cuda.is_available() else lambda: None)
+    instrument(clock)
+    sink = io.StringIO()
+    t1 = time.perf_counter()
+    with contextlib.redirect_stdout(sink):
+        code = cli.main(["run", "--no-progress", "--format", "json", *run_args])
+    total = time.perf_counter() - t1
+    kernel = clock.first + clock.repeat
+    rest = total - kernel - clock.fd
+    print(f"\none warm process: `run {' '.join(run_args)}` exit {code}\n")
+    print("| part | seconds | share of the run |\n| --- | ---: | ---: |")
+    print(f"| imports (torch {t_torch:.2f} s, gradcheck-bi and the kernel's library) "
+          f"| {t_import:.2f} | (before) |")
+    rows = [("kernel first calls (compile / cache load / autotune), "
+             f"{len(clock.first_seconds)} distinct", clock.first),
+            (f"kernel repeat calls ({sum(clock.calls.values()) - len(clock.calls)})",
+             clock.repeat),
+            ("gradcheck-bi FD sums", clock.fd),
+            ("gradcheck-bi's other Python and torch work", rest),
+            ("the run (cli.main)", total)]
+    for name, seconds in rows:
+        print(f"| {name} | {seconds:.2f} | {seconds / total:.0%} |")
+    print(f"\ngradcheck-bi's own time (outside the kernel's calls): {clock.fd + rest:.2f} s "
+          f"= {(clock.fd + rest) / total:.0%} of the run")
+    print("\n| Function, phase, tensor shapes | calls | first call s |\n| --- | ---: | ---: |")
+    for key, n in sorted(clock.calls.items(), key=lambda kv: -clock.first_seconds[kv[0]]):
+        cls, phase, shapes = key
+        text = ", ".join(f"{tuple(s)} {d}" for s, d in shapes)
+        print(f"| {cls}.{phase} {text} | {n} | {clock.first_seconds[key]:.3f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-fresh", action="store_true", help="only the in-process breakdown")
+    ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("run_args", nargs="*", help="after --: arguments of `gradcheck-bi run`")
+    opts = ap.parse_args()
+    if opts.in_process:
+        breakdown(opts.run_args)
+        return
+    if not opts.no_fresh:
+        r = fresh_runs(opts.run_args, opts.reps)
+        med = statistics.median
+        print(f"`run {' '.join(opts.run_args)}`, fresh processes, {opts.reps} each; "
+              f"{r['verdict']}\n")
+        print("| Triton cache | median s | runs s | compiled kernels | autotune passes |")
+        print("| --- | ---: | --- | ---: | ---: |")
+        print(f"| cold | {med(r['cold']):.2f} | {' '.join(f'{t:.1f}' for t in r['cold'])} "
+              f"| {med(r['compiled']):.0f} | {med(r['tunes_cold']):.0f} |")
+        print(f"| warm | {med(r['warm']):.2f} | {' '.join(f'{t:.1f}' for t in r['warm'])} "
+              f"| – | {med(r['tunes_warm']):.0f} |")
+        sys.stdout.flush()
+    # The breakdown in its own process, so the timings above never warmed it but the cache
+    # (left primed by the default TRITON_CACHE_DIR's previous runs) is warm.
+    subprocess.run([sys.executable, __file__, "--in-process", "--", *opts.run_args],
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+
+
+if __name__ == "__main__":
+    main()
