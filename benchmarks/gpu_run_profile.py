@@ -21,9 +21,11 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import cProfile
 import functools
 import io
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -164,7 +166,7 @@ def _timed_sums(clock: Clock, fn: Any) -> Any:
     return timed
 
 
-def breakdown(run_args: list[str]) -> None:
+def breakdown(run_args: list[str], top: int = 0) -> None:
     t0 = time.perf_counter()
     import torch
     t_torch = time.perf_counter() - t0
@@ -177,8 +179,13 @@ def breakdown(run_args: list[str]) -> None:
     instrument(clock)
     sink = io.StringIO()
     t1 = time.perf_counter()
+    prof = cProfile.Profile() if top else None
     with contextlib.redirect_stdout(sink):
+        if prof:
+            prof.enable()
         code = cli.main(["run", "--no-progress", "--format", "json", *run_args])
+        if prof:
+            prof.disable()
     total = time.perf_counter() - t1
     kernel = clock.first + clock.repeat
     rest = total - kernel - clock.fd
@@ -202,17 +209,24 @@ def breakdown(run_args: list[str]) -> None:
         cls, phase, shapes = key
         text = ", ".join(f"{tuple(s)} {d}" for s, d in shapes)
         print(f"| {cls}.{phase} {text} | {n} | {clock.first_seconds[key]:.3f} |")
+    if prof:
+        print(f"\ncProfile of the run (cumulative, top {top}; times inflated by the profiler):")
+        print("```")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
+        print("```")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-fresh", action="store_true", help="only the in-process breakdown")
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N",
+                    help="also print the N top functions of the run by cumulative time")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("run_args", nargs="*", help="after --: arguments of `gradcheck-bi run`")
     opts = ap.parse_args()
     if opts.in_process:
-        breakdown(opts.run_args)
+        breakdown(opts.run_args, opts.cprofile)
         return
     if not opts.no_fresh:
         r = fresh_runs(opts.run_args, opts.reps)
@@ -228,7 +242,8 @@ def main() -> None:
         sys.stdout.flush()
     # The breakdown in its own process, so the timings above never warmed it but the cache
     # (left primed by the default TRITON_CACHE_DIR's previous runs) is warm.
-    subprocess.run([sys.executable, __file__, "--in-process", "--", *opts.run_args],
+    subprocess.run([sys.executable, __file__, "--in-process", "--cprofile",
+                    str(opts.cprofile), "--", *opts.run_args],
                    env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
 
 

@@ -20,7 +20,9 @@ than centred away, and ``λ`` is held at 1 or more: an element moved little roun
 nothing (``x + o h`` shifted by a multiple of its ulp rounds alike at every level, or one
 ulp apart), so the pooled ``λ`` measures how often its roundings differ, not how large one
 difference is.
-Columns are stacked into batched calls of at most :data:`MAX_ELEMENTS` elements per output.
+Columns are stacked into batched calls of at most :data:`MAX_ELEMENTS` elements per output;
+each output's sums are RMSNorm's (:func:`~gradcheck_bi.fd.reduce.level_sums`: one fused
+Triton pass on CUDA, fp64 differences taken elementwise before the product with g).
 
 >>> import torch
 >>> x = torch.randn(3, 8, dtype=torch.float64); g = torch.randn(3, 8, dtype=torch.float64)
@@ -47,6 +49,7 @@ from gradcheck_bi.fd.noise import (
     richardson_truncation,
     unit_roundoff,
 )
+from gradcheck_bi.fd.reduce import level_sums
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 
 MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
@@ -130,11 +133,12 @@ def input_grad_outputs(
         with torch.no_grad():
             ys = forward(xs.reshape(-1, n_cols))
         calls += 1
-        wsum = torch.zeros(2 * n_lev, c1 - c0, n_rows, dtype=torch.float64, device=dev)
-        for y, y_ref, g in zip(ys, y0, g2, strict=True):
-            wsum += ((y.reshape(xs.shape).to(torch.float64) - y_ref) * g).sum(-1)
-        sums[:n_lev, c0:c1] = wsum[:n_lev] - wsum[n_lev:]
-        sums[n_lev:, c0:c1] = wsum[:n_lev] + wsum[n_lev:]
+        if len(ys) != len(g2):
+            raise ValueError(f"forward returned {len(ys)} outputs for {len(g2)} cotangents")
+        # RMSNorm's sums, output by output: one fused pass on CUDA, each difference exact.
+        sums[:, c0:c1] = level_sums(ys[0].reshape(xs.shape), y0[0], g2[0])
+        for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
+            sums[:, c0:c1] += level_sums(y.reshape(xs.shape), y_ref, g)
     odd, even = _steps_taken(sums, taken, h)
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
