@@ -85,13 +85,17 @@ def main() -> int:
     ap.add_argument("--shape", default="64,8192")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--op", action="append")
+    ap.add_argument("--kernel", help="with one --op: this kernel instead of tests/kernels'")
     args = ap.parse_args()
+    if args.kernel and len(args.op or []) != 1:
+        ap.error("--kernel needs exactly one --op")
     shape = tuple(int(s) for s in args.shape.split(","))
     print("| op | shape | device/dtype | checks (s) | forward floor (s) | ratio |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for op in args.op or list(KERNELS):
-        r = side_by_side(op, KERNELS[op], shape, args.dtype, args.device, args.reps)
-        print(f"| {op} | {args.shape} | {args.device}/{args.dtype} | {r['check_s']:.2f} | "
+        r = side_by_side(op, args.kernel or KERNELS[op], shape, args.dtype, args.device, args.reps)
+        name = f"{op} ({args.kernel})" if args.kernel else op
+        print(f"| {name} | {args.shape} | {args.device}/{args.dtype} | {r['check_s']:.2f} | "
               f"{r['floor_s']:.2f} | {r['ratio']:.2f}× |", flush=True)
     return 0
 
