@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks.family import make_point, run_op_check
-from gradcheck_bi.fd.coloured import MAX_ELEMENTS
+from gradcheck_bi.fd.coloured import elements_per_call
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.opcall import op_forward
@@ -42,7 +42,8 @@ def floor(fn: Any, cfg: Config) -> None:
     p = make_point(cfg)
     d = cfg.shape[-1]
     rows = p.inputs["x"].numel() // d
-    per_call = max(1, MAX_ELEMENTS // (2 * len(LEVELS) * rows * d))
+    per_call = max(1, elements_per_call(torch.device(cfg.device))
+                   // (2 * len(LEVELS) * rows * d))
     with torch.no_grad():
         for _ in p.op.inputs:
             op_forward(fn, p.inputs, p.params, p.options, p.zcg)

@@ -123,7 +123,7 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     if dev.type == "cpu":
         room = min(room, CPU_CHUNK_ELEMENTS)
     elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
-        free = _cuda_free(dev)
+        free = cuda_free(dev)
         room = min(room, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
         # A power of two: the chunk (and the forward-call count in the report) stays the
         # same when free memory moves a little between processes or runs.
@@ -134,7 +134,7 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     return cols, rows
 
 
-def _cuda_free(dev: torch.device) -> int:
+def cuda_free(dev: torch.device) -> int:
     """Bytes this process could take on ``dev``: what the driver reports free plus what
     torch's caching allocator holds that no tensor uses, so the answer does not depend on
     what earlier checks in this process left cached."""

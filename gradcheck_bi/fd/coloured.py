@@ -20,7 +20,7 @@ than centred away, and ``λ`` is held at 1 or more: an element moved little roun
 nothing (``x + o h`` shifted by a multiple of its ulp rounds alike at every level, or one
 ulp apart), so the pooled ``λ`` measures how often its roundings differ, not how large one
 difference is.
-Columns are stacked into batched calls of at most :data:`MAX_ELEMENTS` elements per output;
+Columns are stacked into batched calls of at most :func:`elements_per_call` elements per output;
 each output's sums are RMSNorm's (:func:`~gradcheck_bi.fd.reduce.level_sums`: one fused
 Triton pass on CUDA, fp64 differences taken elementwise before the product with g).
 
@@ -38,6 +38,7 @@ from collections.abc import Callable
 
 import torch
 
+from gradcheck_bi.fd.budget import MEMORY_FRACTION, cuda_free
 from gradcheck_bi.fd.estimate import FDEstimate
 from gradcheck_bi.fd.noise import (
     RESIDUAL,
@@ -53,7 +54,23 @@ from gradcheck_bi.fd.reduce import level_sums
 from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 
 MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
+# On CUDA a call that small is launch-bound: at (64, 8192) it perturbs one column, 8192
+# calls per input, and Liger's fused add spent 9 s of an 11.3 s check around them (H200,
+# docs/ops.md). There a call takes up to CUDA_MAX_ELEMENTS per output, as the free device
+# memory allows at BYTES_PER_ELEMENT (the perturbed input, the other inputs repeated, every
+# output, the forward's temporaries), rounded down to a power of two so that the chunking
+# does not move between runs. The sums' bits do not depend on it.
+CUDA_MAX_ELEMENTS = 1 << 26
+BYTES_PER_ELEMENT = 64
 Y0_VAR = (2.0 * sum(RESIDUAL)) ** 2  # y0's weight in the noise residual: 90²
+
+
+def elements_per_call(device: torch.device) -> int:
+    """Perturbed elements per output in one forward call on ``device`` (see above)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return MAX_ELEMENTS
+    room = int(cuda_free(device) * MEMORY_FRACTION) // BYTES_PER_ELEMENT
+    return max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << max(0, room.bit_length() - 1)))
 
 
 def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[int]
@@ -121,7 +138,7 @@ def input_grad_outputs(
     delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
-    per_call = max(1, MAX_ELEMENTS // (2 * n_lev * n_rows * n_cols))
+    per_call = max(1, elements_per_call(dev) // (2 * n_lev * n_rows * n_cols))
     calls = 1
     for c0 in range(0, n_cols, per_call):
         c1 = min(n_cols, c0 + per_call)
