@@ -220,3 +220,24 @@ def test_ops_command_lists_every_op_and_the_names(capsys: pytest.CaptureFixture[
         assert op.name in out and f"checks {', '.join(op.checks)}" in out
     assert "hidden_states" in out and "variance_epsilon" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_cli_picks_the_other_ops_axes(capsys: pytest.CaptureFixture[str]) -> None:
+    """--bias, --group-size and --norm-before-gate set the family's own axes, as the case
+    keys biases, group_sizes and norm_before_gate do; a bad value is one line, exit 2."""
+    def results(*args: str) -> list[dict]:
+        code = cli.main(["run", "--check", "forward", "--weight", "randn", "--shape", "3,40",
+                         "--format", "json", "--no-progress", *args])
+        assert code == 0
+        return json.loads(capsys.readouterr()[0])["results"]
+
+    gated = results("--kernel", KERNELS["rms_norm_gated"], "--group-size", "8,D",
+                    "--norm-before-gate", "off")
+    assert sorted((r["group_size"], r["norm_before_gate"]) for r in gated) == [
+        (8, False), (40, False)]
+    assert [r["bias"] for r in results("--kernel", KERNELS["layer_norm"],
+                                       "--bias", "zeros")] == ["zeros"]
+    for bad in (["--group-size", "0"], ["--bias", "ones"], ["--norm-before-gate", "maybe"]):
+        assert cli.main(["run", *bad]) == 2
+        err = capsys.readouterr()[1]
+        assert err.count("\n") == 1 and bad[0] in err

@@ -86,6 +86,22 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def parse_group_sizes(values: Sequence[str] | None) -> list[int | None] | None:
+    """``--group-size 8,D``: integers >= 1, ``D`` for one group per row (None)."""
+    if not values:
+        return None
+    out: list[int | None] = []
+    for text in (v.strip() for value in values for v in value.split(",")):
+        if text == "D":
+            out.append(None)
+        elif text.isdigit() and int(text) >= 1:
+            out.append(int(text))
+        else:
+            raise UsageError(f"--group-size {text!r}: an integer >= 1, or D (one group per "
+                             "row)")
+    return out
+
+
 def parse_kernel_arg(text: str) -> tuple[str, Any]:
     """``"casting_mode=gemma"`` → ``("casting_mode", "gemma")``; the value is read as a TOML
     value when it is one (``true``, ``1e-5``, ``[1, 2]``), else kept as a string."""

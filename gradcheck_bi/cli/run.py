@@ -38,6 +38,7 @@ from gradcheck_bi.cli.options import (
     choices,
     many_of,
     one_of,
+    parse_group_sizes,
     parse_kernel_arg,
     parse_memory,
     parse_shape,
@@ -49,7 +50,7 @@ from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import complete_ref
-from gradcheck_bi.ops import ALL_CHECKS, OPS
+from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
 from gradcheck_bi.runner import check_memory
 from gradcheck_bi.shard import ShardError, parse_shard
 from gradcheck_bi.sweep import Sweep, with_overrides
@@ -114,6 +115,15 @@ def run_command(
     zcg: Annotated[str | None, typer.Option(
         metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, show_default="both",
         help="zero_centered_gamma.")] = None,
+    bias: Annotated[list[str] | None, typer.Option(
+        metavar=choices(BIAS_CONTROLS, many=True), rich_help_panel=WHAT, show_default="all",
+        help="β controls (layer_norm).")] = None,
+    group_size: Annotated[list[str] | None, typer.Option(
+        metavar="N|D,…", rich_help_panel=WHAT, show_default="D/4 and D",
+        help="Group sizes of rms_norm_gated (D: one group per row).")] = None,
+    norm_before_gate: Annotated[str | None, typer.Option(
+        metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, show_default="both",
+        help="rms_norm_gated: normalise before the gate (on) or after (off).")] = None,
     case: Annotated[Path | None, typer.Option(
         metavar="FILE.toml", rich_help_panel=WHAT, show_default="none",
         help="A TOML sweep (cases/README.md); other options override what it sets.")] = None,
@@ -212,6 +222,7 @@ def run_command(
     except ShardError as exc:
         raise UsageError(str(exc)) from None
     zcg = one_of("--zcg", zcg, tuple(ZCG))
+    gate = one_of("--norm-before-gate", norm_before_gate, tuple(ZCG))
     mode = one_of("--mode", mode, MODES)
     sweeps, recorded, dropped = _load(case, baseline, update_baseline)
     kernels = many_of("--kernel", kernel)
@@ -244,6 +255,9 @@ def run_command(
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
         layouts=many_of("--layout", layout, LAYOUTS),
+        biases=many_of("--bias", bias, BIAS_CONTROLS),
+        group_sizes=parse_group_sizes(group_size),
+        norm_before_gate=ZCG[gate] if gate else None,
     ) for sweep in sweeps]
     _check_memory(sweeps)
     done = execute(sweeps, progress, part)
