@@ -80,6 +80,8 @@ class Clock:
         self.fd = 0.0
         self.calls: collections.Counter[tuple[Any, ...]] = collections.Counter()
         self.first_seconds: dict[tuple[Any, ...], float] = {}
+        self.fd_calls: collections.Counter[tuple[Any, ...]] = collections.Counter()
+        self.fd_first: dict[tuple[Any, ...], float] = {}
         self._depth = 0
 
     def kernel(self, key: tuple[Any, ...], call: Any) -> Any:
@@ -101,7 +103,7 @@ class Clock:
                 self.first_seconds[key] = dt
             self.calls[key] += 1
 
-    def sums(self, call: Any) -> Any:
+    def sums(self, key: tuple[Any, ...], call: Any) -> Any:
         if self._depth:
             return call()
         self.sync()
@@ -112,7 +114,11 @@ class Clock:
         finally:
             self._depth -= 1
             self.sync()
-            self.fd += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.fd += dt
+            if key not in self.fd_calls:
+                self.fd_first[key] = dt
+            self.fd_calls[key] += 1
 
 
 def _shapes(args: Any) -> tuple[Any, ...]:
@@ -156,13 +162,13 @@ def instrument(clock: Clock) -> None:
         for attr in ("level_sums", "sums_into"):
             fn = getattr(mod, attr, None)
             if callable(fn):
-                setattr(mod, attr, _timed_sums(clock, fn))
+                setattr(mod, attr, _timed_sums(clock, fn, f"{name}.{attr}"))
 
 
-def _timed_sums(clock: Clock, fn: Any) -> Any:
+def _timed_sums(clock: Clock, fn: Any, where: str) -> Any:
     @functools.wraps(fn)
     def timed(*a: Any, **k: Any) -> Any:
-        return clock.sums(lambda: fn(*a, **k))
+        return clock.sums((where, _shapes(a)), lambda: fn(*a, **k))
     return timed
 
 
@@ -209,6 +215,11 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
         cls, phase, shapes = key
         text = ", ".join(f"{tuple(s)} {d}" for s, d in shapes)
         print(f"| {cls}.{phase} {text} | {n} | {clock.first_seconds[key]:.3f} |")
+    print("\n| FD sums: caller, tensor shapes | calls | first call s |\n| --- | ---: | ---: |")
+    for key, n in sorted(clock.fd_calls.items(), key=lambda kv: -clock.fd_first[kv[0]]):
+        where, shapes = key
+        text = ", ".join(f"{tuple(s)} {d}" for s, d in shapes)
+        print(f"| {where} {text} | {n} | {clock.fd_first[key]:.3f} |")
     if prof:
         print(f"\ncProfile of the run (cumulative, top {top}; times inflated by the profiler):")
         print("```")
