@@ -21,7 +21,7 @@ the detection thresholds of the dx / dw checks.
   is ``rtol + atol / max|g|``, from the same reference gradient).
 * ``sums``: the rounding the model bounds, alone: sums of n terms (signed, of one sign, of
   mean 1) in each order against an extended-precision sum, in units of ``u·sqrt(V)``
-  (gradcheck_bi/checks/summation.py): RMS and largest over 256-8192 sums.
+  (gradcheck_bi/tolerance/summation.py): RMS and largest over 256-8192 sums.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def sums() -> int:
     import orders as kernels
     import torch
 
-    from gradcheck_bi.checks.summation import any_order_var
+    from gradcheck_bi.tolerance.summation import any_order_var
 
     print("| dtype | terms | n | sums | " + " | ".join(kernels.ORDERS) + " |")
     print("| --- | --- | ---: | ---: |" + " ---: |" * len(kernels.ORDERS))

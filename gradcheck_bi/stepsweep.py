@@ -41,6 +41,7 @@ from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.fd.step import input_step_rel
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, forward_in_x
+from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.vocab import HALF_DTYPES, Config, KernelSpec, Unsupported
 
 # Smallest step exponent per dtype: at 2^lo the rounding error u/h is still well below |dx|
@@ -262,7 +263,7 @@ def step_sweep(
         raise ValueError("steps must be finite numbers > 0")
     torch_dtype = Config(check="dx", dtype=dtype).torch_dtype
     out = StepSweep(device, dtype, tuple(shape), eps, seed, st,
-                    input_step_rel(torch_dtype), fd.unit_roundoff(torch_dtype))
+                    input_step_rel(torch_dtype), unit_roundoff(torch_dtype))
     for spec in kernels:
         refused = probe(spec, device, dtype)
         if refused is not None:

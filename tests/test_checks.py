@@ -58,7 +58,7 @@ def test_measurements_carry_what_a_reviewer_needs() -> None:
     assert 0 < m.details["step_min"] <= m.details["step_max"]
     # Per element: the reported error and tolerance belong to the worst-ratio element.
     assert 0 < m.details["noise_floor"] <= m.tolerance < m.max_abs_err
-    # The kernel's own rounding adds in quadrature (checks/summation.py).
+    # The kernel's own rounding adds in quadrature (tolerance/summation.py).
     assert m.tolerance <= m.details["noise_floor"] + m.details["rounding_floor"] * (1 + 1e-12)
     assert m.tolerance <= m.details["noise_floor_max"] < 1e-9
     assert m.details["ratio"] == m.max_abs_err / m.tolerance > 1

@@ -8,9 +8,10 @@ import torch
 from conftest import rand, where_differs
 
 from gradcheck_bi import fd
-from gradcheck_bi.fd import noise
-from gradcheck_bi.fd.stencil import stencil_sum
+from gradcheck_bi.fd.stencil import richardson_truncation, stencil_sum
 from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.tolerance import noise
+from gradcheck_bi.tolerance.noise import unit_roundoff
 
 
 def _forward(w: torch.Tensor):  # type: ignore[no-untyped-def]
@@ -142,7 +143,7 @@ def test_richardson_estimates_the_truncation_it_claims() -> None:
     for st in (fd.CENTRAL2, fd.CENTRAL4):
         est = float(stencil_sum(odd, st)[0] / h)
         true = abs(est - torch.cos(torch.tensor(x0, dtype=torch.float64)).item())
-        t = float(noise.richardson_truncation(odd, st, h)[0])
+        t = float(richardson_truncation(odd, st, h)[0])
         assert 0.5 * true < t < 2 * true, (st.name, t, true)
 
 
@@ -155,7 +156,7 @@ def test_the_floor_follows_a_forward_noisier_than_its_dtype() -> None:
     x, g, w = rand(4, 256, seed=16), rand(4, 256, seed=17), rand(256, seed=18)
     honest = fd.input_grad(_forward(w), x, g, 1e-6)
     noisy = fd.input_grad(_fp32_inside(w), x, g, 1e-6)
-    u32, u64 = fd.unit_roundoff(torch.float32), fd.unit_roundoff(torch.float64)
+    u32, u64 = unit_roundoff(torch.float32), unit_roundoff(torch.float64)
     assert 0.3 < honest.noise_scale < 1.5, honest.noise_scale  # the dtype model fits fp64
     assert 0.1 * u32 < noisy.u_eff < 3 * u32, (noisy.u_eff, u32)  # measured: fp32-level
     assert honest.u_eff < 2 * u64

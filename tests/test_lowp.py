@@ -20,8 +20,6 @@ import torch
 
 from gradcheck_bi.kernels.rmsnorm import After, Before
 from gradcheck_bi.lowp import (
-    FRAC_THRESHOLD,
-    MAX_ULP_THRESHOLD,
     AuditResult,
     audit,
     classify,
@@ -29,6 +27,7 @@ from gradcheck_bi.lowp import (
     round_to,
     ulp_of,
 )
+from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, MAX_ULP_THRESHOLD
 
 F64 = torch.float64
 BF16, FP16 = torch.bfloat16, torch.float16

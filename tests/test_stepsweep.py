@@ -16,6 +16,7 @@ from gradcheck_bi.cli import main
 from gradcheck_bi.kernels.registry import resolve
 from gradcheck_bi.report.plot import MARKERS, build_figure, render_text
 from gradcheck_bi.stepsweep import Curve, StepSweep, step_sweep
+from gradcheck_bi.tolerance.noise import unit_roundoff
 
 SHAPE = (4, 64)
 
@@ -56,7 +57,7 @@ def test_after_traces_the_v_of_the_central4_stencil(fp64_central4: StepSweep,
     # The bottom of the V is where `run` puts its step, near u^(1/5) for a 4th-order stencil.
     assert fp64_central4.run_step_rel == fd.STEP_REL[torch.float64]
     assert decades(c.min_step, fp64_central4.run_step_rel) <= 1, points(c)
-    assert decades(c.min_step, fd.unit_roundoff(torch.float64) ** (1 / 5)) <= 1
+    assert decades(c.min_step, unit_roundoff(torch.float64) ** (1 / 5)) <= 1
     assert c.min_err < fp64_central4.reference_floor, points(c)
 
 

@@ -1,4 +1,4 @@
-"""The kernel's own rounding in any summation order (gradcheck_bi/checks/summation.py).
+"""The kernel's own rounding in any summation order (gradcheck_bi/tolerance/summation.py).
 
 Correct kernels that reduce sequentially, in reverse, blocked (37 lanes) or in a frozen
 atomic order (tests/independent/orders.py) pass dx and dw; the same kernels with a gradient
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "independent"))
 import orders
 
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.summation import any_order_var, forward_factor
-from gradcheck_bi.fd import K_SIGMA
+from gradcheck_bi.tolerance.noise import K_SIGMA
+from gradcheck_bi.tolerance.summation import any_order_var, forward_factor
 from gradcheck_bi.vocab import Config
 
 # Many rows, few columns: dw's sum over the rows is long, dx and the forward stay cheap.

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.tolerance import overridden, per_element_ratio
+from gradcheck_bi.tolerance.rules import overridden, per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
 
 

@@ -16,12 +16,13 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.checks._measure import bitwise_diff, measured, nonfinite
-from gradcheck_bi.checks.tolerance import forward_tolerance, overridden
-from gradcheck_bi.fd import unit_roundoff
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import call_forward
 from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.kernels.rmsnorm import compute_dtype, reference_forward
+from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, MAX_ULP_THRESHOLD, higher_margin
+from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.rules import forward_tolerance, overridden
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 REFERENCE = "fp64 torch, effective weight γ"
@@ -30,7 +31,7 @@ REFERENCE = "fp64 torch, effective weight γ"
 def check_forward(fn: Any, cfg: Config) -> Measurement:
     """``y`` vs. ``x · rsqrt(mean(x²) + eps) · γ`` computed independently in fp64.
 
-    Tolerance: :func:`~gradcheck_bi.checks.tolerance.forward_tolerance`. The details
+    Tolerance: :func:`~gradcheck_bi.tolerance.rules.forward_tolerance`. The details
     report the precision the forward delivers (:func:`delivered_precision`). The forward
     that training runs (grad enabled, x and w requiring grad) must give the same ``y``
     bitwise (:func:`training_forward_note`); a difference fails the check. bf16/fp16:
@@ -110,9 +111,9 @@ def _in_fp64(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config) -> str:
     ref = reference_forward(x64, w64, cfg.eps, cfg.zero_centered_gamma)
     scale = float(ref.abs().max())
     # Right formula: within fp64 rounding plus a margin far below the half-precision ulp
-    # (a kernel may compute its fp64 path in fp32, as Liger's llama and gemma modes do).
+    # (gradcheck_bi.tolerance.half).
     tol = forward_tolerance(scale, unit_roundoff(torch.float64), unit_roundoff(torch.float64),
-                            cfg.shape[-1]) + scale * unit_roundoff(x.dtype) / 16
+                            cfg.shape[-1]) + scale * higher_margin(unit_roundoff(x.dtype))
     if bool(((y64 - ref).abs() <= tol).all()):
         return "; in fp64 the same forward is right: a precision choice, not the formula"
     return "; its fp64 forward is wrong too: the formula, not precision"
@@ -121,10 +122,10 @@ def _in_fp64(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config) -> str:
 def check_forward_ulp(y: torch.Tensor, ref: torch.Tensor, x: torch.Tensor,
                       cfg: Config) -> Measurement:
     """The ulp audit of a bf16/fp16 ``y``: the error reported is the max error in ulps, held
-    to :data:`~gradcheck_bi.lowp.MAX_ULP_THRESHOLD`; the check also fails when more than
-    :data:`~gradcheck_bi.lowp.FRAC_THRESHOLD` of the elements are not correctly rounded, or
-    any overflows. The diagnosis (rounding choice, overflow, wrong formula) is the message
-    of a failure and ``details["diagnosis"]`` always.
+    to :data:`~gradcheck_bi.tolerance.half.MAX_ULP_THRESHOLD`; the check also fails when more
+    than :data:`~gradcheck_bi.tolerance.half.FRAC_THRESHOLD` of the elements are not correctly
+    rounded, or any overflows. The diagnosis (rounding choice, overflow, wrong formula) is the
+    message of a failure and ``details["diagnosis"]`` always.
 
     ``--atol`` / ``--rtol`` switch the verdict back to the absolute error (reported in
     ``details["max_abs_err_abs"]``) against the overridden absolute tolerance.
@@ -138,7 +139,7 @@ def check_forward_ulp(y: torch.Tensor, ref: torch.Tensor, x: torch.Tensor,
         "unit": "ulp",
         "reference": f"{REFERENCE}, correctly rounded to {cfg.dtype}",
         "not_correctly_rounded": audit.frac_not_correctly_rounded,
-        "not_correctly_rounded_threshold": lowp.FRAC_THRESHOLD,
+        "not_correctly_rounded_threshold": FRAC_THRESHOLD,
         "mean_signed_ulp": audit.mean_signed_ulp,
         "overflow": audit.n_overflow,
         "max_abs_err_abs": abs_err,
@@ -154,6 +155,6 @@ def check_forward_ulp(y: torch.Tensor, ref: torch.Tensor, x: torch.Tensor,
         return Measurement(abs_err, tol, passed, list(audit.worst_index or []) or None,
                            "" if passed else diagnosis, details)
     passed = lowp.passes(audit)
-    return Measurement(audit.max_ulp, lowp.MAX_ULP_THRESHOLD, passed,
+    return Measurement(audit.max_ulp, MAX_ULP_THRESHOLD, passed,
                        list(audit.worst_index) if audit.worst_index is not None else None,
                        "" if passed else diagnosis, details)

@@ -5,10 +5,10 @@
 * ``dw`` — every element, one perturbation of all weights at once.
 
 Each element is held to its own floor: the finite difference's noise
-(:mod:`gradcheck_bi.fd.noise`, from the forward alone) and, in quadrature, the rounding the
-kernel's own backward may legitimately add in any summation order
-(:mod:`.summation`, from the inputs alone): a wrong backward cannot widen its own
-tolerance. Pass iff ``max_i err_i / tol_i ≤ 1``. ``details["detectable_rel"]`` is the
+(:mod:`gradcheck_bi.tolerance.noise`, from the forward alone) and, in quadrature, the
+rounding the kernel's own backward may legitimately add in any summation order
+(:mod:`gradcheck_bi.tolerance.summation`, from the inputs alone): a wrong backward cannot
+widen its own tolerance. Pass iff ``max_i err_i / tol_i ≤ 1``. ``details["detectable_rel"]`` is the
 median over elements of ``tol_i / |reference_i|``: the smallest relative error in the
 gradient that this point typically catches. bf16/fp16 kernels are checked by lifting the
 differences to fp64/fp32 (:mod:`.lifted`).
@@ -24,11 +24,12 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.lifted import check_dw_lifted, check_dx_lifted
-from gradcheck_bi.checks.summation import combined_floor, detectable, dw_sigma, dx_sigma
-from gradcheck_bi.checks.tolerance import fd_tolerance
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, forward_in_w, forward_in_x
 from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC, unit_roundoff
+from gradcheck_bi.tolerance.rules import fd_tolerance
+from gradcheck_bi.tolerance.summation import combined_floor, detectable, dw_sigma, dx_sigma
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 
@@ -89,7 +90,7 @@ def _rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor
     """``max(λ, 1) · u``: the kernel's backward rounds at least at its dtype's ``u``, and at
     the forward's measured ``λ u`` where that is coarser (a kernel computing in fp32 inside
     an fp64 interface)."""
-    return max(est.noise_scale, 1.0) * fd.unit_roundoff(x.dtype)
+    return max(est.noise_scale, 1.0) * unit_roundoff(x.dtype)
 
 
 def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
@@ -104,7 +105,7 @@ def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
     m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
     at = tuple(m.worst or [])
     m.details["noise_floor"] = float(est.noise_floor[at].item())
-    m.details["rounding_floor"] = float(fd.K_SIGMA * rounding[at].item())
+    m.details["rounding_floor"] = float(K_SIGMA * rounding[at].item())
     m.details["detectable_rel"] = detectable(tol, reference)
     return m
 
@@ -132,8 +133,8 @@ def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:
         "step_min": float(steps.min()),
         "step_max": float(steps.max()),
         "noise_floor_max": float(est.noise_floor.max()),
-        "k_sigma": fd.K_SIGMA,
-        "k_trunc": fd.K_TRUNC,
+        "k_sigma": K_SIGMA,
+        "k_trunc": K_TRUNC,
         "noise_scale": est.noise_scale,  # λ: the forward's measured rounding / dtype model
         "u_eff": est.u_eff,  # the unit roundoff the forward actually delivers
         "forward_calls": est.forward_calls,

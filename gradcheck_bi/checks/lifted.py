@@ -6,20 +6,19 @@ forward can be evaluated there — at exactly the inputs its bf16 backward saw �
 differenced on that dtype's floor. The kernel's bf16 ``dx`` / ``dw`` is then compared with
 that lifted reference ``R``, element by element, against
 
-    tol_i = ½ ulp_out(R_i)                          one rounding to the output dtype
-          + u_fp32 · K_OPS · M_i                    rsqrt / sqrt / division, deterministic
+    tol_i = ½ ulp_out(R_i) + u_fp32 · K_OPS · M_i
           + K_SIGMA · sqrt(σ_fd,i² + (u_fp32 σ_k,i)²) + K_TRUNC · T_i
 
-where ``σ_fd`` and ``T`` are the lifted estimate's noise and truncation
-(:mod:`gradcheck_bi.fd.noise`) and ``σ_k`` the kernel's own fp32 rounding in any summation
-order (:mod:`.summation`: dx's row dot over D and r's mean square, dw's sum over the rows),
+(:func:`gradcheck_bi.tolerance.half.lifted_tolerance`), where ``σ_fd`` and ``T`` are the
+lifted estimate's noise and truncation (:mod:`gradcheck_bi.tolerance.noise`) and ``σ_k`` the
+kernel's own fp32 rounding in any summation order (:mod:`gradcheck_bi.tolerance.summation`:
+dx's row dot over D and r's mean square, dw's sum over the rows),
 from the terms, so an element that cancels to near 0 is not held to the ulp of its tiny
 value. ``M_i`` is the magnitude of the terms that make up element ``i`` (dx:
 ``|g γ r| + 3 r³ |x| Σ|g x γ| / D`` — r's relative error enters the variance term three
-times; dw: ``Σ_rows |g x r|``). ``K_OPS = 4`` ulps cover rsqrt, sqrt and division, which GPUs
-do not always round correctly (measured: Liger's dx at D = 1, pure cancellation, needs it).
-A kernel that computes in fp32 and rounds each gradient once to the output dtype stays
-within ``tol``; one that rounds an intermediate to bf16, or sums in bf16, is off by ulps.
+times; dw: ``Σ_rows |g x r|``). A kernel that computes in fp32 and rounds each gradient once
+to the output dtype stays within ``tol``; one that rounds an intermediate to bf16, or sums
+in bf16, is off by ulps.
 
 The lifted dtype is fp64 if the kernel's forward accepts it and is accurate to fp64 there,
 else fp32. A kernel that
@@ -38,22 +37,22 @@ import torch
 from gradcheck_bi import fd, lowp
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.probe import refusal
-from gradcheck_bi.checks.summation import (
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.call import analytic_grads, call_forward, forward_in_w, forward_in_x
+from gradcheck_bi.kernels.rmsnorm import reference_forward
+from gradcheck_bi.tolerance.half import U_COMPUTE, higher_tolerance, lifted_tolerance
+from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.rules import fd_tolerance, forward_tolerance
+from gradcheck_bi.tolerance.summation import (
     combined_floor,
     detectable,
     dw_sigma,
     dw_terms,
     dx_sigma,
 )
-from gradcheck_bi.checks.tolerance import fd_tolerance, forward_tolerance
-from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import analytic_grads, call_forward, forward_in_w, forward_in_x
-from gradcheck_bi.kernels.rmsnorm import reference_forward
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 LIFT_DTYPES = (torch.float64, torch.float32)
-U_COMPUTE = 2.0**-24  # fp32: where a correct half-precision kernel does its arithmetic
-K_OPS = 4.0  # ulps of rsqrt / sqrt / division (not always correctly rounded on GPUs)
 
 
 @dataclass
@@ -98,7 +97,7 @@ def lift_dtype(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config) -> Lift:
             continue
         ref = reference_forward(xh, wh, cfg.eps, cfg.zero_centered_gamma)
         scale = float(ref.abs().max()) if ref.numel() else 0.0
-        u = fd.unit_roundoff(dt)
+        u = unit_roundoff(dt)
         err = float((y.to(torch.float64) - ref).abs().max()) if ref.numel() else 0.0
         if dt != LIFT_DTYPES[-1] and err > forward_tolerance(scale, u, u, x.shape[-1]):
             refusals.append(f"{_NAMES[dt]}: runs, but its forward is off by {err:.2e} "
@@ -142,7 +141,7 @@ def _judge(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
     err = (a64 - ref).abs()
     # Where the reference overflows the output dtype, the correctly rounded value is ±inf.
     err = torch.where(torch.isinf(a64) & (a64 == rounded), torch.zeros_like(err), err)
-    tol = 0.5 * lowp.ulp_of(ref, analytic.dtype) + U_COMPUTE * K_OPS * magnitude + floor
+    tol = lifted_tolerance(lowp.ulp_of(ref, analytic.dtype), magnitude, floor)
     audit = lowp.audit(analytic, ref)
     unit = lowp.error_ulp(ref, analytic)
     median_ulp = float((err / unit).median()) if err.numel() else 0.0
@@ -216,8 +215,8 @@ def _higher_backward(fn: Any, xh: torch.Tensor, wh: torch.Tensor, gh: torch.Tens
         return None
     grad = (dxh if which == "dx" else dwh).to(torch.float64)
     # The formula is right if the lifted backward is within the lifted floor plus a margin far
-    # below the half-precision ulp (a kernel may compute its fp64 path in fp32).
-    tol = floor + (U_COMPUTE * K_OPS + fd.unit_roundoff(cfg.torch_dtype) / 16) * magnitude
+    # below the half-precision ulp (gradcheck_bi.tolerance.half).
+    tol = higher_tolerance(floor, magnitude, unit_roundoff(cfg.torch_dtype))
     name = _NAMES[xh.dtype]
     return name if bool(((grad - est.grad).abs() <= tol).all()) else f"!{name}"
 

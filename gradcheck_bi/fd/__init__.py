@@ -2,8 +2,6 @@
 
 * :mod:`~gradcheck_bi.fd.stencil` — the central stencils and how their sums combine;
 * :mod:`~gradcheck_bi.fd.step` — step sizes, per row for x and one for w;
-* :mod:`~gradcheck_bi.fd.noise` — the noise floor model every estimate is held to (measured
-  rounding, Richardson truncation);
 * :mod:`~gradcheck_bi.fd.budget` — memory: the default budget, chunk sizes, the refusal;
 * :mod:`~gradcheck_bi.fd.threads` — CPU threads for the chunk loop, by chunk size;
 * :mod:`~gradcheck_bi.fd.reduce` — the per-(row, column) level sums of a chunk (fused on CUDA,
@@ -33,7 +31,6 @@ from gradcheck_bi.fd.estimate import (
     input_grad,
     weight_grad,
 )
-from gradcheck_bi.fd.noise import K_SIGMA, K_TRUNC, unit_roundoff
 from gradcheck_bi.fd.stencil import CENTRAL2, CENTRAL4, LEVELS, STENCILS, Stencil
 from gradcheck_bi.fd.step import STEP_REL, row_steps
 
@@ -42,8 +39,6 @@ __all__ = [
     "CENTRAL2",
     "CENTRAL4",
     "FIXED_BYTES_PER_ELEMENT",
-    "K_SIGMA",
-    "K_TRUNC",
     "LEVELS",
     "STENCILS",
     "STEP_REL",
@@ -62,6 +57,5 @@ __all__ = [
     "reduce",
     "row_steps",
     "threads",
-    "unit_roundoff",
     "weight_grad",
 ]

@@ -7,7 +7,7 @@ row-wise), with the stencil, levels and noise model of :func:`~gradcheck_bi.fd.i
     S_o = Σ_out Σ_i g_i (y_i(t + o h e_c) - y_i(t - o h e_c)),   dL/dt_c ≈ Σ_o w_o S_o / h
 
 The outputs are treated as one row of all their elements. The rounding model of one point
-(:func:`~gradcheck_bi.fd.noise.model_sigma`) runs, per row *and column*, over the output
+(:func:`~gradcheck_bi.tolerance.noise.model_sigma`) runs, per row *and column*, over the output
 elements the perturbed element reaches: ``reach[k]`` is, for output ``k``, the size of the
 consecutive group of elements that column ``c`` moves (D: the whole row, as RMSNorm's
 shared ``r``; ``group_size`` for a grouped statistic; 1: only element ``c``, as the gate
@@ -15,7 +15,7 @@ shared ``r``; ``group_size`` for a grouped statistic; 1: only element ``c``, as 
 every level and adds no noise; one in reach adds its rounding even when its bits do not
 move (a staircase below one ulp). ``λ`` is measured from the residual as for RMSNorm; where
 some output does not reach the whole row, ``y0``'s own rounding is no longer shared by the
-row's columns, so it is modelled (``(2 Σ c_o)² = 90²`` times one point's variance) rather
+row's columns, so it is modelled (``Y0_VAR = (2 Σ c_o)² = 90²`` times one point's variance) rather
 than centred away, and ``λ`` is held at 1 or more: an element moved little rounds all or
 nothing (``x + o h`` shifted by a multiple of its ulp rounds alike at every level, or one
 ulp apart), so the pooled ``λ`` measures how often its roundings differ, not how large one
@@ -40,18 +40,25 @@ import torch
 
 from gradcheck_bi.fd.budget import MEMORY_FRACTION, cuda_free
 from gradcheck_bi.fd.estimate import FDEstimate
-from gradcheck_bi.fd.noise import (
-    RESIDUAL,
+from gradcheck_bi.fd.reduce import level_sums
+from gradcheck_bi.fd.stencil import (
+    CENTRAL4,
+    LEVELS,
+    Stencil,
+    level_offsets,
+    richardson_truncation,
+    stencil_sum,
+)
+from gradcheck_bi.tolerance.noise import (
     RESIDUAL_VAR,
+    Y0_VAR,
     model_sigma,
     noise_floor,
     noise_residual,
     noise_scale,
-    richardson_truncation,
+    reached_sigma,
     unit_roundoff,
 )
-from gradcheck_bi.fd.reduce import level_sums
-from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
 
 MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
 # On CUDA a call that small is launch-bound: at (64, 8192) it perturbs one column, 8192
@@ -62,7 +69,6 @@ MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
 # does not move between runs. The sums' bits do not depend on it.
 CUDA_MAX_ELEMENTS = 1 << 26
 BYTES_PER_ELEMENT = 64
-Y0_VAR = (2.0 * sum(RESIDUAL)) ** 2  # y0's weight in the noise residual: 90²
 
 
 def elements_per_call(device: torch.device) -> int:
@@ -71,20 +77,6 @@ def elements_per_call(device: torch.device) -> int:
         return MAX_ELEMENTS
     room = int(cuda_free(device) * MEMORY_FRACTION) // BYTES_PER_ELEMENT
     return max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << max(0, room.bit_length() - 1)))
-
-
-def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[int]
-                  ) -> torch.Tensor:
-    """``sqrt(Σ (g y0)² + (Σ g y0)²)`` per column and row ``(D, R)``, each sum over the
-    elements column ``c`` reaches: its group of ``reach[k]`` consecutive elements in
-    output ``k`` (1: itself only)."""
-    sq = torch.zeros_like(y0[0])
-    lin = torch.zeros_like(y0[0])
-    for g, y, k in zip(g2, y0, reach, strict=True):
-        gy = (g * y).reshape(g.shape[0], -1, k)
-        sq = sq + (gy * gy).sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
-        lin = lin + gy.sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
-    return torch.sqrt(sq + lin * lin).T
 
 
 def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
@@ -183,6 +175,6 @@ def input_grad_outputs(
     def shaped(v: torch.Tensor) -> torch.Tensor:
         return v.reshape(t.shape).contiguous()
 
-    return FDEstimate(shaped(grad), shaped(noise_floor(odd, stencil, h, sigma_e).T), h,
-                      stencil, calls, lam, lam * u, shaped(sigma_e.T),
-                      shaped(richardson_truncation(odd, stencil, h).T))
+    trunc = richardson_truncation(odd, stencil, h)
+    return FDEstimate(shaped(grad), shaped(noise_floor(sigma_e, trunc).T), h,
+                      stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T))

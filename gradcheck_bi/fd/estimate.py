@@ -16,7 +16,7 @@ elementwise): one perturbation of every weight at once gives every ``∂y_i/∂w
 
 Every column is evaluated at ``±h, ±2h, ±4h`` (:data:`~gradcheck_bi.fd.stencil.LEVELS`):
 the stencil at ``h`` is the estimate, the rest measure its truncation and rounding. Steps:
-:mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate: :mod:`~gradcheck_bi.fd.noise`.
+:mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate: :mod:`gradcheck_bi.tolerance.noise`.
 
 >>> import torch
 >>> from gradcheck_bi.kernels.rmsnorm import After
@@ -36,21 +36,28 @@ import torch
 
 from gradcheck_bi.fd.budget import check_budget, chunk_shape, keep_freed_memory
 from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, run_chunks
-from gradcheck_bi.fd.noise import (
+from gradcheck_bi.fd.reduce import level_sums, native_worth
+from gradcheck_bi.fd.stencil import (
+    CENTRAL4,
+    LEVELS,
+    Stencil,
+    level_offsets,
+    richardson_truncation,
+    stencil_sum,
+    stencil_var,
+)
+from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
+from gradcheck_bi.fd.threads import cpu_threads, spread_processes
+from gradcheck_bi.tolerance.noise import (
     RESIDUAL_VAR,
-    dw_estimate_var,
     dw_residual_var,
     model_sigma,
     noise_floor,
     noise_residual,
     noise_scale,
-    richardson_truncation,
+    point_var,
     unit_roundoff,
 )
-from gradcheck_bi.fd.reduce import level_sums, native_worth
-from gradcheck_bi.fd.stencil import CENTRAL4, LEVELS, Stencil, level_offsets, stencil_sum
-from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
-from gradcheck_bi.fd.threads import cpu_threads, spread_processes
 
 
 @dataclass
@@ -141,8 +148,9 @@ def input_grad(
     sigma_m = model_sigma(g2, y0, u)  # (R,): one point's rounding, dtype model
     lam = noise_scale(noise_residual(even), RESIDUAL_VAR * sigma_m**2, centre=True)
     sigma = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows).T
-    trunc = richardson_truncation(odd, stencil, h).T
-    floor = noise_floor(odd, stencil, h, lam * stencil.rss_weight * sigma_m / h).T
+    trunc_dr = richardson_truncation(odd, stencil, h)
+    trunc = trunc_dr.T
+    floor = noise_floor(lam * stencil.rss_weight * sigma_m / h, trunc_dr).T
 
     def shaped(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(x.shape).contiguous()
@@ -242,10 +250,11 @@ def directional_input_grad(
     lam = noise_scale(resid, RESIDUAL_VAR * sigma_m**2, centre=True)
     sigma = (lam * stencil.rss_weight) * sigma_m.repeat(directions) / h_m
     lead = (directions, *x.shape[:-1])
+    trunc = richardson_truncation(odd, stencil, h_m)
     return DirectionalEstimate(veff.reshape(directions, *x.shape), proj.reshape(lead),
-                               noise_floor(odd, stencil, h_m, sigma).reshape(lead), h,
+                               noise_floor(sigma, trunc).reshape(lead), h,
                                stencil, calls, lam, lam * u, sigma.reshape(lead),
-                               richardson_truncation(odd, stencil, h_m).reshape(lead))
+                               trunc.reshape(lead))
 
 
 def weight_grad(
@@ -279,10 +288,10 @@ def weight_grad(
     lam = noise_scale(noise_residual(even)[None], dw_residual_var(stacked, y0, g2, u)[None],
                       centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
-    # (gradcheck_bi.checks.summation).
-    sigma = lam * torch.sqrt(dw_estimate_var(stacked, g2, stencil, h, u))
+    # (gradcheck_bi.tolerance.summation).
+    sigma = lam * torch.sqrt(stencil_var(point_var(stacked, g2, u), stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
     terms = g2 * (stacked[0].to(torch.float64) - stacked[n_lev].to(torch.float64)) / (2 * h)
-    return FDEstimate(grad, noise_floor(odd, stencil, h_t, sigma), h_t, stencil,
-                      stencil.points + 1, lam, lam * u, sigma,
-                      richardson_truncation(odd, stencil, h_t), terms)
+    trunc = richardson_truncation(odd, stencil, h_t)
+    return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
+                      stencil.points + 1, lam, lam * u, sigma, trunc, terms)

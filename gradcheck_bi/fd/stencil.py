@@ -2,8 +2,8 @@
 
 Every check evaluates the forward at the offsets ``±o·h`` for ``o`` in ``LEVELS`` — the
 stencil's own, their doubles (the same stencil at ``2h``, for Richardson's truncation
-estimate) and one more even level for the rounding residual (:mod:`~gradcheck_bi.fd.noise`)
-— and once unperturbed.
+estimate) and one more even level for the rounding residual
+(:mod:`gradcheck_bi.tolerance.noise`) — and once unperturbed.
 
 >>> CENTRAL4.points, CENTRAL4.order, LEVELS
 (6, 4, (1, 2, 4))
@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from gradcheck_bi.tolerance.noise import truncation
 
 # Offsets (× h) the forward is evaluated at, on both sides. Covers the stencils below at h
 # and at 2h, and the three even levels the noise residual needs.
@@ -61,3 +63,22 @@ def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Te
     for o, w in zip(stencil.offsets[1:], stencil.weights[1:], strict=True):
         total = total + w * odd[at[scale * o]]
     return total
+
+
+def richardson_truncation(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor) -> torch.Tensor:
+    """The truncation error of ``E(h) = Σ w S_o / h``, from the same stencil at ``2h``
+    (:func:`gradcheck_bi.tolerance.noise.truncation`)."""
+    e_h = stencil_sum(odd, stencil) / h
+    e_2h = stencil_sum(odd, stencil, 2) / (2 * h)
+    return truncation(e_h, e_2h, stencil.order)
+
+
+def stencil_var(pv: torch.Tensor, stencil: Stencil, h: float) -> torch.Tensor:
+    """The variance of ``E = Σ w_o S_o / h`` from each point's, ``pv`` (``+o`` levels first):
+    ``Σ_o w_o² (v(+o) + v(-o)) / h²``."""
+    n = len(LEVELS)
+    at = {o: i for i, o in enumerate(LEVELS)}
+    total = torch.zeros_like(pv[0])
+    for o, wt in zip(stencil.offsets, stencil.weights, strict=True):
+        total = total + wt * wt * (pv[at[o]] + pv[n + at[o]])
+    return total / (h * h)

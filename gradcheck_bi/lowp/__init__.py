@@ -1,7 +1,8 @@
 """Low-precision forward audit: a bf16/fp16 output compared, element by element and in ulps,
 with the correctly rounded value of its exact (fp64) reference.
 
-A leaf module: it imports only torch and the standard library.
+It imports torch, the standard library and its pass thresholds
+(:mod:`gradcheck_bi.tolerance.half`).
 
 * :func:`round_to` — fp64 → bf16/fp16, correctly rounded (round to nearest, ties to even),
   computed from the fp64 bit pattern. ``tensor.to(torch.bfloat16)`` is *not* that: torch
@@ -13,7 +14,7 @@ A leaf module: it imports only torch and the standard library.
 * :func:`audit` — fraction of elements not correctly rounded, max |error| in ulps against the
   exact reference, mean signed error, overflow count, the worst element.
 * :func:`classify` — one line of plain English for a kernel maintainer, using the thresholds
-  below (derived from measurements, see ``docs/low_precision.md``, summarised at the constants).
+  of :mod:`.audit` (derived from measurements, see ``docs/low_precision.md``).
 
 >>> import torch
 >>> ref = torch.tensor([1 + 2**-8 + 2**-30], dtype=torch.float64)
@@ -22,9 +23,6 @@ A leaf module: it imports only torch and the standard library.
 """
 
 from gradcheck_bi.lowp.audit import (
-    FRAC_THRESHOLD,
-    MAX_ULP_THRESHOLD,
-    MIN_COUNT,
     UNDERFLOW_RATIO,
     WRONG_FORMULA_BIAS,
     WRONG_FORMULA_ULP,
@@ -36,9 +34,6 @@ from gradcheck_bi.lowp.audit import (
 from gradcheck_bi.lowp.rounding import error_ulp, round_to, ulp_of
 
 __all__ = [
-    "FRAC_THRESHOLD",
-    "MAX_ULP_THRESHOLD",
-    "MIN_COUNT",
     "UNDERFLOW_RATIO",
     "WRONG_FORMULA_BIAS",
     "WRONG_FORMULA_ULP",

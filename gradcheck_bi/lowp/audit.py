@@ -1,6 +1,7 @@
 """The per-element ulp audit of a bf16/fp16 output, its pass rule and its diagnosis.
 
-A leaf: torch and the standard library only. See :mod:`gradcheck_bi.lowp`.
+Torch, the standard library and the pass thresholds (:mod:`gradcheck_bi.tolerance.half`).
+See :mod:`gradcheck_bi.lowp`.
 """
 
 from __future__ import annotations
@@ -11,24 +12,9 @@ from dataclasses import dataclass
 import torch
 
 from gradcheck_bi.lowp.rounding import _format, _max_finite, _ordered, _round, error_ulp
+from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, MAX_ULP_THRESHOLD, MIN_COUNT
 
-# ---- pass thresholds (the derivation and the numbers behind them: docs/low_precision.md) ----
-#
-# A kernel that computes in fp32 and rounds once misses the correctly rounded value only where
-# its fp32 result and the exact value straddle a midpoint of the output grid: a fraction ≈
-# E|fp32 error| in output ulps, measured 1e-5 (bf16) and 8e-5 (fp16) on average, ≤ 3e-3 in
-# any of 240 multi-row configs even with a naive sequential fp32 sum. Each miss is a near-tie:
-# its error is 0.5 ulp + the fp32 error, measured ≤ 0.5056 ulp. Misses cluster when γ is
-# constant (every element of a row sharing x's significand shares its fate), so one row alone
-# reached 3.3% (33 of 1000) and 11% (7 of 64): the fraction rule is loose, the ulp rule tight.
-# Double roundings through the output dtype err by up to ~1.5 ulp on ~25% of elements; one
-# through fp16 on the way to bf16 by up to 0.5625 ulp on ~6%.
-FRAC_THRESHOLD = 0.05
-"""Pass: at most this fraction of elements not correctly rounded (or at most MIN_COUNT)."""
-MIN_COUNT = 8
-"""So many misses always pass: in a small tensor a few near-ties are a large fraction."""
-MAX_ULP_THRESHOLD = 0.55
-"""Pass: max |y - exact| ≤ this many ulps (0.5 bounds correct rounding; fp32 noise ≤ 0.006)."""
+# ---- diagnosis thresholds (the pass thresholds: gradcheck_bi.tolerance.half) ----
 WRONG_FORMULA_ULP = 8.0
 """Above this many ulps the error is not a rounding choice (double rounding measured ≤ 3.5)."""
 WRONG_FORMULA_BIAS = 1.5

@@ -12,11 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gradcheck_bi import lowp
 from gradcheck_bi._version import __version__
-from gradcheck_bi.checks import summation
-from gradcheck_bi.checks.lifted import K_OPS
-from gradcheck_bi.fd import K_SIGMA, K_TRUNC
+from gradcheck_bi.fd import CENTRAL4
 from gradcheck_bi.gate import Summary, verdict_line
 from gradcheck_bi.report.tables import (
     COLUMN_TITLES,
@@ -30,45 +27,12 @@ from gradcheck_bi.report.tables import (
     shown,
     ulp_unit,
 )
+from gradcheck_bi.tolerance.notes import HALF_NOTES, LIKE, NOTES
 from gradcheck_bi.vocab import CONTROLS, Result
 
-_ANY_ORDER = (f"{K_SIGMA:g}σ of the FD noise, measured from the forward, and of the kernel's "
-              f"own rounding in any summation order, in quadrature, + {K_TRUNC:g}× Richardson "
-              "truncation")
-_OPS = summation.OPS_RSQRT + summation.OPS_SCALE
-TOLERANCE_NOTES = {
-    "forward": "tolerance: output rounding + the mean square's rounding in any summation "
-    f"order, u·min({K_SIGMA:g}·sqrt((D+1)/24 + {_OPS:g}), D/2 + {_OPS:g}), × max|ref|",
-    "dx": f"tolerance: per element, {_ANY_ORDER}; a cell shows the error at the element "
-    "nearest its own tolerance; 4th-order central stencil, step per row",
-    "dw": f"tolerance: per element, {_ANY_ORDER}; a cell shows the error at the element "
-    "nearest its own tolerance; 4th-order central stencil",
-    "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
-}
-_HALF_SUM = (f"+ fp32 rounding in any summation order ({K_SIGMA:g}σ) and {K_OPS:g} ulps × "
-             "the terms + the lifted FD noise floor")
-# The family's other ops (gradcheck_bi.checks.family): inputs as dx, parameters as dw.
-TOLERANCE_NOTES.update({"dresidual": TOLERANCE_NOTES["dx"], "dz": TOLERANCE_NOTES["dx"],
-                        "dbias": TOLERANCE_NOTES["dw"]})
-# A kernel that computes in fp32 and rounds each output once is off by just under ½ ulp at
-# its worst element: measured on `after` (benchmarks/half_ulp_margin.py), forward 0.497–0.5002
-# ulp, dx and dw 0.490–0.500 ulp against tolerances of 0.500–0.505 ulp.
-BY_CONSTRUCTION = ("fp32 inside and one rounding sits within a few per cent of ½ ulp, by "
-                   "construction")
-HALF_TOLERANCE_NOTES = {
-    "forward": "ulps of the output dtype at the exact value (0 or subnormal: at |y|, at least "
-    "the smallest normal's ulp); pass: max ≤ {ulp} ulp, at most {frac} of elements not "
-    "correctly rounded, no overflow; " + BY_CONSTRUCTION,
-    "dx": "ulps of the output dtype at the element shown (reference 0 or subnormal: at |dx|, "
-    "at least the smallest normal's ulp; the JSON keeps units of dL/dx); tolerance per "
-    f"element: ½ ulp at |reference| {_HALF_SUM}; "
-    + BY_CONSTRUCTION,
-    "dw": "ulps of the output dtype at the element shown (reference 0 or subnormal: at |dw|, "
-    "at least the smallest normal's ulp; the JSON keeps units of dL/dw); tolerance per "
-    f"element: ½ ulp at |reference| {_HALF_SUM}; "
-    + BY_CONSTRUCTION,
-    "batch_invariance": TOLERANCE_NOTES["batch_invariance"],
-}
+# The default stencil's words, after the tolerance's (gradcheck_bi.tolerance.notes).
+_STENCIL = f"{CENTRAL4.order}th-order central stencil"
+_STENCIL_NOTES = {"dx": f"{_STENCIL}, step per row", "dw": _STENCIL}
 
 
 def _steps(table: Table) -> str:
@@ -84,10 +48,10 @@ def _steps(table: Table) -> str:
 
 def method_line(table: Table) -> str:
     if table.half:
-        parts = [HALF_TOLERANCE_NOTES[table.check].format(
-            ulp=lowp.MAX_ULP_THRESHOLD, frac=f"{lowp.FRAC_THRESHOLD:.0%}")]
+        parts = [HALF_NOTES[table.check]]
     else:
-        parts = [TOLERANCE_NOTES[table.check]]
+        stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
+        parts = [NOTES[table.check] + (f"; {stencil}" if stencil else "")]
     step = _steps(table)
     if step:
         parts.append(step)

@@ -1,16 +1,11 @@
 """The forward of the family's other ops: every output against the op's fp64 reference.
 
 Each output the kernel returns is compared with the reference (:mod:`gradcheck_bi.ops.
-references`, effective γ and β) and held to ``max|ref| · (u_out + u_c · factor)``, the
-RMSNorm bound (:func:`~gradcheck_bi.checks.summation.forward_factor`: the statistic's sum
-over its ``n`` terms in any order) with the op's extra roundings per element added inside
-the root (:func:`family_factor`): the fused add's ``x + residual`` (1), the layer norm's
-centring and bias (2), the gate's silu and product (``OPS_GATE + 1``); the gated norm's
-statistic runs over ``group_size`` terms. The layer norm adds the mean's own error
-(``δμ`` shifts every centred element; σ ``sqrt(V(x)/D² + μ²)`` in ``u``, from the inputs)
-times ``ρ |γ|``. ``residual_out`` is one addition: ``max|ref| · (u_out + u_c)``. The check
-passes when every output is within its tolerance, and the forward with grad enabled gives
-every output bitwise (as for RMSNorm: no untested training path).
+references`, effective γ and β) and held to its tolerance
+(:func:`gradcheck_bi.tolerance.family.forward_tolerances`: RMSNorm's bound over the
+statistic's terms with the op's extra roundings, the layer norm's mean, ``residual_out``'s
+one addition). The check passes when every output is within its tolerance, and the forward
+with grad enabled gives every output bitwise (as for RMSNorm: no untested training path).
 """
 
 from __future__ import annotations
@@ -22,59 +17,13 @@ import torch
 
 from gradcheck_bi.checks._measure import bitwise_diff, locate, nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, make_point, reference
-from gradcheck_bi.checks.family.rounding import OPS_GATE
-from gradcheck_bi.checks.summation import ONE_SIGN, OPS_RSQRT, OPS_SCALE, any_order_var
-from gradcheck_bi.checks.tolerance import overridden
-from gradcheck_bi.fd import K_SIGMA, unit_roundoff
 from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.tolerance.family import forward_tolerances
+from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.rules import overridden
 from gradcheck_bi.vocab import Config, Measurement
 
 REFERENCE = "fp64 torch, effective γ and β"
-EXTRA_OPS = {"fused_add_rms_norm": 1.0, "layer_norm": 2.0, "rms_norm_gated": OPS_GATE + 1.0}
-
-
-def family_factor(n: int, extra: float) -> float:
-    """RMSNorm's forward factor over ``n`` terms with ``extra`` roundings per element:
-    ``min(n/2 + OPS_RSQRT + OPS_SCALE + extra, K_SIGMA·sqrt(ONE_SIGN (n+1)/8 + OPS_RSQRT +
-    OPS_SCALE + extra))``."""
-    worst = n / 2 + OPS_RSQRT + OPS_SCALE + extra
-    return min(worst, K_SIGMA * math.sqrt(ONE_SIGN * (n + 1) / 8 + OPS_RSQRT + OPS_SCALE
-                                          + extra))
-
-
-def _terms(point: OpPoint) -> int:
-    d = point.inputs["x"].shape[-1]
-    return point.options.get("group_size") or d
-
-
-def _mean_error(point: OpPoint, u_c: float) -> float:
-    """The layer norm's mean: ``K_SIGMA u_c max|γ| max_rows ρ sqrt(V(x)/D² + μ²)``."""
-    x = point.inputs64["x"].reshape(-1, point.inputs["x"].shape[-1])
-    d = x.shape[-1]
-    mu = x.mean(-1)
-    c = x - mu[:, None]
-    rho = torch.rsqrt((c * c).mean(-1) + point.options["eps"])
-    sigma = rho * torch.sqrt(any_order_var(x) / d**2 + mu * mu)
-    gamma = float(point.effective["weight"].abs().max())
-    return K_SIGMA * u_c * gamma * float(sigma.max())
-
-
-def tolerances(point: OpPoint, ref: dict[str, torch.Tensor], dtype: torch.dtype
-               ) -> dict[str, float]:
-    """The tolerance of each output (absolute)."""
-    u_out = unit_roundoff(dtype)
-    u_c = unit_roundoff(torch.promote_types(dtype, torch.float32))
-    out = {}
-    for name, r in ref.items():
-        scale = float(r.abs().max()) if r.numel() else 0.0
-        if name == "residual_out":
-            out[name] = scale * (u_out + u_c)
-            continue
-        factor = family_factor(_terms(point), EXTRA_OPS[point.op.name])
-        out[name] = scale * (u_out + u_c * factor)
-        if point.op.name == "layer_norm":
-            out[name] += _mean_error(point, u_c)
-    return out
 
 
 def _training_note(fn: Any, point: OpPoint, outs: dict[str, torch.Tensor]) -> str:
@@ -98,7 +47,9 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     with torch.no_grad():
         outs = op_forward(fn, point.inputs, point.params, point.options, point.zcg)
     ref = reference(point)
-    tols = tolerances(point, {n: ref[n] for n in outs}, point.inputs["x"].dtype)
+    dtype = point.inputs["x"].dtype
+    tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
+                              unit_roundoff(torch.promote_types(dtype, torch.float32)))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}
     worst_name, worst_ratio = "y", -1.0
     for name, y in outs.items():

@@ -13,7 +13,8 @@ bends as one element moves (:func:`step_scale`): the statistic's row length ``sq
 n·eps)`` of what is normalised (``x + residual``; ``x − μ``; ``x`` or ``x·silu(z)`` per
 group, the shortest group), and for the gate ``z`` the scale of silu, 1. A power of two.
 Tolerance per element as for RMSNorm: the finite difference's measured noise floor and
-Richardson truncation, with the kernel's own rounding (:mod:`.rounding`) in quadrature.
+Richardson truncation, with the kernel's own rounding (:mod:`gradcheck_bi.tolerance.family`)
+in quadrature.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.point import OpPoint, make_point
-from gradcheck_bi.checks.family.rounding import kernel_sigma
+from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point
 from gradcheck_bi.checks.gradients import _fd_verdict, _rounding_scale
-from gradcheck_bi.checks.summation import any_order_var, dw_sigma
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
 from gradcheck_bi.ops.references import grouped
+from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
+from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config, Measurement
 
 
@@ -72,23 +73,6 @@ def reach(point: OpPoint, name: str, returned: list[str]) -> list[int]:
         else:
             out.append(group)
     return out
-
-
-def shared_sigma(point: OpPoint) -> torch.Tensor | None:
-    """Per row, in ``u``: a rounding every output of the row shares beyond the relative one
-    of a statistic ``r`` (which the noise model has). A layer norm's mean ``μ`` errs by
-    ``δμ`` (σ ``sqrt(V(x)/D² + μ²)``: its sum in any order and its division), shifting every
-    ``x_i − μ`` alike, so ``Σ g y`` moves by ``ρ δμ Σ g γ``."""
-    if point.op.name != "layer_norm":
-        return None
-    x = point.inputs64["x"].reshape(-1, point.inputs["x"].shape[-1])
-    d = x.shape[-1]
-    mu = x.mean(-1)
-    c = x - mu[:, None]
-    rho = torch.rsqrt((c * c).mean(-1) + point.options["eps"])
-    gg = (point.cotangents["y"].to(torch.float64).reshape(-1, d)
-          * point.effective["weight"]).sum(-1)
-    return rho * gg.abs() * torch.sqrt(any_order_var(x) / d**2 + mu * mu)
 
 
 def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
@@ -144,7 +128,7 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
     if name in point.op.inputs:
-        rounding = _rounding_scale(est, x) * kernel_sigma(point, name)
+        rounding = _rounding_scale(est, x) * kernel_sigma(point, name, exact_grads(point))
     else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
         assert est.terms is not None
         rounding = _rounding_scale(est, x) * dw_sigma(est.terms)

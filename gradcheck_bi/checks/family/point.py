@@ -10,7 +10,8 @@ control).
 
 Also here, in fp64: the op's reference at the point (:func:`reference`) and its exact
 gradients by torch.autograd through that reference (:func:`exact_grads`) — what the
-rounding model (:mod:`.rounding`) scales, never what a gradient is compared with.
+rounding model (:mod:`gradcheck_bi.tolerance.family`) scales, never what a gradient is
+compared with.
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ the bound).
   alone, capped by the worst case ``D/2 + 4`` where that is smaller (few terms).
 
 The half-precision path uses the same variances at ``u = 2^-24`` (fp32 arithmetic inside,
-:mod:`.lifted`). Everything here comes from the inputs (x, g, γ, eps), never from the
-backward under test.
+:mod:`gradcheck_bi.checks.lifted`). Everything here comes from the inputs (x, g, γ, eps),
+never from the backward under test.
 
 >>> import torch
 >>> t = torch.ones(1, 4, dtype=torch.float64)
@@ -73,8 +73,8 @@ import math
 
 import torch
 
-from gradcheck_bi.fd import K_SIGMA, K_TRUNC
 from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
 
 OPS_TERM = 2.0  # roundings in forming one product term: g·x·r, g·x·γ
 OPS_RSQRT = 2.0  # rsqrt / sqrt / division: not always correctly rounded (GPUs)
@@ -84,6 +84,9 @@ OPS_SCALE = 2.0  # the forward's x·r and ·γ
 # The mean square adds terms of one sign: its prefix sums grow steadily (s_k ≈ (k/n) S), so
 # its error is Gaussian with the RMS u/√3 of a uniform rounding — no mixture tail to cover.
 ONE_SIGN = 1.0 / 3.0
+# The forward's r, per term of the mean square: ``v_ms ≤ (D + 1) / 2`` terms' worth at
+# ONE_SIGN, of which r inherits a quarter (half the relative error).
+R_PER_TERM = ONE_SIGN / 8
 
 
 def any_order_var(terms: torch.Tensor) -> torch.Tensor:
@@ -95,12 +98,13 @@ def any_order_var(terms: torch.Tensor) -> torch.Tensor:
     return (n + 1) * (q / 6 + s * s / 3) - q / n
 
 
-def forward_factor(n_cols: int) -> float:
-    """The forward's relative error in units of ``u_compute``: ``K_SIGMA · sqrt((D + 1)/24 +
-    OPS_RSQRT + OPS_SCALE)``, or the worst case ``D/2 + OPS_RSQRT + OPS_SCALE`` if smaller."""
-    worst = n_cols / 2 + OPS_RSQRT + OPS_SCALE
-    v_r = ONE_SIGN * (n_cols + 1) / 8 + OPS_RSQRT
-    return min(worst, K_SIGMA * math.sqrt(v_r + OPS_SCALE))
+def forward_factor(n_cols: int, extra: float = 0.0) -> float:
+    """The forward's relative error in units of ``u_compute``: ``K_SIGMA · sqrt(R_PER_TERM
+    (D + 1) + OPS_RSQRT + OPS_SCALE + extra)``, or the worst case ``D/2 + OPS_RSQRT +
+    OPS_SCALE + extra`` if smaller; ``extra``: an op's further roundings per element."""
+    worst = n_cols / 2 + OPS_RSQRT + OPS_SCALE + extra
+    return min(worst, K_SIGMA * math.sqrt(R_PER_TERM * (n_cols + 1) + OPS_RSQRT + OPS_SCALE
+                                          + extra))
 
 
 def rsigma_var(x: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,13 +1,4 @@
-"""What each measured error is held to: tolerances as data and small formulas.
-
-* forward: the output's rounding plus the compute dtype's rounding in any summation order,
-  ``max|ref| · (u_out + u_c · forward_factor(D))`` (:mod:`.summation`);
-* dx, dw: per element, ``K_SIGMA`` × (the measured rounding noise of that element's finite
-  difference (:mod:`gradcheck_bi.fd.noise`, from the forward alone) and the kernel's own
-  rounding in any summation order (:mod:`.summation`, from the inputs alone), in
-  quadrature) + ``K_TRUNC`` × Richardson's truncation estimate; pass iff
-  ``max_i err_i / tol_i ≤ 1``;
-* batch invariance: 0, every compared element bitwise identical.
+"""The rules every check applies: the forward's bound, the overrides, the per-element ratio.
 
 ``--atol`` replaces the derived tolerance (of every element); ``--rtol`` adds
 ``rtol × max|reference|``.
@@ -23,13 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from gradcheck_bi.checks.summation import forward_factor
+from gradcheck_bi.tolerance.summation import forward_factor
 from gradcheck_bi.vocab import Config
 
 
 def forward_tolerance(scale: float, u_out: float, u_compute: float, n_cols: int) -> float:
     """Output rounding plus the mean square's rounding in any order, relative to
-    ``scale = max|ref|`` (:func:`~gradcheck_bi.checks.summation.forward_factor`)."""
+    ``scale = max|ref|`` (:func:`~gradcheck_bi.tolerance.summation.forward_factor`)."""
     return scale * (u_out + u_compute * forward_factor(n_cols))
 
 

@@ -1,13 +1,15 @@
-"""The finite-difference noise floor: one model for dx, directional dx and dw.
+"""The finite-difference noise floor: one model for dx, directional dx, dw and the family.
 
-The forward is evaluated at ``±o·h`` for ``o`` in ``LEVELS = (1, 2, 4)`` and once
-unperturbed (``y0``). Per perturbed column (dx), direction (directional dx) or weight (dw),
-with ``S_o = Σ_i g_i (y_i(+o) - y_i(-o))`` and ``A_o = Σ_i g_i ((y_i(+o) - y0_i) +
-(y_i(-o) - y0_i))`` (differences exact in fp64, see :mod:`~gradcheck_bi.fd.estimate`):
+The forward is evaluated at ``±o·h`` for ``o`` in the levels ``(1, 2, 4)`` and once
+unperturbed (``y0``); :mod:`gradcheck_bi.fd` does that and hands the level sums here. Per
+perturbed column (dx), direction (directional dx) or weight (dw), with ``S_o = Σ_i g_i
+(y_i(+o) - y_i(-o))`` and ``A_o = Σ_i g_i ((y_i(+o) - y0_i) + (y_i(-o) - y0_i))``
+(differences exact in fp64, see :mod:`~gradcheck_bi.fd.estimate`):
 
 * **truncation**, by Richardson from the next level: the estimate ``E(h) = Σ w S_o / h``
   errs by ``c h^p`` (``p`` the stencil's order), ``E(2h)`` by ``2^p c h^p``, so
-  ``T = |E(2h) - E(h)| / (2^p - 1)``. No constant from RMSNorm's Taylor series.
+  ``T = |E(2h) - E(h)| / (2^p - 1)`` (:func:`truncation`). No constant from RMSNorm's
+  Taylor series.
 * **rounding, measured**: ``R = 64 A_1 - 20 A_2 + A_4`` cancels every smooth term below
   ``h^6`` (the coefficients are orthogonal to ``(1, 4, 16)`` and ``(1, 16, 256)``), leaving
   ``8 h^6 f^(6)`` (negligible at our steps), a ``-90 Σ g y0`` shared by all columns of a row
@@ -16,18 +18,19 @@ with ``S_o = Σ_i g_i (y_i(+o) - y_i(-o))`` and ``A_o = Σ_i g_i ((y_i(+o) - y0_
   noise of *this* forward, in whatever precision it really computes. It scales a dtype model
   (:func:`model_sigma`, root-sum-square: roundings add like √D, not like D) by ``λ``
   (:func:`noise_scale`); ``u_eff = λ u`` is the unit roundoff the forward delivers.
-* **floor** ``= K_SIGMA · σ_E + K_TRUNC · T`` per element, ``σ_E`` the noise of ``E(h)``.
+* **floor** ``= K_SIGMA · σ_E + K_TRUNC · T`` per element, ``σ_E`` the noise of ``E(h)``
+  (:func:`noise_floor`).
 
 Everything comes from the forward alone: a wrong backward cannot widen its own tolerance.
 The kernel's own rounding in its backward (dw's sum over the rows, above all), which no
 finite difference of the forward can show, is a separate model from the inputs:
-:mod:`gradcheck_bi.checks.summation`, added by the checks.
+:mod:`gradcheck_bi.tolerance.summation`, added by the checks.
 
 >>> import torch
 >>> unit_roundoff(torch.float64) == 2.0**-53
 True
->>> RESIDUAL_VAR
-8994.0
+>>> RESIDUAL_VAR, Y0_VAR
+(8994.0, 8100.0)
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ import math
 
 import torch
 
-from gradcheck_bi.fd.stencil import LEVELS, Stencil, stencil_sum
 from gradcheck_bi.kernels.reduction import row_sum
 
-RESIDUAL = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over LEVELS
+RESIDUAL = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over the levels (1, 2, 4)
 RESIDUAL_VAR = 2 * sum(c * c for c in RESIDUAL)  # Var R = 2 (64² + 20² + 1) σ²
+Y0_VAR = (2.0 * sum(RESIDUAL)) ** 2  # y0's weight in R, where no row shares it: 90²
 # Floor = K_SIGMA σ + K_TRUNC T. A Gaussian exceeds 8σ with probability ~1e-15 per element;
 # the largest of 10^6 elements sits near 5σ. T is a deterministic estimate; it over-counts
 # the next term (4.2 × the h^6 term of E(h)), and 2 covers a partial cancellation of the
@@ -56,11 +59,15 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2
 
 
-def richardson_truncation(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor) -> torch.Tensor:
-    """``|E(2h) - E(h)| / (2^p - 1)``: the truncation error of ``E(h)``, from the forward."""
-    e_h = stencil_sum(odd, stencil) / h
-    e_2h = stencil_sum(odd, stencil, 2) / (2 * h)
-    return (e_2h - e_h).abs() / (2.0**stencil.order - 1)
+def truncation(e_h: torch.Tensor, e_2h: torch.Tensor, order: int) -> torch.Tensor:
+    """``|E(2h) - E(h)| / (2^p - 1)``: Richardson's estimate of the truncation error of
+    ``E(h)``, from the same stencil at ``h`` and ``2h``, ``p`` its order."""
+    return (e_2h - e_h).abs() / (2.0**order - 1)
+
+
+def noise_floor(sigma: torch.Tensor, trunc: torch.Tensor) -> torch.Tensor:
+    """Per element ``K_SIGMA · σ + K_TRUNC · T``."""
+    return K_SIGMA * sigma + K_TRUNC * trunc
 
 
 def noise_residual(even: torch.Tensor) -> torch.Tensor:
@@ -79,6 +86,21 @@ def model_sigma(g: torch.Tensor, y: torch.Tensor, u: float) -> torch.Tensor:
     """
     gy = g * y
     return u * torch.sqrt(row_sum(gy * gy) + row_sum(gy) ** 2)
+
+
+def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[int]
+                  ) -> torch.Tensor:
+    """``sqrt(Σ (g y0)² + (Σ g y0)²)`` per column and row ``(D, R)``, each sum over the
+    elements column ``c`` reaches: its group of ``reach[k]`` consecutive elements in
+    output ``k`` (1: itself only). :func:`model_sigma` in units of ``u``, where a column
+    does not move the whole row (:mod:`gradcheck_bi.fd.coloured`)."""
+    sq = torch.zeros_like(y0[0])
+    lin = torch.zeros_like(y0[0])
+    for g, y, k in zip(g2, y0, reach, strict=True):
+        gy = (g * y).reshape(g.shape[0], -1, k)
+        sq = sq + (gy * gy).sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
+        lin = lin + gy.sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
+    return torch.sqrt(sq + lin * lin).T
 
 
 def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
@@ -102,12 +124,6 @@ def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> f
     return math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR))
 
 
-def noise_floor(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor,
-                sigma: torch.Tensor) -> torch.Tensor:
-    """Per element ``K_SIGMA · σ + K_TRUNC · T`` (``T``: :func:`richardson_truncation`)."""
-    return K_SIGMA * sigma + K_TRUNC * richardson_truncation(odd, stencil, h)
-
-
 # dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
 # r does not depend on w, so its rounding is the same at every point (not noise).
 
@@ -120,22 +136,11 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
 def dw_residual_var(ys: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
                     u: float) -> torch.Tensor:
     """Model variance of :func:`noise_residual` per column: each point's times ``c_o²``, and
-    ``y0``'s (a column's own here) times ``(2 Σ c_o)² = 90²``. ``ys`` is ``(2L, R, D)``."""
-    n = len(LEVELS)
+    ``y0``'s (a column's own here) times ``Y0_VAR``. ``ys`` is ``(2L, R, D)``, the ``+o``
+    points first."""
+    n = len(RESIDUAL)
     pv = point_var(ys, g2, u)
-    total = (2 * sum(RESIDUAL)) ** 2 * point_var(y0[None], g2, u)[0]
+    total = Y0_VAR * point_var(y0[None], g2, u)[0]
     for j, c in enumerate(RESIDUAL):
         total = total + c * c * (pv[j] + pv[n + j])
     return total
-
-
-def dw_estimate_var(ys: torch.Tensor, g2: torch.Tensor, stencil: Stencil, h: float,
-                    u: float) -> torch.Tensor:
-    """Model variance of ``E = Σ w_o S_o / h``: ``Σ_o w_o² (v(+o) + v(-o)) / h²``, (D,)."""
-    n = len(LEVELS)
-    at = {o: i for i, o in enumerate(LEVELS)}
-    pv = point_var(ys, g2, u)
-    total = torch.zeros_like(pv[0])
-    for o, wt in zip(stencil.offsets, stencil.weights, strict=True):
-        total = total + wt * wt * (pv[at[o]] + pv[n + at[o]])
-    return total / (h * h)
