@@ -37,11 +37,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fresh_runs(run_args: list[str], reps: int) -> dict[str, Any]:
+def fresh_runs(run_args: list[str], reps: int, root: Path) -> dict[str, Any]:
     """Wall seconds of ``reps`` cold and ``reps`` warm fresh-process runs, compiles, tunes."""
     cmd = [sys.executable, "-m", "gradcheck_bi", "run", "--no-progress", "--format", "json",
            *run_args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_PRINT_AUTOTUNING": "1"}
+    env = {**os.environ, "PYTHONPATH": str(root), "TRITON_PRINT_AUTOTUNING": "1"}
 
     def once(cache: str) -> tuple[float, int, str]:
         t0 = time.perf_counter()
@@ -195,7 +195,11 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
     total = time.perf_counter() - t1
     kernel = clock.first + clock.repeat
     rest = total - kernel - clock.fd
-    print(f"\none warm process: `run {' '.join(run_args)}` exit {code}\n")
+    import gradcheck_bi
+    where = Path(gradcheck_bi.__file__).resolve().parents[1]
+    tree = "this tree" if where == ROOT else f"an older tree ({where.name})"
+    print(f"\none warm process: `run {' '.join(run_args)}` exit {code}, gradcheck_bi from "
+          f"{tree}\n")
     print("| part | seconds | share of the run |\n| --- | ---: | ---: |")
     print(f"| imports (torch {t_torch:.2f} s, gradcheck-bi and the kernel's library) "
           f"| {t_import:.2f} | (before) |")
@@ -233,6 +237,8 @@ def main() -> None:
     ap.add_argument("--no-fresh", action="store_true", help="only the in-process breakdown")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N",
                     help="also print the N top functions of the run by cumulative time")
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="import gradcheck_bi from here (an older tree, for before/after)")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("run_args", nargs="*", help="after --: arguments of `gradcheck-bi run`")
     opts = ap.parse_args()
@@ -240,7 +246,7 @@ def main() -> None:
         breakdown(opts.run_args, opts.cprofile)
         return
     if not opts.no_fresh:
-        r = fresh_runs(opts.run_args, opts.reps)
+        r = fresh_runs(opts.run_args, opts.reps, opts.root.resolve())
         med = statistics.median
         print(f"`run {' '.join(opts.run_args)}`, fresh processes, {opts.reps} each; "
               f"{r['verdict']}\n")
@@ -255,7 +261,7 @@ def main() -> None:
     # (left primed by the default TRITON_CACHE_DIR's previous runs) is warm.
     subprocess.run([sys.executable, __file__, "--in-process", "--cprofile",
                     str(opts.cprofile), "--", *opts.run_args],
-                   env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+                   env={**os.environ, "PYTHONPATH": str(opts.root.resolve())}, check=False)
 
 
 if __name__ == "__main__":
