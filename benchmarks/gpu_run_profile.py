@@ -177,7 +177,7 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
     import torch
     t_torch = time.perf_counter() - t0
     import gradcheck_bi.cli as cli
-    import gradcheck_bi.fd.estimate  # noqa: F401  (the sums' callers, to patch)
+    import gradcheck_bi.fd.estimate
     with contextlib.suppress(ImportError):
         import liger_kernel.ops.rms_norm  # noqa: F401
     t_import = time.perf_counter() - t0
