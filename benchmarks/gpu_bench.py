@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 from gradcheck_bi import fd
+from gradcheck_bi.fd import _triton_fd
 from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels import _triton_fd
 from gradcheck_bi.kernels.reduction import use_backend
 from gradcheck_bi.kernels.rmsnorm import After
 from gradcheck_bi.vocab import Config

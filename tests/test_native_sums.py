@@ -12,7 +12,7 @@ from gradcheck_bi.kernels.rmsnorm import After
 
 pytest.importorskip("numba")
 
-from gradcheck_bi.kernels import _numba_fd
+from gradcheck_bi.fd import _numba_fd
 
 
 def _chunk(levels: int, cols: int, rows: int, d: int, dtype: torch.dtype, seed: int):  # type: ignore[no-untyped-def]

@@ -17,9 +17,9 @@ Three paths, one set of bits per path and ``D``:
 
 * where the reduction backend is Triton (CUDA by default), one fused kernel reads each
   perturbed output once and keeps every sum in registers
-  (:mod:`gradcheck_bi.kernels._triton_fd`);
+  (:mod:`gradcheck_bi.fd._triton_fd`);
 * on CPU, for a check large enough to repay numba's start (``native=True``, see
-  :func:`native_worth`), one compiled pass (:mod:`gradcheck_bi.kernels._numba_fd`), bitwise
+  :func:`native_worth`), one compiled pass (:mod:`gradcheck_bi.fd._numba_fd`), bitwise
   equal to the torch ops;
 * elsewhere a few whole-chunk torch ops (no fp64 copy of an fp64 chunk) and one fixed-order
   :func:`~gradcheck_bi.kernels.reduction.row_sum`.
@@ -65,7 +65,7 @@ def _fused(ys: torch.Tensor, sums: Sums) -> bool:
     the interpreter on CPU when the backend is forced to ``triton``."""
     if resolve_backend(ys) != "triton":
         return False
-    from gradcheck_bi.kernels import _triton_fd
+    from gradcheck_bi.fd import _triton_fd
 
     return sums.levels <= _triton_fd.MAX_LEVELS
 
@@ -109,11 +109,11 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
         raise ValueError(f"y0 {tuple(y0.shape)} and g {tuple(g.shape)} must be the (rows, D) "
                          f"of ys {tuple(ys.shape)}")
     if _fused(ys, sums):
-        from gradcheck_bi.kernels import _triton_fd
+        from gradcheck_bi.fd import _triton_fd
 
         result = _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even)
     elif native and ys.device.type == "cpu" and ys.dtype in (torch.float32, torch.float64):
-        from gradcheck_bi.kernels import _numba_fd
+        from gradcheck_bi.fd import _numba_fd
 
         return _numba_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
     else:
@@ -129,7 +129,7 @@ def sums_into(y0: torch.Tensor, g: torch.Tensor, sums: Sums | None = None, *,
     """``run(ys, out)``: :func:`level_sums` of ``ys`` written into ``out``, for a loop over
     chunks that share ``y0`` and ``g`` (the compiled CPU pass prepares them once)."""
     if native and y0.device.type == "cpu":
-        from gradcheck_bi.kernels import _numba_fd
+        from gradcheck_bi.fd import _numba_fd
 
         compiled = _numba_fd.sums_into(y0, g, sums.odd if sums else True,
                                        sums.even if sums else True)

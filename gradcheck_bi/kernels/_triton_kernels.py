@@ -145,7 +145,10 @@ def _device_calls_interpreted() -> Iterator[None]:
         JITFunction.__call__ = original  # type: ignore[method-assign]
 
 
-def _launch(fn: Any, n_rows: int, on_cuda: bool, *args: Any, **constexprs: Any) -> None:
+def launch_kernel(fn: Any, n_rows: int, on_cuda: bool, *args: Any,
+                  **constexprs: Any) -> None:
+    """Launch the row kernel ``fn`` over ``n_rows`` rows, ``BLOCK_M`` at a time: compiled on
+    CUDA, by Triton's interpreter on CPU (:mod:`gradcheck_bi.fd._triton_fd` launches so too)."""
     interpreted = not on_cuda
     block_m = BLOCK_M_INTERPRETER if interpreted else BLOCK_M_CUDA
     grid = (triton.cdiv(n_rows, block_m),)
@@ -159,8 +162,8 @@ def _launch(fn: Any, n_rows: int, on_cuda: bool, *args: Any, **constexprs: Any) 
 def launch(rows: torch.Tensor, out: torch.Tensor, width: int) -> None:
     """Sum each row of the 2-D contiguous ``rows`` into ``out`` with the fixed-order kernel."""
     n_rows, n_cols = rows.shape
-    _launch(_row_sum_kernel, n_rows, rows.is_cuda, rows, out, n_rows, n_cols, rows.stride(0),
-            BLOCK_D=width)
+    launch_kernel(_row_sum_kernel, n_rows, rows.is_cuda, rows, out, n_rows, n_cols,
+                  rows.stride(0), BLOCK_D=width)
 
 
 def rmsnorm_forward(
@@ -178,7 +181,7 @@ def rmsnorm_forward(
     r = torch.empty(n_rows, dtype=x_c.dtype, device=x_c.device)
     eps_t = torch.tensor([eps], dtype=x_c.dtype, device=x_c.device)
     if n_rows > 0:
-        _launch(_rmsnorm_fwd_kernel, n_rows, rows.is_cuda, rows, w_c.contiguous(), eps_t, y, r,
-                n_rows, n_cols, rows.stride(0), ADD_ONE=add_one,
-                BLOCK_D=block_d(n_cols))
+        launch_kernel(_rmsnorm_fwd_kernel, n_rows, rows.is_cuda, rows, w_c.contiguous(), eps_t,
+                      y, r, n_rows, n_cols, rows.stride(0), ADD_ONE=add_one,
+                      BLOCK_D=block_d(n_cols))
     return y.reshape(x_c.shape), r.reshape(x_c.shape[:-1])

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gradcheck_bi.kernels._triton_kernels import _launch
+from gradcheck_bi.kernels._triton_kernels import launch_kernel
 from gradcheck_bi.kernels.blocking import block_d
 
 MAX_LEVELS = 3
@@ -108,7 +108,7 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor, odd: bool,
     y0 = y0.to(torch.float64).contiguous()
     n_m = ys[0].numel() // n_cols
     out = torch.empty((odd + even) * n_lev, n_m, dtype=torch.float64, device=ys.device)
-    _launch(_level_sums_kernel, n_m, ys.is_cuda, ys, y0, g, out, n_m, n_r, n_cols,
+    launch_kernel(_level_sums_kernel, n_m, ys.is_cuda, ys, y0, g, out, n_m, n_r, n_cols,
             ys.stride(0), N_LEV=n_lev, ODD=odd, EVEN=even,
             BLOCK_D=min(MAX_FD_BLOCK_D, block_d(n_cols)))
     return out.reshape(out.shape[0], *ys.shape[1:-1])
