@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.cases import check_values
+from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
 from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.report.tables import describe
@@ -213,12 +214,15 @@ def check(
     strict: bool = False,
     raise_on_failure: bool = True,
     kernel_args: dict[str, Any] | None = None,
+    threads: int | None = None,
     **sweep_options: Any,
 ) -> Report:
     """Check ``fn`` over a small sweep: an autograd Function, a function
     ``f(x, weight, eps[, zero_centered_gamma])``, an nn.Module class or factory, or a kernel
     name (``"after"``, ``"torch"``, ``"liger"``, ``"PATH.py:ATTR"``). ``kernel_args`` fill
-    parameters the adapter cannot (as ``--kernel-arg``).
+    parameters the adapter cannot (as ``--kernel-arg``). ``threads`` pins torch's CPU
+    threads as ``--threads`` does (default: ``OMP_NUM_THREADS``, else the CLI's choice by
+    work size); the caller's thread settings are restored afterwards.
 
     Every axis takes a list, as in a case file (a single value is a list of one);
     ``checks=None`` runs every check. ``zcg`` takes a bool, ``"off"``/``"on"``/``"both"``
@@ -234,15 +238,19 @@ def check(
     nothing could be checked here (every result unsupported, or every point dropped),
     unless ``raise_on_failure=False``; returns the :class:`Report`.
     """
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads={threads!r}: expected an integer >= 1, or None")
     values = sweep_values(checks=checks, weights=weights, zcg=zcg, shapes=shapes,
                           device=device, dtype=dtype, eps=eps, seeds=seeds,
                           input_scales=input_scales, weight_scales=weight_scales,
                           expect=expect, **sweep_options)
-    spec = _spec(fn, kernel_args)
-    if spec.source == "bundled":
-        values.pop("expect")  # a bundled kernel's declared defects say what it must show
-    sweep = Sweep(kernels=[spec.name], **values)
-    results = run(sweep, [spec])
+    with fd_threads.policy(threads):  # adapting a kernel may call it too
+        spec = _spec(fn, kernel_args)
+        if spec.source == "bundled":
+            values.pop("expect")  # a bundled kernel's declared defects say what it must show
+        sweep = Sweep(kernels=[spec.name], **values)
+        results = run(sweep, [spec])
     idle = unchecked([sweep], [spec], (r.kernel for r in results))
     report = Report(results, strict, [] if idle else not_run([sweep], [spec]), idle)
     if raise_on_failure and report.exit_code == EXIT_UNEXPECTED:

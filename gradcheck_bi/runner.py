@@ -274,8 +274,7 @@ def _worker(number: int, device: str, threads: int | None,
     try:
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        fd_threads.fix_threads(threads)
-        torch.set_num_threads(threads or 1)
+        fd_threads.apply_policy(threads)
         measure = _PointMeasurer()
         specs: dict[str, KernelSpec] = {}
         while (i := claim.next()) < len(tasks):

@@ -148,3 +148,45 @@ def test_not_a_kernel() -> None:
     with pytest.raises(TypeError, match=r"kernel <lambda>\(x\): cannot tell what 'weight', "
                                         "'eps' should be"):
         gradcheck_bi.check(lambda x: x)
+
+
+def _threads_seen(monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> set[tuple]:
+    """What torch's thread count and the FD loop's pin were while the kernel ran."""
+    import torch
+
+    from gradcheck_bi.fd import threads as fd_threads
+
+    seen: set[tuple] = set()
+
+    def kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        seen.add((torch.get_num_threads(), fd_threads.fixed_threads()))
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    gradcheck_bi.check(kernel, checks="forward", weights="randn", zcg=False, shapes=(2, 16),
+                       **kwargs)
+    return seen
+
+
+def test_the_api_gets_the_clis_thread_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check() applies the CLI's policy (threads=N, else OMP_NUM_THREADS, else one thread
+    outside the loop's own choice) while it runs, and gives the caller its settings back."""
+    import torch
+
+    from gradcheck_bi.fd import threads as fd_threads
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        torch.set_num_threads(5)  # the caller's own setting, which the check must not use
+        seen = _threads_seen(monkeypatch)
+        assert (1, None) in seen and all(n <= fd_threads.usable_cores() and fixed is None
+                                         for n, fixed in seen), seen
+        assert _threads_seen(monkeypatch, threads=3) == {(3, 3)}
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        assert _threads_seen(monkeypatch) == {(2, 2)}
+        assert (torch.get_num_threads(), fd_threads.fixed_threads()) == (5, None)
+        for bad in (0, "2", True):
+            with pytest.raises(ValueError, match="threads="):
+                gradcheck_bi.check("after", checks="forward", threads=bad)
+    finally:
+        torch.set_num_threads(before)

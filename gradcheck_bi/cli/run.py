@@ -9,7 +9,6 @@ works.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -65,18 +64,10 @@ def _targets(device: str | None, dtype: str | None) -> list[tuple[str, str]] | N
 
 
 def set_threads(threads: int | None) -> None:
-    """torch's CPU threads: ``--threads N`` (or ``OMP_NUM_THREADS``) pins every op, the
-    finite-difference loop included, to N; by default the loop chooses by the size of its
-    chunks (:mod:`gradcheck_bi.fd.threads`) and everything else runs on one thread."""
-    import torch
-
+    """``--threads N``: the library's policy (:func:`gradcheck_bi.fd.threads.apply_policy`)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if threads is None and env.isdigit() and int(env) >= 1:
-        threads = int(env)
-    fd_threads.fix_threads(threads)
-    torch.set_num_threads(threads or 1)
+    fd_threads.apply_policy(threads)
 
 
 def run_command(

@@ -9,8 +9,11 @@ make every op wait for the slowest one (measured in docs/benchmarks.md, "Threads
 The thread count never changes a bit of the result: every op of the loop is elementwise
 or a fixed-order sum built from elementwise ops.
 
-``fix_threads(n)`` pins the loop to ``n`` threads (the CLI's ``--threads`` or
-``OMP_NUM_THREADS``); ``fix_threads(None)`` restores the choice by work size.
+``fix_threads(n)`` pins the loop to ``n`` threads; ``fix_threads(None)`` restores the
+choice by work size. :func:`apply_policy` is the whole policy, for the CLI (``--threads``),
+its worker processes and the API (``check(threads=…)``, inside :func:`policy`, which gives
+the caller its own settings back): ``n`` (else ``OMP_NUM_THREADS``) pins every op to ``n``;
+with neither, the loop chooses and everything else runs on one thread.
 
 >>> threads_for(1 << 10)
 1
@@ -46,6 +49,31 @@ def fix_threads(n: int | None) -> None:
     if n is not None and n < 1:
         raise ValueError(f"threads must be >= 1, got {n}")
     _fixed = n
+
+
+def apply_policy(threads: int | None) -> None:
+    """``threads`` (else ``OMP_NUM_THREADS``) for every torch op and the loop; with neither,
+    one thread outside the loop and the loop's choice by work size."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if threads is None and env.isdigit() and int(env) >= 1:
+        threads = int(env)
+    fix_threads(threads)
+    torch.set_num_threads(threads or 1)
+
+
+@contextlib.contextmanager
+def policy(threads: int | None) -> Iterator[None]:
+    """:func:`apply_policy` inside the block; torch's thread count and the loop's pin as
+    they were after it (an API caller's own settings survive a check)."""
+    before = (torch.get_num_threads(), _fixed)
+    apply_policy(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        fix_threads(before[1])
 
 
 def fixed_threads() -> int | None:
