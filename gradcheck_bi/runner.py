@@ -1,9 +1,9 @@
 """The runner: probe each kernel, measure every point, judge it — for a sweep or a case.
 
 Kernels are loaded once, up front (a kernel that cannot load stops the run: exit 2). Each
-kernel is probed once per (device, dtype) with a tiny forward; a refusal there makes that
-target's results ``unsupported``; a crash is no refusal (each point then reports its own
-``error``). Every point is then measured by its check
+kernel is probed once per (device, dtype) with a forward at its first point's shape; a
+refusal there makes that target's results ``unsupported``; a crash is no refusal (each
+point then reports its own ``error``). Every point is then measured by its check
 (:mod:`gradcheck_bi.checks`) and judged against what it must show (:mod:`gradcheck_bi.gate`).
 
 >>> from gradcheck_bi.sweep import Sweep
@@ -125,7 +125,7 @@ class _PointMeasurer:
     def __call__(self, spec: KernelSpec, cfg: Config, sweep: Sweep) -> Result:
         key = (spec.name, cfg.device, cfg.dtype)
         if key not in self.refusals:
-            self.refusals[key] = probe(spec, cfg.device, cfg.dtype)
+            self.refusals[key] = probe(spec, cfg.device, cfg.dtype, cfg)
         return run_point(spec, cfg, sweep, self.refusals[key])
 
 

@@ -265,7 +265,7 @@ def step_sweep(
     out = StepSweep(device, dtype, tuple(shape), eps, seed, st,
                     input_step_rel(torch_dtype), unit_roundoff(torch_dtype))
     for spec in kernels:
-        refused = probe(spec, device, dtype)
+        refused = probe(spec, device, dtype, Config(check="forward", shape=tuple(shape)))
         if refused is not None:
             raise Unsupported(f"{spec.name}: {refused}")
     for z in zcg:

@@ -21,7 +21,7 @@ run here") is kept for explicit refusals. Anything else a kernel raises is a bug
 An ``AssertionError``, ``NameError``, ``AttributeError``, ``ZeroDivisionError``, … is
 always an error, whatever its message.
 
-The **probe** runs a tiny forward once per (kernel, device, dtype): a refusal there makes
+The **probe** runs one forward once per (kernel, device, dtype): a refusal there makes
 every result of that target ``unsupported`` without running it. A crash there decides
 nothing — each point then runs and reports its own exception, classified the same way.
 
@@ -74,17 +74,23 @@ def refusal(exc: BaseException) -> str | None:
     return None
 
 
-def probe(spec: KernelSpec, device: str, dtype: str) -> str | None:
+def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -> str | None:
     """Why the kernel refuses this device/dtype (every result ``unsupported``), else ``None``.
 
-    Only a refusal counts: a tiny forward that crashes returns ``None``, so that each point
-    runs and reports its own ``error``.
+    One forward at the shape (and group size) of the point ``at`` — the first the run
+    measures there, so the probe feeds the kernel no shape the run would not — or, without
+    one, at ``(2, 8)``. Only a refusal counts: a forward that crashes returns ``None``, so
+    that each point runs and reports its own ``error``.
     """
     if device == "cuda" and not torch.cuda.is_available():
         return "--device cuda asked for, but no CUDA GPU is visible here"
     try:
-        cfg = Config(check="forward", device=device, dtype=dtype, shape=(2, 8), op=spec.op,
-                     group_size=8 if spec.op == "rms_norm_gated" else None)
+        if at is None:
+            at = Config(check="forward", shape=(2, 8), op=spec.op,
+                        group_size=8 if spec.op == "rms_norm_gated" else None)
+        cfg = Config(check="forward", device=device, dtype=dtype, shape=at.shape, op=spec.op,
+                     group_size=at.group_size, norm_before_gate=at.norm_before_gate,
+                     bias=at.bias)
         with torch.no_grad():
             if spec.op != "rms_norm":  # the family's other ops: one call with every input
                 p = make_point(cfg)

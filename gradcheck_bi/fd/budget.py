@@ -107,15 +107,49 @@ def _bytes_per_element(dtype: torch.dtype) -> int:
     return BYTES_PER_ELEMENT.get(dtype, 64)
 
 
+# The row counts of the batches a check feeds the kernel beyond the point's own shape: 1 (a
+# row alone), 3 (a batch that is not a multiple of any tile) and 8 times a power of the
+# device's ladder base. The batch invariance check places its probe rows in 3, 8, 64, 512
+# and 4096 rows; every finite-difference chunk is padded to a ladder step
+# (:func:`batch_rows`). Off the CPU the base is 8, so chunks land on the batch sizes, and a
+# kernel that compiles or autotunes per shape reuses what the batches compiled; on CPU,
+# where nothing compiles per shape, the base is 2, so that a chunk stays near the cache cap
+# (docs/benchmarks.md, "Shapes a run feeds the kernel").
+MIN_BATCH = 8
+# What a chunk's call costs beyond its rows (Python, the contract checks, a launch), counted
+# as this many elements when choosing between two batch sizes: a judgement, not a
+# measurement; it only keeps a tiny check from being split into many calls.
+CALL_ELEMENTS = 1 << 16
+
+
+def ladder_base(device: torch.device | str) -> int:
+    """8 (the batch sizes' own ladder) except on CPU, 2."""
+    return 2 if torch.device(device).type == "cpu" else 8
+
+
+def batch_rows(rows: int, base: int = 8) -> int:
+    """The smallest ladder step ``8 · base^k`` holding ``rows``: a chunk's padded row count.
+
+    >>> batch_rows(6), batch_rows(480), batch_rows(513), batch_rows(24576), batch_rows(480, 2)
+    (8, 512, 4096, 32768, 512)
+    """
+    n = MIN_BATCH
+    while n < rows:
+        n *= base
+    return n
+
+
 def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
                 max_memory: int | None, device: torch.device | str = "cpu") -> tuple[int, int]:
     """``(columns, rows)`` perturbed in one batched forward call.
 
-    A chunk holds ``stencil.points × columns × rows`` perturbed rows of length ``n_cols``.
-    Its size is capped by what ``max_memory`` leaves after the arrays held for the whole
-    check (:func:`memory_estimate`) and, on CPU, by ``CPU_CHUNK_ELEMENTS`` (cache);
-    rows are split only when one column of every row does not fit. Any chunk gives the
-    same bits for a batch-invariant kernel, so this is purely a speed/memory choice.
+    A chunk holds ``stencil.points × columns × rows`` perturbed rows of length ``n_cols``,
+    padded with unperturbed rows to :func:`batch_rows` of that. Its size is capped by what
+    ``max_memory`` leaves after the arrays held for the whole check
+    (:func:`memory_estimate`) and, on CPU, by ``CPU_CHUNK_ELEMENTS`` (cache); the padded
+    batch is a ladder step under that cap (:func:`ladder_chunk`).
+    Any chunk gives the same bits for a batch-invariant kernel, so this is purely a
+    speed/memory choice — and one of how many shapes the kernel is fed.
     """
     spare = budget(max_memory) - FIXED_BYTES_PER_ELEMENT * n_rows * n_cols
     room = max(1, spare // _bytes_per_element(dtype))
@@ -125,13 +159,46 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
         free = cuda_free(dev)
         room = min(room, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
-        # A power of two: the chunk (and the forward-call count in the report) stays the
-        # same when free memory moves a little between processes or runs.
-        room = 1 << (room.bit_length() - 1)
-    per_row = stencil.points * n_cols  # one perturbed column of one row
-    rows = max(1, min(n_rows, room // per_row))
-    cols = max(1, min(n_cols, room // (per_row * rows))) if rows == n_rows else 1
-    return cols, rows
+    return ladder_chunk(room // n_cols, n_rows, n_cols, stencil.points, ladder_base(dev))
+
+
+def ladder_chunk(room_rows: int, n_rows: int, n_cols: int, points: int, base: int = 8
+                 ) -> tuple[int, int]:
+    """``(columns, rows)`` of a chunk padded to a ladder step (:func:`batch_rows`) within
+    ``room_rows`` (8 at least: :func:`memory_estimate` counts them): of the largest step
+    the check fills and the one that holds the whole check, the cheaper — rows fed to the
+    kernel in all (padding included) plus :data:`CALL_ELEMENTS` per call. Columns (or,
+    when one column of every row does not fit, rows) are split evenly over the chunks.
+
+    >>> ladder_chunk(1 << 20, 16, 256, 6)  # (2, 8, 256) with a GPU's room: 7 calls of 4096
+    (37, 16)
+    >>> ladder_chunk(2048, 16, 256, 6, base=2)  # on CPU: 13 calls of 2048
+    (20, 16)
+    """
+    total = points * n_cols * n_rows
+    per_call = CALL_ELEMENTS // n_cols
+    most = MIN_BATCH
+    while most * base <= min(room_rows, total):
+        most *= base
+    best: tuple[int, int, tuple[int, int]] | None = None
+    for batch in {most, batch_rows(total, base)}:
+        if batch > max(room_rows, MIN_BATCH):
+            continue
+        if points * n_rows > batch:  # one column of every row does not fit: split the rows
+            shape = 1, _even(n_rows, max(1, batch // points))
+        else:
+            shape = _even(n_cols, batch // (points * n_rows)), n_rows
+        calls = -(-n_cols // shape[0]) * -(-n_rows // shape[1])
+        if best is None or (calls * (batch + per_call), calls) < best[:2]:
+            best = calls * (batch + per_call), calls, shape
+    assert best is not None
+    return best[2]
+
+
+def _even(n: int, most: int) -> int:
+    """The size of ``ceil(n / most)`` near-equal parts of ``n``."""
+    parts = -(-n // most)
+    return -(-n // parts)
 
 
 def cuda_free(dev: torch.device) -> int:
@@ -152,10 +219,11 @@ def memory_estimate(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dty
     """Bytes a finite-difference check of an ``(n_rows, n_cols)`` input needs at least.
 
     The floor under any memory budget: the arrays held for the whole check plus the
-    smallest chunk (one perturbed column of one row, at every stencil point).
+    smallest chunk (one perturbed column of one row, at every stencil point, padded to
+    :func:`batch_rows`).
     """
     fixed = FIXED_BYTES_PER_ELEMENT * n_rows * n_cols
-    return fixed + stencil.points * n_cols * _bytes_per_element(dtype)
+    return fixed + MIN_BATCH * n_cols * _bytes_per_element(dtype)
 
 
 def check_budget(shape: tuple[int, ...], stencil: Stencil, dtype: torch.dtype,

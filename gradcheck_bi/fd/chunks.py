@@ -2,7 +2,10 @@
 here or spread over processes.
 
 A chunk is ``points × columns × rows`` copies of a block of rows, each perturbed in one
-column; its level sums land in their own slice of ``sums``. Chunks are independent and a
+column, padded with unperturbed copies to a ladder step
+(:func:`~gradcheck_bi.fd.budget.batch_rows`: every chunk of a check, the last too, is one
+shape for the kernel, whose padding rows' outputs are ignored); its level sums land in their
+own slice of ``sums``. Chunks are independent and a
 batch-invariant kernel gives each the same bits wherever it runs, so a large CPU check can
 hand chunks to worker processes (:func:`run_chunks`): each process runs the kernel on one
 torch thread, all take the next chunk from one shared counter, and the sums are written
@@ -25,7 +28,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.fd.budget import keep_freed_memory
+from gradcheck_bi.fd.budget import batch_rows, keep_freed_memory, ladder_base
 from gradcheck_bi.fd.reduce import sums_into
 from gradcheck_bi.kernels.reduction import forced_backend, use_backend
 
@@ -35,13 +38,14 @@ Forward = Callable[[torch.Tensor], torch.Tensor]
 class ChunkLoop:
     """Everything a process needs to compute any chunk: ``run(r0, c0)`` fills
     ``sums[:, c0 : c0 + n_c, r0 : r0 + n_r]``. ``delta[p, r]``: the step of stencil point
-    ``p`` for row ``r``."""
+    ``p`` for row ``r``. Every forward call gets ``batch`` rows."""
 
     def __init__(self, forward: Forward, x2: torch.Tensor, g2: torch.Tensor, y0: torch.Tensor,
                  delta: torch.Tensor, chunk: tuple[int, int], sums: torch.Tensor,
                  native: bool) -> None:
         self.forward, self.x2, self.g2, self.y0 = forward, x2, g2, y0
         self.delta, self.chunk, self.sums, self.native = delta, chunk, sums, native
+        self.batch = batch_rows(delta.shape[0] * chunk[0] * chunk[1], ladder_base(x2.device))
         self._blocks: dict[int, tuple[torch.Tensor, Any]] = {}
 
     def tasks(self) -> list[tuple[int, int]]:
@@ -50,16 +54,16 @@ class ChunkLoop:
         return [(r0, c0) for r0 in range(0, n_rows, n_r) for c0 in range(0, n_cols, n_c)]
 
     def _block(self, r0: int) -> tuple[torch.Tensor, Any]:
-        """The row block's buffer (``points × n_c_max`` unperturbed copies of its rows; any
-        prefix is whole rows) and its sums function, made once per block. Only the current
+        """The row block's buffer (``batch`` rows: unperturbed copies of its rows, repeated;
+        any prefix is whole rows) and its sums function, made once per block. Only the current
         block's are kept (chunks come block by block): a buffer is as large as the memory
         budget lets a chunk be."""
         if r0 not in self._blocks:
             self._blocks.clear()
-            n_c_max, n_r_max = self.chunk
+            n_r_max = self.chunk[1]
             rows = self.x2[r0 : r0 + n_r_max]
             self._blocks[r0] = (
-                rows.repeat(self.delta.shape[0] * n_c_max, 1),
+                rows.repeat(-(-self.batch // rows.shape[0]), 1)[: self.batch],
                 sums_into(self.y0[r0 : r0 + n_r_max], self.g2[r0 : r0 + n_r_max],
                           native=self.native),
             )
@@ -79,16 +83,25 @@ class ChunkLoop:
         base = self.x2[r0 : r0 + n_r, c0 : c0 + n_c].T  # (n_c, n_r): x[r, c0 + c]
         hit.copy_(base[None] + self.delta[:, None, r0 : r0 + n_r])
         with torch.no_grad():
-            ys = self.forward(xs.view(-1, n_cols))
-        if tuple(ys.shape) != (points * n_c * n_r, n_cols):
+            ys = self.forward(buf)  # the perturbed rows, then the padding's
+        if tuple(ys.shape) != tuple(buf.shape):
             raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
-                             f"{(points * n_c * n_r, n_cols)}")
-        reduce_into(ys.reshape(points, n_c, n_r, n_cols),
+                             f"{tuple(buf.shape)}")
+        reduce_into(ys[: points * n_c * n_r].reshape(points, n_c, n_r, n_cols),
                     self.sums[:, c0 : c0 + n_c, r0 : r0 + n_r])
         # Free this chunk's outputs before the next forward allocates its own: the next
         # call then reuses the same (cache-warm) memory.
         del ys
         hit.copy_(base[None].expand(points, n_c, n_r))
+
+
+def pad_rows(rows: torch.Tensor, batch: int) -> torch.Tensor:
+    """``rows`` ``(n, D)`` followed by copies of its own rows up to ``batch`` rows (the
+    padding of a chunk: its outputs are ignored)."""
+    n = rows.shape[0]
+    if n >= batch:
+        return rows
+    return torch.cat([rows, rows.repeat(-(-(batch - n) // n), 1)[: batch - n]])
 
 
 def loadable_elsewhere(forward: Forward) -> bool:

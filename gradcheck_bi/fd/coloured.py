@@ -20,9 +20,10 @@ than centred away, and ``λ`` is held at 1 or more: an element moved little roun
 nothing (``x + o h`` shifted by a multiple of its ulp rounds alike at every level, or one
 ulp apart), so the pooled ``λ`` measures how often its roundings differ, not how large one
 difference is.
-Columns are stacked into batched calls of at most :func:`elements_per_call` elements per output;
-each output's sums are RMSNorm's (:func:`~gradcheck_bi.fd.reduce.level_sums`: one fused
-Triton pass on CUDA, fp64 differences taken elementwise before the product with g).
+Columns are stacked into batched calls of at most :func:`elements_per_call` elements per output,
+each padded to a ladder step (:func:`~gradcheck_bi.fd.budget.batch_rows`); each output's sums
+are RMSNorm's (:func:`~gradcheck_bi.fd.reduce.level_sums`: one fused Triton pass on CUDA,
+fp64 differences taken elementwise before the product with g).
 
 >>> import torch
 >>> x = torch.randn(3, 8, dtype=torch.float64); g = torch.randn(3, 8, dtype=torch.float64)
@@ -38,7 +39,14 @@ from collections.abc import Callable
 
 import torch
 
-from gradcheck_bi.fd.budget import MEMORY_FRACTION, cuda_free
+from gradcheck_bi.fd.budget import (
+    MEMORY_FRACTION,
+    batch_rows,
+    cuda_free,
+    ladder_base,
+    ladder_chunk,
+)
+from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.estimate import FDEstimate
 from gradcheck_bi.fd.reduce import level_sums
 from gradcheck_bi.fd.stencil import (
@@ -107,8 +115,10 @@ def input_grad_outputs(
 ) -> FDEstimate:
     """Central-difference ``dL/dt`` for ``L = Σ_k Σ gs[k] · forward(t)[k]``, every element.
 
-    ``forward`` maps ``(N, D)`` rows of ``t`` to its outputs, each ``(N, D)``, holding the
-    other inputs (repeated to ``N`` rows); ``h`` is the step per row, ``(R,)``, fp64;
+    ``forward`` maps ``t`` (at its own shape, for the unperturbed outputs) or ``(N, D)``
+    rows to its outputs, each shaped as what it was given; row ``i`` of the ``N`` is a
+    perturbed copy of ``t``'s row ``i mod R`` (the last rows are padding) and holds the
+    other inputs' row ``i mod R``; ``h`` is the step per row, ``(R,)``, fp64;
     ``reach`` the group each output's elements move in (default: the whole row);
     ``shared`` (``(R,)``, in units of ``u``) a rounding every element of a row shares that
     the model's ``(Σ g y)²`` term does not contain (a layer norm's mean: additive, not
@@ -121,8 +131,8 @@ def input_grad_outputs(
     t2 = t.detach().reshape(-1, n_cols)
     n_rows, dev = t2.shape[0], t.device
     g2 = [g.detach().reshape(-1, n_cols).to(torch.float64) for g in gs]
-    with torch.no_grad():
-        y0 = [y.reshape(-1, n_cols).to(torch.float64) for y in forward(t2)]
+    with torch.no_grad():  # at t's own shape: no new shape for the kernel
+        y0 = [y.reshape(-1, n_cols).to(torch.float64) for y in forward(t.detach())]
     if len(y0) != len(g2):
         raise ValueError(f"forward returned {len(y0)} outputs for {len(g2)} cotangents")
     reach = list(reach) if reach is not None else [n_cols] * len(g2)
@@ -130,7 +140,10 @@ def input_grad_outputs(
     delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
-    per_call = max(1, elements_per_call(dev) // (2 * n_lev * n_rows * n_cols))
+    ladder = ladder_base(dev)
+    per_call, _ = ladder_chunk(elements_per_call(dev) // n_cols, n_rows, n_cols, 2 * n_lev,
+                               ladder)
+    batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
     calls = 1
     for c0 in range(0, n_cols, per_call):
         c1 = min(n_cols, c0 + per_call)
@@ -140,14 +153,16 @@ def input_grad_outputs(
         base = t2[:, c0:c1].T.to(torch.float64)[:, None, :]
         taken[:, c0:c1] = (xs[:, cols, :, c0 + cols].to(torch.float64) - base).transpose(0, 1)
         with torch.no_grad():
-            ys = forward(xs.reshape(-1, n_cols))
+            ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
         calls += 1
         if len(ys) != len(g2):
             raise ValueError(f"forward returned {len(ys)} outputs for {len(g2)} cotangents")
-        # RMSNorm's sums, output by output: one fused pass on CUDA, each difference exact.
-        sums[:, c0:c1] = level_sums(ys[0].reshape(xs.shape), y0[0], g2[0])
+        # RMSNorm's sums, output by output (the padding's rows left out): one fused pass on
+        # CUDA, each difference exact.
+        rows = xs.numel() // n_cols
+        sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(xs.shape), y0[0], g2[0])
         for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
-            sums[:, c0:c1] += level_sums(y.reshape(xs.shape), y_ref, g)
+            sums[:, c0:c1] += level_sums(y[:rows].reshape(xs.shape), y_ref, g)
     odd, even = _steps_taken(sums, taken, h)
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.

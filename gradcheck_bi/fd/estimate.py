@@ -34,8 +34,14 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.fd.budget import check_budget, chunk_shape, keep_freed_memory
-from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, run_chunks
+from gradcheck_bi.fd.budget import (
+    batch_rows,
+    check_budget,
+    chunk_shape,
+    keep_freed_memory,
+    ladder_base,
+)
+from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, pad_rows, run_chunks
 from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
@@ -79,13 +85,15 @@ class FDEstimate:
     terms: torch.Tensor | None = None
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
-                 x2: torch.Tensor) -> torch.Tensor:
-    """``y0 = forward(x)`` in fp64: the centre of the even level sums."""
+                 x: torch.Tensor) -> torch.Tensor:
+    """``y0 = forward(x)`` in fp64, as ``(rows, D)``: the centre of the even level sums.
+    Called at ``x``'s own shape, which the check's analytic call already fed the kernel (a
+    2-D view of a 3-D ``x`` would be one more shape to compile for)."""
     with torch.no_grad():
-        y0 = forward(x2)
-    if tuple(y0.shape) != tuple(x2.shape):
-        raise ValueError(f"forward returned shape {tuple(y0.shape)} for {tuple(x2.shape)}")
-    return y0.to(torch.float64)
+        y0 = forward(x)
+    if tuple(y0.shape) != tuple(x.shape):
+        raise ValueError(f"forward returned shape {tuple(y0.shape)} for {tuple(x.shape)}")
+    return y0.reshape(-1, x.shape[-1]).to(torch.float64)
 
 
 def input_grad(
@@ -128,7 +136,7 @@ def input_grad(
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     n_c_max, n_r_max = chunk or chunk_shape(n_rows, n_cols, stencil, x.dtype, max_memory, dev)
     n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
-    y0 = _unperturbed(forward, x2)
+    y0 = _unperturbed(forward, x.detach())
     native = native_worth(points * n_cols * n_rows * n_cols, dev)
     loop = ChunkLoop(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
     if native:
@@ -214,7 +222,7 @@ def directional_input_grad(
     v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
     n_lev = len(LEVELS)
     signed = level_offsets().to(dev)
-    y0 = _unperturbed(forward, x2)
+    y0 = _unperturbed(forward, x.detach())
     # Stack (direction, row) pairs as rows m = k·R + r.
     n_m = directions * n_rows
     x_m = x2.repeat(directions, 1)
@@ -223,6 +231,7 @@ def directional_input_grad(
     y0_m = y0.repeat(directions, 1)
     v_m = v.reshape(n_m, n_cols)
     _, per_call = chunk_shape(n_m, n_cols, stencil, x.dtype, max_memory, dev)
+    batch = batch_rows(stencil.points * per_call, ladder_base(dev))  # every call's, padded
     sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
     calls = 1
@@ -234,11 +243,12 @@ def directional_input_grad(
             steps = signed[:, None, None] * hm[None, :, None] * v_m[sl][None]
             xs = xm[None] + steps.to(x.dtype)
             with torch.no_grad():
-                ys = forward(xs.reshape(-1, n_cols))
+                ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
             calls += 1
-            if tuple(ys.shape) != (xs.shape[0] * xs.shape[1], n_cols):
+            if tuple(ys.shape) != (batch, n_cols):
                 raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
-                                 f"{(xs.shape[0] * xs.shape[1], n_cols)}")
+                                 f"{(batch, n_cols)}")
+            ys = ys[: xs.shape[0] * xs.shape[1]]
             real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
             sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl], native=native)
             veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]

@@ -77,13 +77,19 @@ def reach(point: OpPoint, name: str, returned: list[str]) -> list[int]:
 
 def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
                    ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+    """The op's outputs as a function of input ``name`` alone: at the point's own shape, or
+    as ``(N, D)`` rows (the perturbed copies, then padding), row ``i`` holding the other
+    inputs' row ``i mod R``."""
     d = point.inputs["x"].shape[-1]
     others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
     n_rows = point.inputs["x"].numel() // d
 
     def forward(t2: torch.Tensor) -> list[torch.Tensor]:
-        k = t2.shape[0] // n_rows
-        ins = {name: t2, **{n: o.repeat(k, 1) for n, o in others.items()}}
+        if t2.shape == point.inputs[name].shape:
+            ins = {**point.inputs, name: t2}
+        else:
+            k, n = -(-t2.shape[0] // n_rows), t2.shape[0]
+            ins = {name: t2, **{n_: o.repeat(k, 1)[:n] for n_, o in others.items()}}
         outs = op_forward(fn, ins, point.params, point.options, point.zcg)
         if list(outs) != returned:
             raise ValueError(f"forward returned {list(outs)} here, {returned} before")
