@@ -39,9 +39,9 @@ _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 # glibc's malloc hands blocks over its mmap threshold straight back to the kernel when freed
 # and trims the heap top above its trim threshold, so every chunk-sized tensor of the loop
 # (the forward's output and temporaries, a few MiB each) came back as fresh zero pages:
-# 411 k page faults in one (16, 4096) fp64 CPU check, 1.3x its time (docs/benchmarks.md).
-# Large CPU checks therefore keep freed chunks in the heap (glibc only; see
-# keep_freed_memory).
+# 411 k page faults in one (16, 4096) fp64 CPU check, 1.3x its time (docs/benchmarks.md);
+# ~20 k in an (8, 1024) one, a tenth of its CPU time. CPU checks therefore keep freed chunks
+# in the heap (glibc only; see keep_freed_memory).
 HEAP_MMAP_THRESHOLD = 64 << 20
 HEAP_TRIM_THRESHOLD = 256 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -53,8 +53,8 @@ def keep_freed_memory() -> bool:
     the heap top) instead of returning them to the OS: reused memory costs no page faults.
 
     Process-wide and for the rest of the process (glibc cannot restore its adaptive
-    defaults); called by the finite-difference loop only for checks large enough to use
-    the compiled CPU sums. Returns whether it took effect (False off glibc).
+    defaults); called by the finite-difference loop of every CPU dx check. Returns whether
+    it took effect (False off glibc).
     """
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

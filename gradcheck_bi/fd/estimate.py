@@ -139,7 +139,7 @@ def input_grad(
     y0 = _unperturbed(forward, x.detach())
     native = native_worth(points * n_cols * n_rows * n_cols, dev)
     loop = ChunkLoop(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
-    if native:
+    if dev.type == "cpu":  # chunk-sized temporaries: reuse freed memory, no page faults
         keep_freed_memory()
     chunk_elements = points * n_c_max * n_r_max * n_cols
     processes = spread_processes(dev, chunk_elements) if native else 1
