@@ -54,9 +54,7 @@ def test_chunk_shape_respects_the_budget() -> None:
     bpe = fd.BYTES_PER_ELEMENT[torch.float64]
     fixed = fd.FIXED_BYTES_PER_ELEMENT * 16 * 8192
     cols, rows = fd.chunk_shape(16, 8192, fd.CENTRAL4, torch.float64, fixed + 8 * 6 * 8192 * bpe)
-    # Room for 48 rows: the largest CPU ladder step under it is 32, i.e. 6 × 4 rows padded.
-    assert (cols, rows) == (1, 4)
-    assert fd.batch_rows(6 * cols * rows, 2) == 32
+    assert (cols, rows) == (1, 8)  # room for 48 rows: 6 points × 8 rows
     # With a GPU's room: 2 calls of 512 rows (a batch size of the batch invariance check)
     # rather than one of 4096 holding 768 rows.
     cols, rows = fd.chunk_shape(2, 64, fd.CENTRAL4, torch.float64, 1 << 40, "cuda")

@@ -108,13 +108,14 @@ def _bytes_per_element(dtype: torch.dtype) -> int:
 
 
 # The row counts of the batches a check feeds the kernel beyond the point's own shape: 1 (a
-# row alone), 3 (a batch that is not a multiple of any tile) and 8 times a power of the
-# device's ladder base. The batch invariance check places its probe rows in 3, 8, 64, 512
-# and 4096 rows; every finite-difference chunk is padded to a ladder step
-# (:func:`batch_rows`). Off the CPU the base is 8, so chunks land on the batch sizes, and a
-# kernel that compiles or autotunes per shape reuses what the batches compiled; on CPU,
-# where nothing compiles per shape, the base is 2, so that a chunk stays near the cache cap
-# (docs/benchmarks.md, "Shapes a run feeds the kernel").
+# row alone), 3 (a batch that is not a multiple of any tile) and the steps of a ladder,
+# ``8 · 8^k``. The batch invariance check places its probe rows in 3, 8, 64, 512 and 4096
+# rows; off the CPU every finite-difference chunk is padded to a ladder step
+# (:func:`batch_rows`), so chunks land on the batch sizes and a kernel that compiles or
+# autotunes per shape reuses what the batches compiled. On CPU nothing compiles per shape
+# and a chunk's size is set by the cache, so there is no ladder: every chunk of a check is
+# padded to the size of its first (docs/benchmarks.md, "Shapes a run feeds the kernel").
+LADDER = 8
 MIN_BATCH = 8
 # What a chunk's call costs beyond its rows (Python, the contract checks, a launch), counted
 # as this many elements when choosing between two batch sizes: a judgement, not a
@@ -122,17 +123,20 @@ MIN_BATCH = 8
 CALL_ELEMENTS = 1 << 16
 
 
-def ladder_base(device: torch.device | str) -> int:
-    """8 (the batch sizes' own ladder) except on CPU, 2."""
-    return 2 if torch.device(device).type == "cpu" else 8
+def ladder_base(device: torch.device | str) -> int | None:
+    """The ladder's base (:data:`LADDER`) off the CPU; ``None`` (no ladder) on CPU."""
+    return None if torch.device(device).type == "cpu" else LADDER
 
 
-def batch_rows(rows: int, base: int = 8) -> int:
-    """The smallest ladder step ``8 · base^k`` holding ``rows``: a chunk's padded row count.
+def batch_rows(rows: int, base: int | None = LADDER) -> int:
+    """The smallest ladder step ``8 · base^k`` holding ``rows``: a chunk's padded row count
+    (``rows`` itself without a ladder).
 
-    >>> batch_rows(6), batch_rows(480), batch_rows(513), batch_rows(24576), batch_rows(480, 2)
-    (8, 512, 4096, 32768, 512)
+    >>> batch_rows(6), batch_rows(480), batch_rows(513), batch_rows(24576), batch_rows(480, None)
+    (8, 512, 4096, 32768, 480)
     """
+    if base is None:
+        return rows
     n = MIN_BATCH
     while n < rows:
         n *= base
@@ -162,26 +166,31 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     return ladder_chunk(room // n_cols, n_rows, n_cols, stencil.points, ladder_base(dev))
 
 
-def ladder_chunk(room_rows: int, n_rows: int, n_cols: int, points: int, base: int = 8
-                 ) -> tuple[int, int]:
+def ladder_chunk(room_rows: int, n_rows: int, n_cols: int, points: int,
+                 base: int | None = LADDER) -> tuple[int, int]:
     """``(columns, rows)`` of a chunk padded to a ladder step (:func:`batch_rows`) within
     ``room_rows`` (8 at least: :func:`memory_estimate` counts them): of the largest step
     the check fills and the one that holds the whole check, the cheaper — rows fed to the
-    kernel in all (padding included) plus :data:`CALL_ELEMENTS` per call. Columns (or,
-    when one column of every row does not fit, rows) are split evenly over the chunks.
+    kernel in all (padding included) plus :data:`CALL_ELEMENTS` per call. Without a ladder
+    (``base=None``) the chunk fills ``room_rows``. Columns (or, when one column of every
+    row does not fit, rows) are split evenly over the chunks.
 
     >>> ladder_chunk(1 << 20, 16, 256, 6)  # (2, 8, 256) with a GPU's room: 7 calls of 4096
     (37, 16)
-    >>> ladder_chunk(2048, 16, 256, 6, base=2)  # on CPU: 13 calls of 2048
+    >>> ladder_chunk(2048, 16, 256, 6, base=None)  # on CPU: 13 calls of 1920 rows
     (20, 16)
     """
     total = points * n_cols * n_rows
     per_call = CALL_ELEMENTS // n_cols
-    most = MIN_BATCH
-    while most * base <= min(room_rows, total):
-        most *= base
+    if base is None:
+        steps = {max(points, min(room_rows, total))}
+    else:
+        most = MIN_BATCH
+        while most * base <= min(room_rows, total):
+            most *= base
+        steps = {most, batch_rows(total, base)}
     best: tuple[int, int, tuple[int, int]] | None = None
-    for batch in {most, batch_rows(total, base)}:
+    for batch in steps:
         if batch > max(room_rows, MIN_BATCH):
             continue
         if points * n_rows > batch:  # one column of every row does not fit: split the rows
