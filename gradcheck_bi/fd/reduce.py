@@ -15,8 +15,9 @@ their own to what they measure.
 
 Three paths, one set of bits per path and ``D``:
 
-* where the reduction backend is Triton (CUDA by default), one fused kernel reads each
-  perturbed output once and keeps every sum in registers
+* where the reduction backend is Triton (CUDA by default) and the chunk is large
+  (:data:`FUSED_MIN_ELEMENTS`), one fused kernel reads each perturbed output once and keeps
+  every sum in registers
   (:mod:`gradcheck_bi.fd._triton_fd`);
 * on CPU, for a check large enough to repay numba's start (``native=True``, see
   :func:`native_worth`), one compiled pass (:mod:`gradcheck_bi.fd._numba_fd`), bitwise
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.kernels.reduction import resolve_backend, row_sum
+from gradcheck_bi.kernels.reduction import forced_backend, resolve_backend, row_sum
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,25 @@ class Sums:
         return self.levels * (int(self.odd) + int(self.even))
 
 
+# Below this many elements a chunk's sums run as torch ops on CUDA too, unless a backend is
+# forced: the fused kernel's first call in a process costs a compile (cold cache) or a load.
+# In Liger's default run on an H200 (Triton cache cold) its two first calls took 0.6 and
+# 0.25 s; all of that run's sums as torch ops took 0.03 s (docs/benchmarks.md, issue 22).
+# Its one pass pays back only on chunks of tens of millions of elements, as (64, 8192)'s.
+FUSED_MIN_ELEMENTS = 1 << 24
+
+
+def _small_on_cuda(ys: torch.Tensor) -> bool:
+    """An automatic backend, a CUDA chunk below :data:`FUSED_MIN_ELEMENTS`: torch ops."""
+    return (ys.is_cuda and ys.numel() < FUSED_MIN_ELEMENTS and forced_backend() is None
+            and not os.environ.get("GRADCHECK_BI_BACKEND"))
+
+
 def _fused(ys: torch.Tensor, sums: Sums) -> bool:
-    """The fused kernel runs where ``row_sum`` runs Triton: compiled on CUDA by default, by
-    the interpreter on CPU when the backend is forced to ``triton``."""
-    if resolve_backend(ys) != "triton":
+    """The fused kernel runs where ``row_sum`` runs Triton (compiled on CUDA by default, by
+    the interpreter on CPU when the backend is forced to ``triton``), except on small CUDA
+    chunks (:func:`_small_on_cuda`)."""
+    if resolve_backend(ys) != "triton" or _small_on_cuda(ys):
         return False
     from gradcheck_bi.fd import _triton_fd
 
@@ -157,4 +173,4 @@ def _level_sums_torch(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
         torch.sub(src[n:], y0, out=even)  # y(-o) - y0
         even.add_(torch.sub(src[:n], y0))  # + (y(+o) - y0)
     work.mul_(g)
-    return row_sum(work)
+    return row_sum(work, "torch" if _small_on_cuda(ys) else None)
