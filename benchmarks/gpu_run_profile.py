@@ -9,8 +9,9 @@ Two parts, both printed as Markdown:
   warm one (one shared directory, primed by one uncounted run). Medians, plus the kernels
   Triton compiled (cache entries of a cold run) and the autotuner passes
   (``TRITON_PRINT_AUTOTUNING`` lines).
-* **one warm process, broken down** — imports; the kernel's autograd Function calls (every
-  ``Function.apply`` and its ``backward``, synchronised), split into first calls per
+* **one warm process, broken down** (its Triton cache primed by one uncounted run) —
+  imports; the kernel's autograd Function calls (every ``Function.apply`` and its
+  ``backward``, synchronised), split into first calls per
   (phase, shapes, dtypes) — compile, cache load, autotune — and repeat calls; gradcheck-bi's
   finite-difference sums (``level_sums``/``sums_into``, synchronised); the rest is
   gradcheck-bi's own Python and torch work outside the kernel. Distinct shapes with counts.
@@ -257,11 +258,15 @@ def main() -> None:
         print(f"| warm | {med(r['warm']):.2f} | {' '.join(f'{t:.1f}' for t in r['warm'])} "
               f"| – | {med(r['tunes_warm']):.0f} |")
         sys.stdout.flush()
-    # The breakdown in its own process, so the timings above never warmed it but the cache
-    # (left primed by the default TRITON_CACHE_DIR's previous runs) is warm.
-    subprocess.run([sys.executable, __file__, "--in-process", "--cprofile",
-                    str(opts.cprofile), "--", *opts.run_args],
-                   env={**os.environ, "PYTHONPATH": str(opts.root.resolve())}, check=False)
+    # The breakdown in a process of its own, on a Triton cache primed by one uncounted run
+    # (the default cache of a fresh machine is cold: its first calls would be compiles).
+    env = {**os.environ, "PYTHONPATH": str(opts.root.resolve())}
+    with tempfile.TemporaryDirectory() as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        subprocess.run([sys.executable, "-m", "gradcheck_bi", "run", "--no-progress",
+                        *opts.run_args], env=env, cwd=ROOT, capture_output=True, check=False)
+        subprocess.run([sys.executable, __file__, "--in-process", "--cprofile",
+                        str(opts.cprofile), "--", *opts.run_args], env=env, check=False)
 
 
 if __name__ == "__main__":
