@@ -72,21 +72,19 @@ def fresh_runs(run_args: list[str], reps: int, root: Path) -> dict[str, Any]:
 
 
 class Clock:
-    """Synchronised timers around the kernel's Function calls and the FD sums."""
+    """Synchronised timers around the kernel's Function calls and the FD sums, by kind
+    (``kernel``, ``fd``) and key (caller, phase, shapes): calls, first-call seconds, total."""
 
     def __init__(self, sync: Any) -> None:
         self.sync = sync
-        self.first = 0.0
-        self.repeat = 0.0
-        self.fd = 0.0
-        self.calls: collections.Counter[tuple[Any, ...]] = collections.Counter()
-        self.first_seconds: dict[tuple[Any, ...], float] = {}
-        self.fd_calls: collections.Counter[tuple[Any, ...]] = collections.Counter()
-        self.fd_first: dict[tuple[Any, ...], float] = {}
+        self.calls: dict[str, collections.Counter[tuple[Any, ...]]] = {
+            k: collections.Counter() for k in ("kernel", "fd")}
+        self.first_seconds: dict[str, dict[tuple[Any, ...], float]] = {"kernel": {}, "fd": {}}
+        self.total = {"kernel": 0.0, "fd": 0.0}
         self._depth = 0
 
-    def kernel(self, key: tuple[Any, ...], call: Any) -> Any:
-        if self._depth:  # a Function called inside another (or inside the FD sums)
+    def time(self, kind: str, key: tuple[Any, ...], call: Any) -> Any:
+        if self._depth:  # called inside another timed call: counted there
             return call()
         self.sync()
         t0 = time.perf_counter()
@@ -97,29 +95,13 @@ class Clock:
             self._depth -= 1
             self.sync()
             dt = time.perf_counter() - t0
-            if key in self.calls:
-                self.repeat += dt
-            else:
-                self.first += dt
-                self.first_seconds[key] = dt
-            self.calls[key] += 1
+            self.total[kind] += dt
+            if key not in self.calls[kind]:
+                self.first_seconds[kind][key] = dt
+            self.calls[kind][key] += 1
 
-    def sums(self, key: tuple[Any, ...], call: Any) -> Any:
-        if self._depth:
-            return call()
-        self.sync()
-        t0 = time.perf_counter()
-        self._depth += 1
-        try:
-            return call()
-        finally:
-            self._depth -= 1
-            self.sync()
-            dt = time.perf_counter() - t0
-            self.fd += dt
-            if key not in self.fd_calls:
-                self.fd_first[key] = dt
-            self.fd_calls[key] += 1
+    def first(self, kind: str) -> float:
+        return sum(self.first_seconds[kind].values())
 
 
 def _shapes(args: Any) -> tuple[Any, ...]:
@@ -147,14 +129,14 @@ def instrument(clock: Clock) -> None:
 
         @functools.wraps(fn)
         def backward(ctx: Any, *grads: Any) -> Any:
-            return clock.kernel((cls.__name__, "backward", _shapes(grads)),
-                                lambda: fn(ctx, *grads))
+            return clock.time("kernel", (cls.__name__, "backward", _shapes(grads)),
+                              lambda: fn(ctx, *grads))
         cls.backward = staticmethod(backward)  # type: ignore[attr-defined]
 
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
         patch_backward(cls)
-        return clock.kernel((cls.__name__, "forward", _shapes(args)),
-                            lambda: base_apply(cls, *args, **kwargs))
+        return clock.time("kernel", (cls.__name__, "forward", _shapes(args)),
+                          lambda: base_apply(cls, *args, **kwargs))
 
     torch.autograd.Function.apply = classmethod(apply)  # type: ignore[assignment]
     for name, mod in list(sys.modules.items()):
@@ -169,7 +151,7 @@ def instrument(clock: Clock) -> None:
 def _timed_sums(clock: Clock, fn: Any, where: str) -> Any:
     @functools.wraps(fn)
     def timed(*a: Any, **k: Any) -> Any:
-        return clock.sums((where, _shapes(a)), lambda: fn(*a, **k))
+        return clock.time("fd", (where, _shapes(a)), lambda: fn(*a, **k))
     return timed
 
 
@@ -194,8 +176,9 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
         if prof:
             prof.disable()
     total = time.perf_counter() - t1
-    kernel = clock.first + clock.repeat
-    rest = total - kernel - clock.fd
+    first = clock.first("kernel")
+    repeat, fd_sums = clock.total["kernel"] - first, clock.total["fd"]
+    rest = total - clock.total["kernel"] - fd_sums
     import gradcheck_bi
     where = Path(gradcheck_bi.__file__).resolve().parents[1]
     tree = "this tree" if where == ROOT else f"an older tree ({where.name})"
@@ -204,27 +187,23 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
     print("| part | seconds | share of the run |\n| --- | ---: | ---: |")
     print(f"| imports (torch {t_torch:.2f} s, gradcheck-bi and the kernel's library) "
           f"| {t_import:.2f} | (before) |")
+    calls = clock.calls["kernel"]
     rows = [("kernel first calls (compile / cache load / autotune), "
-             f"{len(clock.first_seconds)} distinct", clock.first),
-            (f"kernel repeat calls ({sum(clock.calls.values()) - len(clock.calls)})",
-             clock.repeat),
-            ("gradcheck-bi FD sums", clock.fd),
+             f"{len(calls)} distinct", first),
+            (f"kernel repeat calls ({sum(calls.values()) - len(calls)})", repeat),
+            ("gradcheck-bi FD sums", fd_sums),
             ("gradcheck-bi's other Python and torch work", rest),
             ("the run (cli.main)", total)]
     for name, seconds in rows:
         print(f"| {name} | {seconds:.2f} | {seconds / total:.0%} |")
-    print(f"\ngradcheck-bi's own time (outside the kernel's calls): {clock.fd + rest:.2f} s "
-          f"= {(clock.fd + rest) / total:.0%} of the run")
-    print("\n| Function, phase, tensor shapes | calls | first call s |\n| --- | ---: | ---: |")
-    for key, n in sorted(clock.calls.items(), key=lambda kv: -clock.first_seconds[kv[0]]):
-        cls, phase, shapes = key
-        text = ", ".join(f"{tuple(s)} {d}" for s, d in shapes)
-        print(f"| {cls}.{phase} {text} | {n} | {clock.first_seconds[key]:.3f} |")
-    print("\n| FD sums: caller, tensor shapes | calls | first call s |\n| --- | ---: | ---: |")
-    for key, n in sorted(clock.fd_calls.items(), key=lambda kv: -clock.fd_first[kv[0]]):
-        where, shapes = key
-        text = ", ".join(f"{tuple(s)} {d}" for s, d in shapes)
-        print(f"| {where} {text} | {n} | {clock.fd_first[key]:.3f} |")
+    print(f"\ngradcheck-bi's own time (outside the kernel's calls): {fd_sums + rest:.2f} s "
+          f"= {(fd_sums + rest) / total:.0%} of the run")
+    for kind, head in (("kernel", "Function, phase"), ("fd", "FD sums: caller")):
+        print(f"\n| {head}, tensor shapes | calls | first call s |\n| --- | ---: | ---: |")
+        firsts = clock.first_seconds[kind]
+        for key, n in sorted(clock.calls[kind].items(), key=lambda kv: -firsts[kv[0]]):
+            text = ", ".join(f"{tuple(s)} {d}" for s, d in key[-1])
+            print(f"| {'.'.join(key[:-1])} {text} | {n} | {firsts[key]:.3f} |")
     if prof:
         print(f"\ncProfile of the run (cumulative, top {top}; times inflated by the profiler):")
         print("```")
