@@ -23,7 +23,7 @@ import torch
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
-from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Config, Expectation, KernelSpec
+from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
 # A strided input and a strided cotangent at γ = randn; cases/ci.toml sweeps every layout.
@@ -114,7 +114,7 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
             )
             if spec.op == "rms_norm":
                 yield spec, cfg
-            elif dtype not in HALF_DTYPES and layout == "contiguous":
+            elif layout == "contiguous":
                 yield from ((spec, c) for c in op_points(spec.op, cfg, sweep))
 
 
@@ -142,30 +142,26 @@ def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
 
-def _dropped_half(sweeps: list[Sweep], spec: KernelSpec) -> str:
-    """Why :func:`grid` schedules no bf16/fp16 point, nor a layout but contiguous, of a
-    kernel of another op ("" if none was asked)."""
+def _dropped_layouts(sweeps: list[Sweep], spec: KernelSpec) -> str:
+    """Why :func:`grid` schedules no layout but contiguous of a kernel of another op (""
+    if none was asked)."""
     if spec.op == "rms_norm":
         return ""
     asked = [s for s in sweeps if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
-    halves = sorted({dt for s in asked for _, dt in s.targets if dt in HALF_DTYPES})
     layouts = list(dict.fromkeys(lay for s in asked for lay in s.layouts
                                  if lay != "contiguous"))
-    what = [f"{'/'.join(halves)} results" if halves else "",
-            f"the {', '.join(layouts)} layouts" if layouts else ""]
-    if not any(what):
+    if not layouts:
         return ""
-    return (f"{' and '.join(w for w in what if w)} not run — the low-precision audit, lifted "
-            f"gradients and layouts are not built yet for {spec.op} (fp64 and fp32, "
-            "contiguous, are checked)")
+    return (f"the {', '.join(layouts)} layouts not run — layouts are not built yet for "
+            f"{spec.op} (contiguous tensors are checked)")
 
 
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
     """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out,
-    and per kernel of another op asked for bf16/fp16."""
+    and per kernel of another op asked for a layout other than contiguous."""
     lines = [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
     return lines + [f"{spec.name}: {why}" for spec in kernels
-                    if (why := _dropped_half(sweeps, spec))]
+                    if (why := _dropped_layouts(sweeps, spec))]
 
 
 def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
@@ -178,6 +174,6 @@ def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
     for spec in kernels:
         if spec.name not in ran:
             why = "; ".join([spec.why_not(z) for z in _dropped_zcg(sweeps, spec)]
-                            + [w for w in [_dropped_half(sweeps, spec)] if w])
+                            + [w for w in [_dropped_layouts(sweeps, spec)] if w])
             out.append((spec.name, why or "no point of its sweeps applies to it"))
     return out

@@ -16,7 +16,7 @@ STEMS = [m.stem for m in ops_catalog.MUTANTS]
 
 
 def _describe(results: list) -> str:
-    return "; ".join(f"{r.check} γ={r.weight} β={r.bias} G={r.group_size} "
+    return "; ".join(f"{r.check} {r.dtype} γ={r.weight} β={r.bias} G={r.group_size} "
                      f"nbg={r.norm_before_gate}: {r.status} {r.max_abs_err} {r.tolerance} "
                      f"{r.message}" for r in results)
 

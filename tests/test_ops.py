@@ -120,7 +120,7 @@ def test_finite_differences_of_the_reference_match_autograd(op: str) -> None:
 
 
 @pytest.mark.parametrize("op", list(KERNELS))
-@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+@pytest.mark.parametrize("dtype", ["fp64", "fp32", "bf16"])
 def test_correct_kernels_named_by_path_pass_every_check(op: str, dtype: str) -> None:
     spec = resolve(KERNELS[op])
     assert spec.op == op and spec.recognised.startswith(f"recognised {op}")
@@ -130,6 +130,22 @@ def test_correct_kernels_named_by_path_pass_every_check(op: str, dtype: str) -> 
     bad = [(r.check, r.weight, r.bias, r.group_size, r.norm_before_gate, r.message,
             r.max_abs_err, r.tolerance) for r in results if r.status != "pass"]
     assert not bad
+
+
+def test_fused_add_normalising_residual_out_as_stored_passes_in_bf16() -> None:
+    """Liger and vLLM normalise (and save) x + residual rounded to bf16: a second correct
+    reference, which the kernel that rounds nothing before the norm does not need."""
+    stored = resolve("tests/kernels/fused_add_stored.py")
+    sweep = Sweep(kernels=[], targets=[("cpu", "bf16")], shapes=[(2, 3, 32)],
+                  weights=["randn"], zcg=[False])
+    results = run(sweep, [stored])
+    assert results and all(r.status == "pass" for r in results), [
+        (r.check, r.message) for r in results if r.status != "pass"]
+    grads = [r for r in results if r.check in ("dx", "dresidual", "dw")]
+    assert all(r.details["s"].startswith("residual_out as stored") for r in grads)
+    plain = run(sweep, [resolve(KERNELS["fused_add_rms_norm"])])
+    assert all(r.details["s"] == "x + residual as computed" for r in plain
+               if r.check in ("dx", "dresidual", "dw"))
 
 
 def test_gated_default_sweep_covers_group_sizes_and_both_modes() -> None:
@@ -143,13 +159,16 @@ def test_gated_default_sweep_covers_group_sizes_and_both_modes() -> None:
     assert [c.bias for c in layer] == ["randn", "zeros"]
 
 
-def test_half_precision_points_are_not_scheduled_and_a_note_says_so() -> None:
+def test_half_precision_points_are_scheduled_and_other_layouts_get_a_note() -> None:
     spec = resolve(KERNELS["layer_norm"])
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "bf16"), ("cpu", "fp32")])
     cfgs = [c for _, c in grid(sweep, [spec])]
-    assert cfgs and {c.dtype for c in cfgs} == {"fp32"}
-    assert any("bf16 results" in n and "not run" in n and "layer_norm" in n
-               for n in not_run([sweep], [spec]))
+    assert {c.dtype for c in cfgs} == {"bf16", "fp32"}
+    assert {c.check for c in cfgs if c.dtype == "bf16"} == set(OPS["layer_norm"].checks)
+    assert {c.layout for c in cfgs} == {"contiguous"}
+    notes = not_run([sweep], [spec])
+    assert any("x-strided" in n and "not run" in n and "layer_norm" in n for n in notes)
+    assert not any("bf16" in n for n in notes), notes
 
 
 def test_json_keys_of_an_op_result_and_none_for_rmsnorm(capsys: pytest.CaptureFixture[str]

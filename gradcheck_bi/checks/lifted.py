@@ -48,6 +48,7 @@ from gradcheck_bi.tolerance.summation import (
     detectable,
     dw_sigma,
     dw_terms,
+    dx_magnitude,
     dx_sigma,
 )
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
@@ -67,41 +68,57 @@ class Lift:
     def method(self) -> str:
         if self.dtype is None:
             return "independent fp64 formula"
-        return f"lifted to {_NAMES[self.dtype]}"
+        return f"lifted to {LIFT_NAMES[self.dtype]}"
 
 
-_NAMES = {torch.float64: "fp64", torch.float32: "fp32"}
+LIFT_NAMES = {torch.float64: "fp64", torch.float32: "fp32"}
 
 
 def lift_dtype(fn: Any, x: torch.Tensor, w: torch.Tensor, cfg: Config) -> Lift:
     """The first of fp64, fp32 in which the kernel's forward runs on these inputs **and**
-    delivers that dtype's accuracy.
+    delivers that dtype's accuracy (:func:`first_lift`).
 
-    Only an explicit refusal of the dtype (:func:`~gradcheck_bi.checks.probe.refusal`)
-    moves on to the next; anything else the kernel raises is a crash and propagates. A
-    forward that runs in fp64 but computes in fp32 inside (Liger's llama and gemma modes)
+    A forward that runs in fp64 but computes in fp32 inside (Liger's llama and gemma modes)
     is lifted to fp32: differenced as fp64, its fp32 noise would sit above the floor the
     estimate assumes where there are too few columns to measure it (D = 1).
     """
-    refusals = []
-    for dt in LIFT_DTYPES:
+
+    def inaccuracy(dt: torch.dtype) -> str | None:
         xh, wh = x.to(dt), w.to(dt)
-        try:
-            with torch.no_grad():
-                y = call_forward(fn, xh, wh, cfg.eps, cfg.zero_centered_gamma)
-        except Exception as exc:
-            why = refusal(exc)
-            if why is None:
-                raise
-            refusals.append(f"{_NAMES[dt]}: {why}")
-            continue
+        with torch.no_grad():
+            y = call_forward(fn, xh, wh, cfg.eps, cfg.zero_centered_gamma)
         ref = reference_forward(xh, wh, cfg.eps, cfg.zero_centered_gamma)
         scale = float(ref.abs().max()) if ref.numel() else 0.0
         u = unit_roundoff(dt)
         err = float((y.to(torch.float64) - ref).abs().max()) if ref.numel() else 0.0
-        if dt != LIFT_DTYPES[-1] and err > forward_tolerance(scale, u, u, x.shape[-1]):
-            refusals.append(f"{_NAMES[dt]}: runs, but its forward is off by {err:.2e} "
-                            f"(max |y| {scale:.2e}): less than {_NAMES[dt]} accuracy inside")
+        if err > forward_tolerance(scale, u, u, x.shape[-1]):
+            return (f"runs, but its forward is off by {err:.2e} (max |y| {scale:.2e}): less "
+                    f"than {LIFT_NAMES[dt]} accuracy inside")
+        return None
+
+    return first_lift(inaccuracy)
+
+
+def first_lift(inaccuracy: Callable[[torch.dtype], str | None]) -> Lift:
+    """The first of :data:`LIFT_DTYPES` in which the kernel's forward runs and is accurate:
+    ``inaccuracy(dtype)`` runs it there and says how it falls short (``None``: it does not).
+    The last dtype is taken if it runs, however accurate.
+
+    Only an explicit refusal of the dtype (:func:`~gradcheck_bi.checks.probe.refusal`)
+    moves on to the next; anything else the kernel raises is a crash and propagates.
+    """
+    refusals = []
+    for dt in LIFT_DTYPES:
+        try:
+            short = inaccuracy(dt)
+        except Exception as exc:
+            why = refusal(exc)
+            if why is None:
+                raise
+            refusals.append(f"{LIFT_NAMES[dt]}: {why}")
+            continue
+        if short is not None and dt != LIFT_DTYPES[-1]:
+            refusals.append(f"{LIFT_NAMES[dt]}: {short}")
             continue
         return Lift(dt, refusals)
     return Lift(None, refusals)
@@ -127,13 +144,11 @@ def _term_magnitudes(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor,
     x64, g64 = x.to(torch.float64), g.to(torch.float64)
     gamma = w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
     r = torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + cfg.eps)
-    s_abs = (g64 * x64 * gamma).abs().sum(-1, keepdim=True)
-    m_dx = (g64 * gamma * r).abs() + 3 * r**3 * x64.abs() * s_abs / x.shape[-1]
     m_dw = (g64 * x64 * r).abs().reshape(-1, x.shape[-1]).sum(0)
-    return m_dx, m_dw
+    return dx_magnitude(x64, gamma, g64, cfg.eps), m_dw
 
 
-def _judge(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
+def judge_lifted(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
            magnitude: torch.Tensor, lift: Lift, cfg: Config, name: str,
            extra: dict[str, Any], higher: Callable[[], str | None] | None = None) -> Measurement:
     a64 = analytic.to(torch.float64)
@@ -147,7 +162,7 @@ def _judge(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
     median_ulp = float((err / unit).median()) if err.numel() else 0.0
     details = {
         "method": lift.method,
-        "reference": (f"the kernel's own forward in {_NAMES[lift.dtype]} at the "
+        "reference": (f"the kernel's own forward in {LIFT_NAMES[lift.dtype]} at the "
                       f"{cfg.dtype} inputs, central differences" if lift.dtype is not None
                       else "the independent fp64 formula (the kernel refuses fp64 and fp32)"),
         "not_correctly_rounded": audit.frac_not_correctly_rounded,
@@ -213,12 +228,20 @@ def _higher_backward(fn: Any, xh: torch.Tensor, wh: torch.Tensor, gh: torch.Tens
         _, dxh, dwh = analytic_grads(fn, xh, wh, gh, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     except Exception:  # only a diagnosis: the verdict stands without it
         return None
-    grad = (dxh if which == "dx" else dwh).to(torch.float64)
-    # The formula is right if the lifted backward is within the lifted floor plus a margin far
-    # below the half-precision ulp (gradcheck_bi.tolerance.half).
-    tol = higher_tolerance(floor, magnitude, unit_roundoff(cfg.torch_dtype))
-    name = _NAMES[xh.dtype]
-    return name if bool(((grad - est.grad).abs() <= tol).all()) else f"!{name}"
+    grad = dxh if which == "dx" else dwh
+    return higher_verdict(grad, est.grad, floor, magnitude, cfg.torch_dtype, xh.dtype)
+
+
+def higher_verdict(grad: torch.Tensor, reference: torch.Tensor, floor: torch.Tensor,
+                   magnitude: torch.Tensor, half: torch.dtype, lifted: torch.dtype) -> str:
+    """For :func:`judge_lifted`'s diagnosis: ``"fp64"`` (the ``lifted`` dtype) when the
+    kernel's backward run there matches the lifted differences ``reference``, else
+    ``"!fp64"``. The formula is right if it is within the lifted floor plus a margin far
+    below the half-precision ulp (:func:`gradcheck_bi.tolerance.half.higher_tolerance`)."""
+    tol = higher_tolerance(floor, magnitude, unit_roundoff(half))
+    name = LIFT_NAMES[lifted]
+    ok = bool(((grad.to(torch.float64) - reference).abs() <= tol).all())
+    return name if ok else f"!{name}"
 
 
 def _lifted_inputs(cfg: Config) -> tuple[Any, ...]:
@@ -230,7 +253,7 @@ def _lifted_inputs(cfg: Config) -> tuple[Any, ...]:
     return make_inputs(cfg)
 
 
-def _fd_extra(est: fd.FDEstimate) -> dict[str, Any]:
+def fd_extra(est: fd.FDEstimate) -> dict[str, Any]:
     steps = est.step.reshape(-1)
     return {"stencil": est.stencil.name, "step_min": float(steps.min()),
             "step_max": float(steps.max()), "noise_floor": float(est.noise_floor.max()),
@@ -249,7 +272,7 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
     if lift.dtype is None:
         ref = _reference_grads(x, w, g, cfg)[0 if which == "dx" else 1]
         zero = torch.zeros_like(ref)
-        return _judge(analytic, ref, combined_floor(zero, zero, sigma_k), magnitude, lift,
+        return judge_lifted(analytic, ref, combined_floor(zero, zero, sigma_k), magnitude, lift,
                       cfg, which, {})
     xh, wh, gh = x.to(lift.dtype), w.to(lift.dtype), g.to(lift.dtype)
     stencil = fd.STENCILS[cfg.stencil]
@@ -263,8 +286,8 @@ def _lifted(fn: Any, cfg: Config, which: str) -> Measurement:
         sigma_k = U_COMPUTE * dw_sigma(est.terms)
     assert est.sigma is not None and est.truncation is not None
     floor = combined_floor(est.sigma, est.truncation, sigma_k)
-    return _judge(analytic, est.grad, floor, magnitude, lift, cfg, which,
-                  _fd_extra(est), lambda: _higher_backward(fn, xh, wh, gh, est, floor,
+    return judge_lifted(analytic, est.grad, floor, magnitude, lift, cfg, which,
+                  fd_extra(est), lambda: _higher_backward(fn, xh, wh, gh, est, floor,
                                                            magnitude, cfg, which))
 
 
@@ -278,4 +301,5 @@ def check_dw_lifted(fn: Any, cfg: Config) -> Measurement:
     return _lifted(fn, cfg, "dw")
 
 
-__all__ = ["LIFT_DTYPES", "Lift", "check_dw_lifted", "check_dx_lifted", "lift_dtype"]
+__all__ = ["LIFT_DTYPES", "LIFT_NAMES", "Lift", "check_dw_lifted", "check_dx_lifted",
+           "fd_extra", "first_lift", "higher_verdict", "judge_lifted", "lift_dtype"]

@@ -27,7 +27,7 @@ from gradcheck_bi.report.tables import (
     shown,
     ulp_unit,
 )
-from gradcheck_bi.tolerance.notes import HALF_NOTES, LIKE, NOTES
+from gradcheck_bi.tolerance.notes import FAMILY_HALF_FORWARD, HALF_NOTES, LIKE, NOTES
 from gradcheck_bi.vocab import CONTROLS, Result
 
 # The default stencil's words, after the tolerance's (gradcheck_bi.tolerance.notes).
@@ -48,7 +48,8 @@ def _steps(table: Table) -> str:
 
 def method_line(table: Table) -> str:
     if table.half:
-        parts = [HALF_NOTES[table.check]]
+        parts = [FAMILY_HALF_FORWARD if table.check == "forward" and table.op != "rms_norm"
+                 else HALF_NOTES[table.check]]
     else:
         stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
         parts = [NOTES[table.check] + (f"; {stencil}" if stencil else "")]

@@ -35,9 +35,13 @@ times.
   ``m2`` by ``−ρ δμ m1``).
 * rms_norm_gated (groups of G features, ``s = silu(z)``): before the gate, ``dx`` is the
   RMSNorm model per group with cotangent ``g s`` (+ ``OPS_GATE`` roundings of that product),
-  ``dz = g n γ silu'(z)`` is elementwise (``(v_r + OPS_GATE) dz²``); after the gate
-  (``u = x s``), ``du`` is the RMSNorm model per group at ``u``, ``dx = du s`` and
-  ``dz = du x silu'(z)`` carry it, plus ``OPS_GATE`` roundings of each.
+  ``dz = g n γ silu'(z)`` is elementwise (``v_r dz² + OPS_GATE (g n γ S)²``); after the
+  gate (``u = x s``), ``du`` is the RMSNorm model per group at ``u``, ``dx = du s`` and
+  ``dz = du x silu'(z)`` carry it, plus ``OPS_GATE`` roundings of each (``dz``'s of
+  ``du x S``). ``S = σ(1 + |z|(1 − σ))`` is the size of the terms of ``silu'(z) = σ(1 +
+  z(1 − σ))``: its rounding is relative to them, not to ``silu'``, which cancels to 0 near
+  ``z = −1.28`` (held relative to ``silu'``, a correct bf16 kernel failed ``dz`` at 1.008 of
+  its tolerance in 2 of 200 random configurations).
 
 **Parameters** (``dw``, ``dbias``): terms ``g ∂y/∂γ`` (``g`` for β) as the forward makes
 them, summed over the rows: RMSNorm's model, :func:`~.summation.dw_sigma` (applied by the
@@ -62,6 +66,7 @@ from gradcheck_bi.tolerance.summation import (
     OPS_TERM,
     OPS_VARIANCE,
     any_order_var,
+    dx_magnitude,
     dx_sigma,
     forward_factor,
     rsigma_var,
@@ -141,6 +146,27 @@ def forward_tolerances(point: Point, ref: Tensors, u_out: float, u_c: float
     return out
 
 
+def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> torch.Tensor:
+    """Per element of output ``name`` (fp64, absolute): how far a correct kernel's value in
+    the compute dtype (``u_c``) may be from the exact one before its one rounding to the
+    output dtype — :func:`forward_tolerances`'s model per element: ``u_c (factor |y − β| +
+    |β|)`` (the statistic, the op's extra roundings; β added last, so an element where
+    ``n γ`` and β nearly cancel is not held to the ulp of its tiny value), the layer norm's
+    mean error, and for ``residual_out`` one addition ``u_c |s|``. The bf16/fp16 forward
+    adds it to each element's ulp threshold."""
+    if name == "residual_out":
+        return u_c * ref.abs()
+    beta = point.effective.get("bias", torch.zeros((), dtype=torch.float64))
+    n = point.options.get("group_size") or point.inputs["x"].shape[-1]
+    factor = forward_factor(n, EXTRA_OPS[point.op.name])
+    bound = u_c * (factor * (ref - beta).abs() + beta.abs())
+    if point.op.name == "layer_norm":
+        rho, sigma_mu = mean_error(point)
+        gamma = float(point.effective["weight"].abs().max())
+        bound = bound + K_SIGMA * u_c * gamma * float((rho * sigma_mu).max())
+    return bound
+
+
 def _fused(point: Point, name: str, exact: Tensors) -> torch.Tensor:
     inputs, eff = point.inputs64, point.effective
     s = inputs["x"] + inputs["residual"]
@@ -174,6 +200,26 @@ def _silu_grad(z: torch.Tensor) -> torch.Tensor:
     return sig * (1 + z * (1 - sig))
 
 
+def _silu_grad_size(z: torch.Tensor) -> torch.Tensor:
+    """``σ(1 + |z| (1 − σ))``: the size of the terms of ``silu'(z) = σ(1 + z(1 − σ))``, which
+    its rounding is relative to (``silu'`` itself cancels to 0 near ``z = −1.28``)."""
+    sig = torch.sigmoid(z)
+    return sig * (1 + z.abs() * (1 - sig))
+
+
+def _normed(v: torch.Tensor, eps: float, group: int | None) -> torch.Tensor:
+    vg = grouped(v, group)
+    return (vg * torch.rsqrt((vg * vg).mean(-1, keepdim=True) + eps)).reshape(v.shape)
+
+
+def _rms_grad(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
+              group: int | None) -> torch.Tensor:
+    """Exact ``d/dv Σ g·γ·rms(v)`` per group: ``gγr − v r³ mean(gγv)``."""
+    vg, gg = grouped(v, group), grouped(g * gamma, group)
+    r = torch.rsqrt((vg * vg).mean(-1, keepdim=True) + eps)
+    return (gg * r - vg * r**3 * (gg * vg).mean(-1, keepdim=True)).reshape(v.shape)
+
+
 def _grouped_dx_sigma(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
                       group: int | None) -> torch.Tensor:
     """The RMSNorm ``dx`` model with the statistic over each group of the last axis."""
@@ -195,11 +241,13 @@ def _gated(point: Point, name: str, exact: Tensors) -> torch.Tensor:
             return (_grouped_dx_sigma(x, gamma, gy * gate, eps, group) ** 2
                     + OPS_GATE * a * a).sqrt()
         v_r = rsigma_var(grouped(x, group), eps).expand(grouped(x, group).shape)
-        return ((v_r.reshape(x.shape) + OPS_GATE) * d * d).sqrt()
+        size = gy * _normed(x, eps, group) * gamma * _silu_grad_size(z)
+        return (v_r.reshape(x.shape) * d * d + OPS_GATE * size * size).sqrt()
     u = x * gate
     sigma_du = _grouped_dx_sigma(u, gamma, gy, eps, group)
     carry = gate if name == "x" else x * dgate
-    return (sigma_du**2 * carry * carry + OPS_GATE * d * d).sqrt()
+    size = d if name == "x" else _rms_grad(u, gamma, gy, eps, group) * x * _silu_grad_size(z)
+    return (sigma_du**2 * carry * carry + OPS_GATE * size * size).sqrt()
 
 
 _INPUT_MODELS = {"fused_add_rms_norm": _fused, "layer_norm": _layer, "rms_norm_gated": _gated}
@@ -211,3 +259,38 @@ def kernel_sigma(point: Point, name: str, exact: Tensors) -> torch.Tensor:
     model on the terms ``g·∂y/∂p`` the forward makes (:func:`~.summation.dw_sigma` of
     ``FDEstimate.terms``)."""
     return _INPUT_MODELS[point.op.name](point, name, exact)
+
+
+def _magnitude(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
+               group: int | None) -> torch.Tensor:
+    """RMSNorm's ``dx`` magnitude with the statistic over each group of the last axis."""
+    m = dx_magnitude(grouped(v, group), grouped(gamma, group), grouped(g, group), eps)
+    return m.reshape(v.shape)
+
+
+def kernel_magnitude(point: Point, name: str) -> torch.Tensor:
+    """Per element of ``d<name>`` (an input), the magnitude of the terms that make it (fp64):
+    what an error of a few ulps of rsqrt or division scales (the lifted tolerance's ``M``,
+    :func:`.half.lifted_tolerance`). RMSNorm's ``|a| + 3|b|`` at ``x + residual`` plus
+    ``|q|`` (fused add); ``|a| + |b1| + 3|b2|`` with every sum over ``|terms|`` (layer norm);
+    RMSNorm's per group, carried through the gate (gated)."""
+    inputs, gamma = point.inputs64, point.effective["weight"]
+    g = {n: t.to(torch.float64) for n, t in point.cotangents.items()}
+    x, gy, eps = inputs["x"], g["y"], point.options["eps"]
+    if point.op.name == "fused_add_rms_norm":
+        return dx_magnitude(x + inputs["residual"], gamma, gy, eps) + g["residual_out"].abs()
+    if point.op.name == "layer_norm":
+        d = x.shape[-1]
+        c = x - x.mean(-1, keepdim=True)
+        rho = torch.rsqrt(row_sum(c * c).unsqueeze(-1) / d + eps)
+        gg, n = (gy * gamma).abs(), (c * rho).abs()
+        return rho * (gg + row_sum(gg).unsqueeze(-1) / d
+                      + 3 * n * row_sum(gg * n).unsqueeze(-1) / d)
+    z, group = inputs["z"], point.options["group_size"]
+    gate = torch.nn.functional.silu(z)
+    if point.options["norm_before_gate"]:
+        if name == "x":
+            return _magnitude(x, gamma, gy * gate, eps, group)
+        return (gy * _normed(x, eps, group) * gamma).abs() * _silu_grad_size(z)
+    m_u = _magnitude(x * gate, gamma, gy, eps, group)
+    return m_u * (gate.abs() if name == "x" else x.abs() * _silu_grad_size(z))

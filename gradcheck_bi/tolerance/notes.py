@@ -54,3 +54,13 @@ HALF_NOTES = {
     "dw": _half_gradient("dw"),
     "batch_invariance": NOTES["batch_invariance"],
 }
+# The family's other ops: each gradient in its own name; the forward of every output with
+# each element's fp32 arithmetic added to the threshold (gradcheck_bi.checks.family).
+HALF_NOTES.update({"dresidual": _half_gradient("dresidual"), "dz": _half_gradient("dz"),
+                   "dbias": _half_gradient("dbias")})
+FAMILY_HALF_FORWARD = (
+    "ulps of the output dtype at the element shown (the JSON keeps absolute units); pass: "
+    f"every element of every output within {MAX_ULP_THRESHOLD} ulp + its fp32 arithmetic "
+    "(the statistic, the op's extra roundings, β, the mean), at most "
+    f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; the fused add's "
+    "y against x + residual as computed or as stored")

@@ -140,6 +140,17 @@ def dx_sigma(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float) 
     return var.sqrt()
 
 
+def dx_magnitude(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor,
+                 eps: float) -> torch.Tensor:
+    """Per element of dx, the magnitude of the terms that make it, fp64: ``|g γ r| + 3 r³ |x|
+    Σ|g x γ| / D`` (r's relative error enters the variance term three times). What an error
+    of a few ulps of rsqrt or division (not always correctly rounded on GPUs) scales."""
+    x64, g64, gamma64 = (t.detach().to(torch.float64) for t in (x, g, gamma))
+    r = torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + eps)
+    s_abs = (g64 * x64 * gamma64).abs().sum(-1, keepdim=True)
+    return (g64 * gamma64 * r).abs() + 3 * r**3 * x64.abs() * s_abs / x.shape[-1]
+
+
 def dw_terms(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """``t = g x r`` per row, ``(R, D)`` fp64, from the fp64 formula: the terms of dw where no
     finite difference measured them (a kernel that refuses every higher precision)."""

@@ -4,9 +4,17 @@ op's record (:mod:`gradcheck_bi.ops`): ``forward`` (every output vs the fp64 ref
 forward, random cotangents on every output), ``batch_invariance`` (every output and input
 gradient, bitwise). RMSNorm keeps its own engine (:mod:`gradcheck_bi.checks`).
 
-fp64 and fp32, on CPU or CUDA. The bf16/fp16 audit and lifted gradients are not built for
-these ops yet: the sweep does not schedule those points (:func:`gradcheck_bi.sweep.grid`)
-and says so in a note.
+fp64 and fp32 hold each output and gradient to its own dtype's floor. bf16/fp16 reuse
+RMSNorm's low-precision machinery (:mod:`gradcheck_bi.lowp`, :mod:`gradcheck_bi.checks.
+lifted`): the forward audits every output in ulps against the exact fp64 reference, each
+element allowed ``MAX_ULP_THRESHOLD`` ulps plus its fp32 arithmetic (:func:`.forward.
+compute_bound`: the statistic, the add of ``residual_out``, the layer norm's mean and β,
+the gate's silu); every gradient is *lifted* (:mod:`.lifted`): the kernel's half-precision
+backward against finite differences of its own forward in fp64 at the same inputs, within
+½ ulp plus the op's fp32 rounding model (:mod:`.rounding`). The fused add has two correct
+references in low precision — ``s = x + residual`` as computed, or as stored (rounded once,
+what Liger and vLLM normalise) — and passes against either. Batch invariance is bitwise in
+every dtype. Layouts other than contiguous are RMSNorm's only (the sweep says so).
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ from typing import Any
 from gradcheck_bi.checks.family.batch import check_op_batch_invariance
 from gradcheck_bi.checks.family.forward import check_op_forward
 from gradcheck_bi.checks.family.gradients import check_op_gradient
+from gradcheck_bi.checks.family.lifted import check_op_gradient_lifted
 from gradcheck_bi.checks.family.point import exact_grads, make_point, reference
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 
 def run_op_check(fn: Any, cfg: Config) -> Measurement:
@@ -26,8 +35,10 @@ def run_op_check(fn: Any, cfg: Config) -> Measurement:
         return check_op_forward(fn, cfg)
     if cfg.check == "batch_invariance":
         return check_op_batch_invariance(fn, cfg)
+    if cfg.dtype in HALF_DTYPES:
+        return check_op_gradient_lifted(fn, cfg)
     return check_op_gradient(fn, cfg)
 
 
 __all__ = ["check_op_batch_invariance", "check_op_forward", "check_op_gradient",
-           "exact_grads", "make_point", "reference", "run_op_check"]
+           "check_op_gradient_lifted", "exact_grads", "make_point", "reference", "run_op_check"]

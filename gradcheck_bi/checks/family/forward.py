@@ -6,6 +6,7 @@ references`, effective γ and β) and held to its tolerance
 statistic's terms with the op's extra roundings, the layer norm's mean, ``residual_out``'s
 one addition). The check passes when every output is within its tolerance, and the forward
 with grad enabled gives every output bitwise (as for RMSNorm: no untested training path).
+bf16/fp16: :func:`check_op_forward_ulp`, every output audited in ulps.
 """
 
 from __future__ import annotations
@@ -15,15 +16,44 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks._measure import bitwise_diff, locate, nonfinite
-from gradcheck_bi.checks.family.point import OpPoint, make_point, reference
+from gradcheck_bi import lowp
+from gradcheck_bi.checks._measure import bitwise_diff, locate, measured_per_element, nonfinite
+from gradcheck_bi.checks.family.point import (
+    OpPoint,
+    lifted_point,
+    make_point,
+    reference,
+    returns_y_alone,
+    stored_sum,
+)
+from gradcheck_bi.checks.lifted import LIFT_NAMES
 from gradcheck_bi.kernels.opcall import op_forward
-from gradcheck_bi.tolerance.family import forward_tolerances
+from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
+from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, MAX_ULP_THRESHOLD, MIN_COUNT
 from gradcheck_bi.tolerance.noise import unit_roundoff
-from gradcheck_bi.tolerance.rules import overridden
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.tolerance.rules import fd_tolerance, overridden
+from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 REFERENCE = "fp64 torch, effective γ and β"
+U_C = unit_roundoff(torch.float32)  # where a correct half-precision kernel computes
+
+
+def inaccuracy(fn: Any, point: OpPoint) -> str | None:
+    """How the kernel's forward at ``point`` (fp64 or fp32) falls short of that dtype's
+    accuracy (the fp32/fp64 forward check's tolerance), ``None`` if it does not."""
+    with torch.no_grad():
+        outs = op_forward(fn, point.inputs, point.params, point.options, point.zcg)
+    ref = reference(point)
+    dtype = point.inputs["x"].dtype
+    tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
+                              unit_roundoff(torch.promote_types(dtype, torch.float32)))
+    for name, y in outs.items():
+        err = float((y.to(torch.float64) - ref[name]).abs().max()) if y.numel() else 0.0
+        if not err <= tols[name]:
+            scale = float(ref[name].abs().max())
+            return (f"runs, but its forward is off by {err:.2e} in {name} (max |{name}| "
+                    f"{scale:.2e}): less than {LIFT_NAMES[dtype]} accuracy inside")
+    return None
 
 
 def _training_note(fn: Any, point: OpPoint, outs: dict[str, torch.Tensor]) -> str:
@@ -46,6 +76,8 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     point = make_point(cfg)
     with torch.no_grad():
         outs = op_forward(fn, point.inputs, point.params, point.options, point.zcg)
+    if cfg.dtype in HALF_DTYPES:
+        return check_op_forward_ulp(fn, cfg, point, outs)
     ref = reference(point)
     dtype = point.inputs["x"].dtype
     tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
@@ -70,3 +102,78 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     max_err, tol, where = worst
     passed = not problems and math.isfinite(max_err) and max_err <= tol
     return Measurement(max_err, tol, passed, where, "; ".join(problems), details)
+
+
+def _audit(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, cfg: Config
+           ) -> tuple[Measurement, lowp.AuditResult]:
+    """One output against one exact reference: every element within ``MAX_ULP_THRESHOLD``
+    ulps plus its ``bound``; at most ``max(MIN_COUNT, FRAC_THRESHOLD·n)`` elements not
+    correctly rounded; none overflowing."""
+    audit = lowp.audit(y, ref)
+    ulp = lowp.error_ulp(ref, y)
+    err = torch.nan_to_num((y.to(torch.float64) - ref).abs(), nan=math.inf)
+    tol = fd_tolerance(MAX_ULP_THRESHOLD * ulp + bound,
+                       float(ref.abs().max()) if ref.numel() else 0.0, cfg)
+    m = measured_per_element(err, tol, [], {})
+    if m.worst is not None and err.numel():
+        m.details["ulp"] = float(ulp[tuple(m.worst)])
+    allowed = max(MIN_COUNT, FRAC_THRESHOLD * audit.n_compared)
+    m.passed = (m.passed and audit.n_overflow == 0
+                and (audit.n_not_correctly_rounded <= allowed or cfg.atol is not None
+                     or cfg.rtol is not None))
+    return m, audit
+
+
+def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, torch.Tensor]
+                         ) -> Measurement:
+    """bf16/fp16: every output audited in ulps against its exact fp64 reference (the
+    inputs upcast exactly), RMSNorm's rule (:func:`gradcheck_bi.lowp.passes`) with each
+    element's fp32 arithmetic (:func:`gradcheck_bi.tolerance.family.compute_bound`) added
+    to its ulp threshold. The fused add's ``y`` passes against ``s = x + residual`` exact or
+    as stored (``residual_out`` rounded once: what Liger and vLLM normalise)."""
+    ref = reference(point)
+    refs = {n: [("exact", ref[n])] for n in outs}
+    if point.op.name == "fused_add_rms_norm":
+        refs["y"].append((f"residual_out as stored (rounded to {cfg.dtype})",
+                          reference(stored_sum(point))["y"]))
+    details: dict[str, Any] = {"method": "ulp audit", "reference": f"{REFERENCE}, exact",
+                               "outputs": list(outs), **returns_y_alone(point, list(outs))}
+    worst: Measurement | None = None
+    failing = []
+    for name, y in outs.items():
+        label = refs[name][0][0]
+        m, audit = _audit(y, ref[name], compute_bound(point, name, ref[name], U_C), cfg)
+        for other, r in refs[name][1:]:  # the fused add's y: s as stored
+            if m.passed:
+                break
+            label = other
+            m, audit = _audit(y, r, compute_bound(point, name, r, U_C), cfg)
+        details[f"max_ulp_{name}"] = audit.max_ulp
+        details[f"not_correctly_rounded_{name}"] = audit.frac_not_correctly_rounded
+        details[f"diagnosis_{name}"] = lowp.classify(audit)
+        if len(refs[name]) > 1:
+            details[f"reference_{name}"] = label if m.passed else "exact, and as stored"
+        if not m.passed:
+            failing.append(f"{name}: {lowp.classify(audit)}")
+        ratio = m.details.get("ratio", 0.0)
+        if worst is None or ratio > worst.details.get("ratio", 0.0):
+            worst, details["worst_output"] = m, name
+    assert worst is not None
+    notes = [nonfinite(n, y) for n, y in outs.items()] + [_training_note(fn, point, outs)]
+    problems = [n for n in notes if n] + failing
+    if failing:
+        problems.append(_in_fp64(fn, point))
+    return Measurement(worst.max_abs_err, worst.tolerance, not problems, worst.worst,
+                       "; ".join(p for p in problems if p), {**details, **worst.details})
+
+
+def _in_fp64(fn: Any, point: OpPoint) -> str:
+    """Whether the same kernel's forward is right in fp64 at the same inputs: a formula error
+    shows in every precision, a precision error vanishes there."""
+    try:
+        short = inaccuracy(fn, lifted_point(point, torch.float64))
+    except Exception:  # only a diagnosis: the verdict stands without it
+        return ""
+    if short is None:
+        return "in fp64 the same forward is right: a precision choice, not the formula"
+    return "its fp64 forward is wrong too: the formula, not precision"

@@ -26,7 +26,7 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point
+from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
 from gradcheck_bi.checks.gradients import _fd_verdict, _rounding_scale
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import input_step_rel, pow2
@@ -108,27 +108,34 @@ def _param_forward(fn: Any, point: OpPoint, name: str
     return forward
 
 
+def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Config
+             ) -> fd.FDEstimate:
+    """Central differences of the kernel's forward at ``point`` (in its dtype) in the input
+    or parameter ``name``, every output in ``returned`` against its cotangent."""
+    stencil = fd.STENCILS[cfg.stencil]
+    x = point.inputs["x"]
+    if name in point.op.inputs:
+        rel = input_step_rel(x.dtype, cfg.step_rel)
+        h = pow2(rel * step_scale(point, name))
+        return input_grad_outputs(_input_forward(fn, point, name, returned),
+                                  point.inputs[name], [point.cotangents[o] for o in returned],
+                                  h, stencil, reach(point, name, returned), shared_sigma(point),
+                                  [point.params.get("bias") if o == "y" else None
+                                   for o in returned])
+    return fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
+                          point.cotangents["y"], stencil)
+
+
 def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
-    """``cfg.check`` (``dx``, ``dresidual``, ``dz``, ``dw``, ``dbias``) of ``cfg.op``."""
+    """``cfg.check`` (``dx``, ``dresidual``, ``dz``, ``dw``, ``dbias``) of ``cfg.op``, fp64
+    or fp32 (bf16/fp16: :mod:`.lifted`)."""
     point = make_point(cfg)
     name = point.op.gradient_checks[cfg.check]
-    stencil = fd.STENCILS[cfg.stencil]
     outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
                            point.zcg)
     returned = list(outs)
     x = point.inputs["x"]
-    est: fd.FDEstimate
-    if name in point.op.inputs:
-        rel = input_step_rel(x.dtype, cfg.step_rel)
-        h = pow2(rel * step_scale(point, name))
-        est = input_grad_outputs(_input_forward(fn, point, name, returned), point.inputs[name],
-                                 [point.cotangents[o] for o in returned], h, stencil,
-                                 reach(point, name, returned), shared_sigma(point),
-                                 [point.params.get("bias") if o == "y" else None
-                                  for o in returned])
-    else:
-        est = fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
-                             point.cotangents["y"], stencil)
+    est = estimate(fn, point, name, returned, cfg)
     analytic = grads[name]
     err = (analytic.to(torch.float64) - est.grad).abs()
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
@@ -138,7 +145,5 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
         assert est.terms is not None
         rounding = _rounding_scale(est, x) * dw_sigma(est.terms)
-    extra: dict[str, Any] = {"outputs": returned}
-    if "residual_out" in point.op.outputs and "residual_out" not in returned:
-        extra["note"] = "the kernel returns y alone: no residual_out to check"
+    extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
     return _fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)

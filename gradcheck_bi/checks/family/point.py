@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi import lowp
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.vocab import Config
@@ -112,3 +113,29 @@ def exact_grads(point: OpPoint, outputs: tuple[str, ...] | None = None) -> Tenso
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return {n: (g if g is not None else torch.zeros_like(leaves[n])).detach()
             for n, g in zip(leaves, grads, strict=True)}
+
+
+def lifted_point(point: OpPoint, dtype: torch.dtype) -> OpPoint:
+    """The same point in ``dtype`` (an exact upcast of every tensor)."""
+    def up(ts: Tensors) -> Tensors:
+        return {n: t.to(dtype) for n, t in ts.items()}
+
+    return OpPoint(point.op, up(point.inputs), up(point.params), up(point.cotangents),
+                   point.options, point.zcg)
+
+
+def stored_sum(point: OpPoint) -> OpPoint:
+    """The fused add's point as a kernel that normalises its stored ``residual_out`` sees
+    it: ``x := round(x + residual)`` (correctly rounded to the point's dtype), ``residual
+    := 0``."""
+    s = lowp.round_to(point.inputs64["x"] + point.inputs64["residual"],
+                      point.inputs["x"].dtype)
+    return OpPoint(point.op, {"x": s, "residual": torch.zeros_like(s)}, point.params,
+                   point.cotangents, point.options, point.zcg)
+
+
+def returns_y_alone(point: OpPoint, returned: list[str]) -> dict[str, Any]:
+    """``{"note": …}`` where the op has a ``residual_out`` the kernel did not return."""
+    if "residual_out" in point.op.outputs and "residual_out" not in returned:
+        return {"note": "the kernel returns y alone: no residual_out to check"}
+    return {}

@@ -34,7 +34,8 @@ def run_case(ref: str) -> tuple[int, list[dict]]:
 
 
 def _where(r: dict) -> str:
-    parts = [f"γ={r['weight']}"]
+    parts = [r["dtype"]] if r["dtype"] != "fp64" else []
+    parts.append(f"γ={r['weight']}")
     if r.get("bias"):
         parts.append(f"β={r['bias']}")
     if r.get("norm_before_gate") is not None:
@@ -69,7 +70,7 @@ def main() -> int:
         print(text, flush=True)
     n = len(catalog.MUTANTS)
     lines += ["", f"_{n} family mutants, {caught} caught (exit 1, their own check among the "
-              "catchers) by `cases/family.toml` in fp64 on CPU._"]
+              "catchers) by `cases/family.toml` on CPU (fp64, fp32 and bf16 blocks)._"]
     doc = DOC.read_text(encoding="utf-8")
     head, _, rest = doc.partition(BEGIN)
     _, _, tail = rest.partition(END)

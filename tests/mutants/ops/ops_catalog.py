@@ -29,9 +29,11 @@ class Point:
     bias: str | None = None
     group_size: int | None = None
     norm_before_gate: bool | None = None
+    dtype: str = "fp64"
 
     def label(self) -> str:
-        extra = [f"β={self.bias}" if self.bias else "",
+        extra = [self.dtype if self.dtype != "fp64" else "",
+                 f"β={self.bias}" if self.bias else "",
                  f"group_size={self.group_size}" if self.group_size else "",
                  "" if self.norm_before_gate is None else
                  f"norm_before_gate={self.norm_before_gate}"]
@@ -74,11 +76,16 @@ MUTANTS: list[OpMutant] = [
     OpMutant("fa04_dx_double_weight", FUSED, Point("dx"),
              (Point("dx", "ones"), Point("dresidual", "ones"), Point("dx", "zeros"))),
     OpMutant("fa05_dw_from_x_not_the_sum", FUSED, Point("dw"), (Point("dx"),)),
+    # bf16 mis-roundings: blind in fp64, where every cast is a no-op.
+    OpMutant("fa06_lowp_residual_out_truncated", FUSED, Point("forward", dtype="bf16"),
+             (Point("forward"), Point("dx", dtype="bf16"))),
     OpMutant("ln01_mean_subtracted_twice", LAYER, Point("dx"), (Point("dbias"),)),
     OpMutant("ln02_dbias_times_gamma", LAYER, Point("dbias"),
              (Point("dbias", "ones"), Point("dbias", "ones", "zeros"))),
     OpMutant("ln03_dx_drops_the_mean_term", LAYER, Point("dx", "ones"), (Point("dx", "zeros"),)),
     OpMutant("ln04_variance_not_centred", LAYER, Point("forward"), (Point("dbias"),)),
+    OpMutant("ln05_lowp_normalised_row_cast_down", LAYER, Point("forward", dtype="bf16"),
+             (Point("forward"), Point("dx"), Point("dbias", dtype="bf16"))),
     OpMutant("gn01_dz_written_as_dx", GATED, Point("dz"), (Point("dx"),)),
     OpMutant("gn02_backward_ignores_group_size", GATED, Point("dx", group_size=8),
              (Point("dx", group_size=32), Point("dz", group_size=32))),
@@ -86,13 +93,15 @@ MUTANTS: list[OpMutant] = [
     OpMutant("gn04_backward_ignores_norm_before_gate", GATED,
              Point("dx", norm_before_gate=False), (Point("dx", norm_before_gate=True),
                                                     Point("dz", norm_before_gate=True))),
+    OpMutant("gn05_lowp_dw_accumulated_in_input_dtype", GATED, Point("dw", dtype="bf16"),
+             (Point("dw"), Point("forward", dtype="bf16"), Point("dx", dtype="bf16"))),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
            GATED: "tests/kernels/rms_norm_gated.py"}
 
 
-def run_points(ref: str, points: list[Point], dtype: str = "fp64") -> list[Any]:
+def run_points(ref: str, points: list[Point]) -> list[Any]:
     """Run each point (zcg off, the catalogue's shape) through the library, on CPU."""
     from gradcheck_bi.kernels import resolve
     from gradcheck_bi.runner import run
@@ -101,7 +110,7 @@ def run_points(ref: str, points: list[Point], dtype: str = "fp64") -> list[Any]:
     spec = resolve(ref)
     results = []
     for p in points:
-        sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[SHAPE], checks=[p.check],
+        sweep = Sweep(kernels=[], targets=[("cpu", p.dtype)], shapes=[SHAPE], checks=[p.check],
                       weights=[p.weight], zcg=[False],
                       biases=[p.bias] if p.bias else ["randn"],
                       group_sizes=[p.group_size] if p.group_size else [None],
