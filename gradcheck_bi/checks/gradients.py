@@ -51,8 +51,8 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
     )
     err = (dx.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
-    rounding = _rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
-    return _fd_verdict(err, est, est.grad, rounding, cfg, notes)
+    rounding = rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
+    return fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 
 def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Tensor,
@@ -68,7 +68,7 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
     err = (analytic - est.projection).abs()
     # Each element's rounding, added along the direction without cancellation (a bound).
-    sigma_dx = _rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
+    sigma_dx = rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
     rounding = row_sum(est.directions.abs() * sigma_dx.unsqueeze(0))
     details = {
         "mode": "directional",
@@ -79,21 +79,21 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     }
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference projection",
                                                         est.projection)]
-    return _fd_verdict(err, est, est.projection, rounding, cfg, notes, details)
+    return fd_verdict(err, est, est.projection, rounding, cfg, notes, details)
 
 
 def _gamma(w: torch.Tensor, cfg: Config) -> torch.Tensor:
     return w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
 
 
-def _rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor) -> float:
+def rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor) -> float:
     """``max(λ, 1) · u``: the kernel's backward rounds at least at its dtype's ``u``, and at
     the forward's measured ``λ u`` where that is coarser (a kernel computing in fp32 inside
     an fp64 interface)."""
     return max(est.noise_scale, 1.0) * unit_roundoff(x.dtype)
 
 
-def _fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
+def fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
                 reference: torch.Tensor, rounding: torch.Tensor, cfg: Config,
                 notes: Sequence[str], extra: dict[str, Any] | None = None) -> Measurement:
     """Judge ``err`` element by element against the estimate's noise floor with the kernel's
@@ -122,8 +122,8 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
     assert est.terms is not None
-    rounding = _rounding_scale(est, x) * dw_sigma(est.terms)
-    return _fd_verdict(err, est, est.grad, rounding, cfg, notes)
+    rounding = rounding_scale(est, x) * dw_sigma(est.terms)
+    return fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 
 def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:

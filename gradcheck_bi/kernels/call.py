@@ -97,7 +97,7 @@ def analytic_grads(
     wr = lay_out(w.detach().clone(), layout, "weight").requires_grad_(True)
     owned = {"x": (xr, x), "weight": (wr, w)}
     y = call_forward(fn, xr, wr, eps, zero_centered_gamma)
-    _unchanged("forward", owned)
+    unchanged("forward", owned)
 
     def keep(grad: torch.Tensor) -> torch.Tensor:  # the tensor the kernel's backward gets
         grad = lay_out(grad.detach(), layout, "grad")
@@ -114,7 +114,7 @@ def analytic_grads(
         if "returned an invalid gradient" not in str(exc):
             raise
         raise ContractViolation(f"backward: {first_line(exc)}") from None
-    _unchanged("backward", owned)
+    unchanged("backward", owned)
     for name, grad, ref in (("dx", xr.grad, xr), ("dw", wr.grad, wr)):
         if grad is None:
             raise ContractViolation(f"backward returned None for {name} (its input requires "
@@ -159,7 +159,10 @@ def _fraction_changed(now: torch.Tensor, before: torch.Tensor) -> float:
     return float((a != b).double().mean()) if a.numel() else 0.0
 
 
-def _unchanged(phase: str, owned: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+def unchanged(phase: str, owned: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Compare each ``name: (tensor the kernel held, copy from before)`` bitwise after
+    ``phase``: a write is a :class:`ContractViolation`, or, where declared
+    (:func:`declared_mutations`), a note. Used by RMSNorm's calls and the family's."""
     allowed, seen = _DECLARED.get()
     for name, (now, before) in owned.items():
         changed = _fraction_changed(now, before)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.call import _unchanged
+from gradcheck_bi.kernels.call import unchanged
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import ContractViolation, first_line
 
@@ -64,7 +64,7 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     owned = {n: (leaves[n], t) for n, t in {**inputs, **params}.items()}
     outs = op_forward(fn, {n: leaves[n] for n in inputs}, {n: leaves[n] for n in params},
                       options, zcg)
-    _unchanged("forward", owned)
+    unchanged("forward", owned)
     loss = None
     for name, y in outs.items():
         g = cotangents[name].detach().clone()
@@ -86,7 +86,7 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
                 exc):
             raise
         raise ContractViolation(f"backward: {first_line(exc)}") from None
-    _unchanged("backward", owned)
+    unchanged("backward", owned)
     grads: Tensors = {}
     for name, leaf in leaves.items():
         if leaf.grad is None:

@@ -27,7 +27,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
-from gradcheck_bi.checks.gradients import _fd_verdict, _rounding_scale
+from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
@@ -141,9 +141,9 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
     if name in point.op.inputs:
-        rounding = _rounding_scale(est, x) * kernel_sigma(point, name, exact_grads(point))
+        rounding = rounding_scale(est, x) * kernel_sigma(point, name, exact_grads(point))
     else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
         assert est.terms is not None
-        rounding = _rounding_scale(est, x) * dw_sigma(est.terms)
+        rounding = rounding_scale(est, x) * dw_sigma(est.terms)
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
-    return _fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)
+    return fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)
