@@ -114,7 +114,7 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
             )
             if spec.op == "rms_norm":
                 yield spec, cfg
-            elif layout == "contiguous":
+            else:
                 yield from ((spec, c) for c in op_points(spec.op, cfg, sweep))
 
 
@@ -142,26 +142,9 @@ def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
 
-def _dropped_layouts(sweeps: list[Sweep], spec: KernelSpec) -> str:
-    """Why :func:`grid` schedules no layout but contiguous of a kernel of another op (""
-    if none was asked)."""
-    if spec.op == "rms_norm":
-        return ""
-    asked = [s for s in sweeps if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
-    layouts = list(dict.fromkeys(lay for s in asked for lay in s.layouts
-                                 if lay != "contiguous"))
-    if not layouts:
-        return ""
-    return (f"the {', '.join(layouts)} layouts not run — layouts are not built yet for "
-            f"{spec.op} (contiguous tensors are checked)")
-
-
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
-    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out,
-    and per kernel of another op asked for a layout other than contiguous."""
-    lines = [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
-    return lines + [f"{spec.name}: {why}" for spec in kernels
-                    if (why := _dropped_layouts(sweeps, spec))]
+    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out."""
+    return [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
 
 
 def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
@@ -173,7 +156,6 @@ def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
     out = []
     for spec in kernels:
         if spec.name not in ran:
-            why = "; ".join([spec.why_not(z) for z in _dropped_zcg(sweeps, spec)]
-                            + [w for w in [_dropped_layouts(sweeps, spec)] if w])
+            why = "; ".join(spec.why_not(z) for z in _dropped_zcg(sweeps, spec))
             out.append((spec.name, why or "no point of its sweeps applies to it"))
     return out

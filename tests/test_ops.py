@@ -159,16 +159,15 @@ def test_gated_default_sweep_covers_group_sizes_and_both_modes() -> None:
     assert [c.bias for c in layer] == ["randn", "zeros"]
 
 
-def test_half_precision_points_are_scheduled_and_other_layouts_get_a_note() -> None:
+def test_half_precision_points_and_layouts_are_scheduled_for_other_ops() -> None:
     spec = resolve(KERNELS["layer_norm"])
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "bf16"), ("cpu", "fp32")])
     cfgs = [c for _, c in grid(sweep, [spec])]
     assert {c.dtype for c in cfgs} == {"bf16", "fp32"}
     assert {c.check for c in cfgs if c.dtype == "bf16"} == set(OPS["layer_norm"].checks)
-    assert {c.layout for c in cfgs} == {"contiguous"}
-    notes = not_run([sweep], [spec])
-    assert any("x-strided" in n and "not run" in n and "layer_norm" in n for n in notes)
-    assert not any("bf16" in n for n in notes), notes
+    assert {c.layout for c in cfgs} == {"contiguous", "x-strided", "grad-strided"}
+    assert {c.control for c in cfgs if c.layout != "contiguous"} == {"randn"}
+    assert not any("layout" in n for n in not_run([sweep], [spec]))
 
 
 def test_json_keys_of_an_op_result_and_none_for_rmsnorm(capsys: pytest.CaptureFixture[str]
@@ -247,7 +246,7 @@ def test_cli_picks_the_other_ops_axes(capsys: pytest.CaptureFixture[str]) -> Non
     keys biases, group_sizes and norm_before_gate do; a bad value is one line, exit 2."""
     def results(*args: str) -> list[dict]:
         code = cli.main(["run", "--check", "forward", "--weight", "randn", "--shape", "3,40",
-                         "--format", "json", "--no-progress", *args])
+                         "--layout", "contiguous", "--format", "json", "--no-progress", *args])
         assert code == 0
         return json.loads(capsys.readouterr()[0])["results"]
 
@@ -261,3 +260,34 @@ def test_cli_picks_the_other_ops_axes(capsys: pytest.CaptureFixture[str]) -> Non
         assert cli.main(["run", *bad]) == 2
         err = capsys.readouterr()[1]
         assert err.count("\n") == 1 and bad[0] in err
+
+
+@pytest.mark.parametrize("attr, layout", [("ResidualAssumedContiguous", "x-strided"),
+                                          ("ResidualGradAssumedContiguous", "grad-strided")])
+def test_layouts_reach_every_input_and_cotangent_of_the_other_ops(
+        capsys: pytest.CaptureFixture[str], attr: str, layout: str) -> None:
+    """A fused add that reads residual (or residual_out's cotangent) as if it were
+    contiguous passes on contiguous tensors and fails in its layout: x-… lays out every
+    input shaped like x, grad-… the cotangent of every output."""
+    code = cli.main(["run", "--kernel", f"{ROOT}/tests/kernels/family_layouts.py:{attr}",
+                     "--shape", "2,3,24", "--weight", "randn", "--zcg", "off",
+                     "--check", "dx,dresidual", "--layout", f"contiguous,{layout}",
+                     "--format", "json", "--no-progress"])
+    results = json.loads(capsys.readouterr()[0])["results"]
+    assert code == 1
+    status = {(r["check"], r["layout"]): r["status"] for r in results}
+    assert status == {("dx", "contiguous"): "pass", ("dresidual", "contiguous"): "pass",
+                      ("dx", layout): "fail", ("dresidual", layout): "fail"}, status
+
+
+def test_correct_kernels_of_the_other_ops_pass_every_layout(capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    from gradcheck_bi.kernels.layout import LAYOUTS
+
+    for op in ("fused_add_rms_norm", "layer_norm", "rms_norm_gated"):
+        code = cli.main(["run", "--kernel", KERNELS[op], "--shape", "2,3,16",
+                         "--weight", "randn", "--zcg", "off", "--layout", ",".join(LAYOUTS),
+                         "--format", "json", "--no-progress"])
+        results = json.loads(capsys.readouterr()[0])["results"]
+        assert code == 0, [r for r in results if r["status"] != "pass"]
+        assert {r["layout"] for r in results} == set(LAYOUTS)

@@ -7,19 +7,44 @@ returns ``y`` alone has no ``residual_out``), and refuses anything outside the c
 with a cotangent on **every** output the kernel returned, and returns the gradient of every
 input and parameter; a ``None`` or a wrongly shaped gradient, or a write into a tensor the
 kernel does not own, is a :class:`~gradcheck_bi.vocab.ContractViolation` (a ``fail``).
+
+Inside :func:`laid_out` (a check of a point with a layout, :mod:`.layout`), every call hands
+the kernel its tensors in that layout: ``x-…`` applies to every input shaped like x (x,
+residual, z), ``weight-…`` to every parameter (weight, bias), ``grad-…`` to the cotangent of
+every output; the finite differences call the forward on inputs laid out the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 
 from gradcheck_bi.kernels.call import unchanged
+from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import ContractViolation, first_line
 
 Tensors = dict[str, torch.Tensor]
+_LAYOUT: ContextVar[str] = ContextVar("op_layout", default="contiguous")
+
+
+@contextlib.contextmanager
+def laid_out(layout: str) -> Iterator[None]:
+    """Every :func:`op_forward` and :func:`op_grads` inside hands the kernel ``layout``."""
+    token = _LAYOUT.set(layout)
+    try:
+        yield
+    finally:
+        _LAYOUT.reset(token)
+
+
+def _lay(tensors: Tensors, role: str) -> Tensors:
+    layout = _LAYOUT.get()
+    return {n: lay_out(t, layout, role) for n, t in tensors.items()}
 
 
 def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
@@ -46,7 +71,12 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
 
 def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
                zcg: bool) -> Tensors:
-    """The kernel's outputs by name."""
+    """The kernel's outputs by name (its tensors in the layout of :func:`laid_out`)."""
+    return _called(fn, _lay(inputs, "x"), _lay(params, "weight"), options, zcg)
+
+
+def _called(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
+            zcg: bool) -> Tensors:
     return outputs_of(fn.op, fn.call(inputs, params, options, zcg), inputs["x"])
 
 
@@ -59,11 +89,12 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     bitwise after the forward and after the backward (see
     :func:`gradcheck_bi.kernels.call.analytic_grads`).
     """
-    leaves = {n: t.detach().clone().requires_grad_(True) for n, t in {**inputs,
-                                                                   **params}.items()}
+    layout = _LAYOUT.get()
+    leaves = {n: lay_out(t.detach().clone(), layout, "x" if n in inputs else "weight"
+                         ).requires_grad_(True) for n, t in {**inputs, **params}.items()}
     owned = {n: (leaves[n], t) for n, t in {**inputs, **params}.items()}
-    outs = op_forward(fn, {n: leaves[n] for n in inputs}, {n: leaves[n] for n in params},
-                      options, zcg)
+    outs = _called(fn, {n: leaves[n] for n in inputs}, {n: leaves[n] for n in params},
+                   options, zcg)
     unchanged("forward", owned)
     loss = None
     for name, y in outs.items():
@@ -71,7 +102,8 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
 
         def keep(grad: torch.Tensor, name: str = name) -> torch.Tensor:
             key = "grad_output" if name == "y" else f"grad_{name}"
-            owned[key] = (grad, grad.detach().clone())
+            grad = lay_out(grad.detach(), layout, "grad")
+            owned[key] = (grad, grad.clone())
             return grad
 
         if y.requires_grad:

@@ -14,7 +14,8 @@ backward against finite differences of its own forward in fp64 at the same input
 ½ ulp plus the op's fp32 rounding model (:mod:`.rounding`). The fused add has two correct
 references in low precision — ``s = x + residual`` as computed, or as stored (rounded once,
 what Liger and vLLM normalise) — and passes against either. Batch invariance is bitwise in
-every dtype. Layouts other than contiguous are RMSNorm's only (the sweep says so).
+every dtype. The other checks run in every memory layout
+(:func:`gradcheck_bi.kernels.opcall.laid_out`); batch invariance on contiguous tensors.
 """
 
 from __future__ import annotations
@@ -26,18 +27,20 @@ from gradcheck_bi.checks.family.forward import check_op_forward
 from gradcheck_bi.checks.family.gradients import check_op_gradient
 from gradcheck_bi.checks.family.lifted import check_op_gradient_lifted
 from gradcheck_bi.checks.family.point import exact_grads, make_point, reference
+from gradcheck_bi.kernels.opcall import laid_out
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 
 def run_op_check(fn: Any, cfg: Config) -> Measurement:
     """The check ``cfg.check`` of ``cfg.op`` on ``fn`` (an ``OpAdapted``)."""
-    if cfg.check == "forward":
-        return check_op_forward(fn, cfg)
-    if cfg.check == "batch_invariance":
+    if cfg.check == "batch_invariance":  # builds batches of its own: contiguous
         return check_op_batch_invariance(fn, cfg)
-    if cfg.dtype in HALF_DTYPES:
-        return check_op_gradient_lifted(fn, cfg)
-    return check_op_gradient(fn, cfg)
+    with laid_out(cfg.layout):
+        if cfg.check == "forward":
+            return check_op_forward(fn, cfg)
+        if cfg.dtype in HALF_DTYPES:
+            return check_op_gradient_lifted(fn, cfg)
+        return check_op_gradient(fn, cfg)
 
 
 __all__ = ["check_op_batch_invariance", "check_op_forward", "check_op_gradient",
