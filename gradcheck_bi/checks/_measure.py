@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,6 +37,33 @@ def bitwise_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[int, float, list[int
     diff = (a.to(torch.float64) - b.to(torch.float64)).abs()
     first = torch.nonzero(differ)[0].tolist()
     return n, float(torch.nan_to_num(diff[differ], nan=math.inf).max().item()), first
+
+
+@dataclass
+class BitwiseLog:
+    """Bitwise comparisons of a batch-invariance check: each difference one line, the worst
+    element (its row, its last index) and the count; :meth:`measurement` is the verdict."""
+
+    failures: list[str] = field(default_factory=list)
+    worst_err: float = 0.0
+    worst_at: list[int] | None = None
+    compared: int = 0
+
+    def compare(self, label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
+        self.compared += 1
+        n, err, first = bitwise_diff(a, b)
+        if n:
+            self.failures.append(f"{label}: {n} of {a.numel()} elements differ "
+                                 f"(max {err:.3e})")
+            if err >= self.worst_err:
+                self.worst_err, self.worst_at = err, [row, *(first or [])[-1:]]
+
+    def measurement(self, details: dict[str, Any]) -> Measurement:
+        """Pass iff no bits differed; the first three differences in the message."""
+        more = len(self.failures) - 3
+        msg = "; ".join(self.failures[:3]) + (f"; and {more} more" if more > 0 else "")
+        return Measurement(self.worst_err, 0.0, not self.failures, self.worst_at, msg,
+                           {"comparisons": self.compared, **details})
 
 
 def _int_view(dtype: torch.dtype) -> torch.dtype:

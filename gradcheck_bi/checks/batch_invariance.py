@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks._measure import bitwise_diff
+from gradcheck_bi.checks._measure import BitwiseLog
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads
 from gradcheck_bi.vocab import Config, Measurement
@@ -57,21 +57,11 @@ def check_batch_invariance(fn: Any, cfg: Config) -> Measurement:
     n_rows = x2.shape[0]
     probes = sorted({0, n_rows // 2, n_rows - 1})
     fillers = _filler_rows(cfg.seed, n_cols, cfg.input_scale)
-    failures: list[str] = []
-    worst_err, worst_at = 0.0, None
-    compared = 0
+    log = BitwiseLog()
+    compare = log.compare
 
     def grads(xs: torch.Tensor, gs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return analytic_grads(fn, xs, w, gs, cfg.eps, cfg.zero_centered_gamma)
-
-    def compare(label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
-        nonlocal worst_err, worst_at, compared
-        compared += 1
-        n, err, first = bitwise_diff(a, b)
-        if n:
-            failures.append(f"{label}: {n} of {a.numel()} elements differ (max {err:.3e})")
-            if err >= worst_err:
-                worst_err, worst_at = err, [row, *(first or [])[-1:]]
 
     y_full, dx_full, dw_full = grads(x, g)
     y_again, dx_again, dw_again = grads(x, g)
@@ -99,6 +89,4 @@ def check_batch_invariance(fn: Any, cfg: Config) -> Measurement:
             compare(f"y row {p} alone vs at {at} in a batch of {size}", alone[p][0], yb[at], p)
             compare(f"dx row {p} alone vs at {at} in a batch of {size}", alone[p][1], dxb[at], p)
 
-    details = {"comparisons": compared, "batch_sizes": batch_sizes(n_cols), "probe_rows": probes}
-    msg = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3 else "")
-    return Measurement(worst_err, 0.0, not failures, worst_at, msg, details)
+    return log.measurement({"batch_sizes": batch_sizes(n_cols), "probe_rows": probes})

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks._measure import bitwise_diff
+from gradcheck_bi.checks._measure import BitwiseLog
 from gradcheck_bi.checks.batch_invariance import batch_sizes
 from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.kernels.opcall import op_grads
@@ -45,20 +45,11 @@ def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
     cots = {n: t.reshape(-1, d) for n, t in point.cotangents.items()}
     n_rows = ins["x"].shape[0]
     probes = sorted({0, n_rows // 2, n_rows - 1})
-    failures: list[str] = []
-    worst_err, worst_at, compared = 0.0, None, 0
+    log = BitwiseLog()
+    compare = log.compare
 
     def run(i: Tensors, c: Tensors) -> tuple[Tensors, Tensors]:
         return op_grads(fn, i, point.params, c, point.options, point.zcg)
-
-    def compare(label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
-        nonlocal worst_err, worst_at, compared
-        compared += 1
-        n, err, first = bitwise_diff(a, b)
-        if n:
-            failures.append(f"{label}: {n} of {a.numel()} elements differ (max {err:.3e})")
-            if err >= worst_err:
-                worst_err, worst_at = err, [row, *(first or [])[-1:]]
 
     outs, grads = run(ins, cots)
     again = run(ins, cots)
@@ -90,8 +81,5 @@ def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
             for name, t in alone[p].items():
                 compare(f"{name} row {p} alone vs at {at} in a batch of {size}", t[0],
                         inside[name][at], p)
-    details = {"comparisons": compared, "batch_sizes": batch_sizes(d), "probe_rows": probes,
-               "compared": sorted(rowwise)}
-    msg = "; ".join(failures[:3]) + (f"; and {len(failures) - 3} more" if len(failures) > 3
-                                     else "")
-    return Measurement(worst_err, 0.0, not failures, worst_at, msg, details)
+    return log.measurement({"batch_sizes": batch_sizes(d), "probe_rows": probes,
+                            "compared": sorted(rowwise)})
