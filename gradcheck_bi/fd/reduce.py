@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.kernels.reduction import forced_backend, resolve_backend, row_sum
+from gradcheck_bi.kernels.reduction import chosen_backend, resolve_backend, row_sum
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,7 @@ FUSED_MIN_ELEMENTS = 1 << 24
 
 def _small_on_cuda(ys: torch.Tensor) -> bool:
     """An automatic backend, a CUDA chunk below :data:`FUSED_MIN_ELEMENTS`: torch ops."""
-    return (ys.is_cuda and ys.numel() < FUSED_MIN_ELEMENTS and forced_backend() is None
-            and not os.environ.get("GRADCHECK_BI_BACKEND"))
+    return ys.is_cuda and ys.numel() < FUSED_MIN_ELEMENTS and chosen_backend() is None
 
 
 def _fused(ys: torch.Tensor, sums: Sums) -> bool:

@@ -54,9 +54,15 @@ def forced_backend() -> str | None:
     return _forced_backend
 
 
+def chosen_backend() -> str | None:
+    """The backend :func:`use_backend` or ``GRADCHECK_BI_BACKEND`` chose (``None``:
+    automatic, by device)."""
+    return _forced_backend or os.environ.get("GRADCHECK_BI_BACKEND") or None
+
+
 def resolve_backend(t: torch.Tensor, backend: str | None = None) -> str:
     """The backend that ``row_sum`` uses for ``t``: explicit, forced, environment, automatic."""
-    name = backend or _forced_backend or os.environ.get("GRADCHECK_BI_BACKEND") or None
+    name = backend or chosen_backend()
     if name is None:
         return "triton" if t.is_cuda else "torch"
     if name not in BACKENDS:
