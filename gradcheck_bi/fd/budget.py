@@ -161,8 +161,7 @@ def chunk_shape(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
     if dev.type == "cpu":
         room = min(room, CPU_CHUNK_ELEMENTS)
     elif dev.type == "cuda" and torch.cuda.is_available():  # the budget is host-derived
-        free = cuda_free(dev)
-        room = min(room, max(1, int(free * MEMORY_FRACTION) // _bytes_per_element(dtype)))
+        room = min(room, cuda_room(dev, _bytes_per_element(dtype)))
     return ladder_chunk(room // n_cols, n_rows, n_cols, stencil.points, ladder_base(dev))
 
 
@@ -216,6 +215,12 @@ def cuda_free(dev: torch.device) -> int:
     what earlier checks in this process left cached."""
     free = int(torch.cuda.mem_get_info(dev)[0])
     return free + int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
+
+
+def cuda_room(dev: torch.device, bytes_per_element: int) -> int:
+    """Elements of ``bytes_per_element`` that ``MEMORY_FRACTION`` of ``dev``'s free memory
+    holds (at least 1)."""
+    return max(1, int(cuda_free(dev) * MEMORY_FRACTION) // bytes_per_element)
 
 
 def columns_per_chunk(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,

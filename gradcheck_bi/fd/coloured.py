@@ -39,13 +39,7 @@ from collections.abc import Callable
 
 import torch
 
-from gradcheck_bi.fd.budget import (
-    MEMORY_FRACTION,
-    batch_rows,
-    cuda_free,
-    ladder_base,
-    ladder_chunk,
-)
+from gradcheck_bi.fd.budget import batch_rows, cuda_room, ladder_base, ladder_chunk
 from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.estimate import FDEstimate
 from gradcheck_bi.fd.reduce import level_sums
@@ -83,8 +77,8 @@ def elements_per_call(device: torch.device) -> int:
     """Perturbed elements per output in one forward call on ``device`` (see above)."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return MAX_ELEMENTS
-    room = int(cuda_free(device) * MEMORY_FRACTION) // BYTES_PER_ELEMENT
-    return max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << max(0, room.bit_length() - 1)))
+    room = cuda_room(device, BYTES_PER_ELEMENT)
+    return max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << (room.bit_length() - 1)))
 
 
 def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
