@@ -291,3 +291,21 @@ def test_correct_kernels_of_the_other_ops_pass_every_layout(capsys: pytest.Captu
         results = json.loads(capsys.readouterr()[0])["results"]
         assert code == 0, [r for r in results if r["status"] != "pass"]
         assert {r["layout"] for r in results} == set(LAYOUTS)
+
+
+def test_fp32_inside_double_rounding_is_diagnosed_a_precision_choice() -> None:
+    """A kernel that computes in fp32 at every dtype and rounds twice in bf16 (Liger's llama
+    mode) fails the bf16 forward, and the diagnosis reruns it in fp64, where it is accurate
+    to fp32 only: that is still "right" within the margin below the bf16 ulp, so the message
+    blames precision, not the formula. A formula error (ln04) is told apart."""
+    spec = resolve("tests/kernels/fused_add_fp32_inside.py:fused_add_rms_norm")
+    assert spec.op == "fused_add_rms_norm"
+    sweep = Sweep(kernels=[], targets=[("cpu", "bf16")], shapes=[(4, 2, 256)],
+                  checks=["forward"], weights=["randn"], zcg=[False], layouts=["contiguous"])
+    [r] = run(sweep, [spec])
+    assert r.status == "fail" and "double rounding" in r.message, r.message
+    assert "in fp64 the same forward is right: a precision choice" in r.message, r.message
+    formula = resolve("tests/mutants/ops/ln04_variance_not_centred.py")
+    results = run(sweep, [formula])
+    assert results and all(r.status == "fail" and "its fp64 forward is wrong too" in r.message
+                           for r in results), [r.message for r in results]
