@@ -49,15 +49,21 @@ def fresh_runs(run_args: list[str], reps: int, root: Path) -> dict[str, Any]:
         p = subprocess.run(cmd, env={**env, "TRITON_CACHE_DIR": cache}, capture_output=True,
                            text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
-        tunes = sum("autotuning" in line.lower() for line in p.stdout.splitlines()
-                    + p.stderr.splitlines())
+        lines = p.stdout.splitlines() + p.stderr.splitlines()
+        tunes = sum("autotuning" in line.lower() for line in lines)
+        # Triton prints "Triton autotuning for function F,\nwith key as K,": one (F, K) per pass.
+        for i, line in enumerate(lines[:-1]):
+            if line.startswith("Triton autotuning for function"):
+                out["tuned_keys"].append(f"{line.split()[-1].rstrip(',')} {lines[i + 1]}")
         return wall, tunes, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""
 
     out: dict[str, Any] = {"cold": [], "warm": [], "compiled": [], "tunes_cold": [],
-                           "tunes_warm": []}
-    for _ in range(reps):
+                           "tunes_warm": [], "tuned_keys": []}
+    for rep in range(reps):
         with tempfile.TemporaryDirectory() as cache:
             wall, tunes, verdict = once(cache)
+            if rep == 0:
+                out["keys_first_run"] = list(out["tuned_keys"])
             out["cold"].append(wall)
             out["tunes_cold"].append(tunes)
             out["compiled"].append(sum(1 for p in Path(cache).rglob("*.cubin")))
@@ -236,6 +242,12 @@ def main() -> None:
               f"| {med(r['compiled']):.0f} | {med(r['tunes_cold']):.0f} |")
         print(f"| warm | {med(r['warm']):.2f} | {' '.join(f'{t:.1f}' for t in r['warm'])} "
               f"| – | {med(r['tunes_warm']):.0f} |")
+        keys = r.get("keys_first_run", [])
+        if keys:
+            print(f"\nfirst cold run: {len(keys)} autotuner passes over {len(set(keys))} "
+                  "distinct (function, key) pairs; each pair and its passes:")
+            for key in sorted(set(keys)):
+                print(f"  {keys.count(key)}× {key}")
         sys.stdout.flush()
     # The breakdown in a process of its own, on a Triton cache primed by one uncounted run
     # (the default cache of a fresh machine is cold: its first calls would be compiles).
