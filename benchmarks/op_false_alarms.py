@@ -1,6 +1,7 @@
 """False alarms of the family's other ops: ≥ 200 random configurations per dtype per op.
 
     PYTHONPATH=. python benchmarks/op_false_alarms.py [N] [--dtypes fp64,fp32,bf16] [--ops OP,…]
+        [--device cuda]
 
 Every check of each op's correct kernel (tests/kernels/) at N seeded random configurations
 per op and dtype (tests/independent/op_false_alarms.py draws them); prints the table
@@ -26,12 +27,13 @@ def main() -> int:
     if "--dtypes" in args:
         dtypes = tuple(args[args.index("--dtypes") + 1].split(","))
     ops = tuple(args[args.index("--ops") + 1].split(",")) if "--ops" in args else None
+    device = args[args.index("--device") + 1] if "--device" in args else "cpu"
     started = time.perf_counter()
     tallies: dict = {}
     for dtype in dtypes:  # N per dtype: one run per dtype
-        tallies.update(op_false_alarms.run(n, (dtype,), "cpu", ops=ops,
+        tallies.update(op_false_alarms.run(n, (dtype,), device, ops=ops,
                                            log=lambda s: print(s, file=sys.stderr)))
-    header = (f"{n} random configurations per op and dtype, CPU, "
+    header = (f"{n} random configurations per op and dtype, {device.upper()}, "
               f"{time.perf_counter() - started:.0f} s")
     print(op_false_alarms.summary(tallies, header))
     bad = [m for t in tallies.values() for m in t["messages"]]
