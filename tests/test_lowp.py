@@ -500,3 +500,21 @@ def test_nonzero_output_where_the_exact_value_is_all_zero_is_a_formula() -> None
     y = (x.to(F64) * torch.rsqrt(x.to(F64).pow(2).mean(-1, keepdim=True) + 1e-6)).to(BF16)
     text = classify(audit(y, torch.zeros(4, 64, dtype=F64)))
     assert text.startswith("wrong formula"), text
+
+
+def test_a_miss_at_a_tie_within_the_kernels_arithmetic_is_not_counted() -> None:
+    """fp16 1.0 and 1 + 2^-10 are neighbours; an exact value 2^-30 below their tie rounds
+    correctly to 1.0, but a kernel whose fp32 arithmetic cannot see 2^-30 sits on the tie
+    and may return 1 + 2^-10. A miss by one step within ``tie_bound`` of the tie is excused;
+    a bound that does not reach the tie, or a miss by two steps, is still counted."""
+    tie = 1 + 2.0**-11
+    ref = torch.tensor([tie - 2.0**-30, 0.75], dtype=torch.float64)
+    y = torch.tensor([1 + 2.0**-10, 0.75], dtype=torch.float16)  # the wrong side of the tie
+    assert audit(y, ref).n_not_correctly_rounded == 1
+    excused = audit(y, ref, tie_bound=torch.full((2,), 2.0**-24, dtype=torch.float64))
+    assert (excused.n_not_correctly_rounded, excused.n_ties) == (0, 1)
+    short = audit(y, ref, tie_bound=torch.full((2,), 2.0**-32, dtype=torch.float64))
+    assert (short.n_not_correctly_rounded, short.n_ties) == (1, 0)
+    two_steps = torch.tensor([1 + 2.0**-9, 0.75], dtype=torch.float16)
+    far = audit(two_steps, ref, tie_bound=torch.full((2,), 2.0**-24, dtype=torch.float64))
+    assert (far.n_not_correctly_rounded, far.n_ties) == (1, 0)

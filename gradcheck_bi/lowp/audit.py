@@ -45,7 +45,7 @@ class AuditResult:
     n_compared: int
     """Elements whose exact reference is finite (all others are ignored and counted here)."""
     n_not_correctly_rounded: int
-    """Elements with ``y != round_to(exact)`` (by value: -0 equals +0)."""
+    """Elements with ``y != round_to(exact)`` (by value: -0 equals +0), less :attr:`n_ties`."""
     frac_not_correctly_rounded: float
     """``n_not_correctly_rounded / n_compared`` (0 when nothing was compared)."""
     max_ulp: float
@@ -77,6 +77,9 @@ class AuditResult:
     """Largest |exact| among those (0 if none): tiny means an intermediate underflowed."""
     max_abs_exact_zeroed: float
     """Largest |exact| among the zeroed elements (0 if none): tiny means plain underflow."""
+    n_ties: int = 0
+    """Misses by one step within ``tie_bound`` of a tie: not counted in
+    :attr:`n_not_correctly_rounded` (0 without a ``tie_bound``)."""
 
     @property
     def ok(self) -> bool:
@@ -84,12 +87,17 @@ class AuditResult:
         return passes(self)
 
 
-def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None) -> AuditResult:
+def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None,
+          tie_bound: torch.Tensor | None = None) -> AuditResult:
     """Audit a bf16/fp16 output ``y`` against its exact fp64 reference ``ref64`` (same shape).
 
     ``ref64`` must be exact to far below the output ulp: compute it in fp64 from the *same*
     low-precision inputs the kernel saw (upcast exactly). ``x`` (optional, the kernel's input,
-    last dim reduced) only adds the :attr:`AuditResult.sum_sq_overflows` hint.
+    last dim reduced) only adds the :attr:`AuditResult.sum_sq_overflows` hint. ``tie_bound``
+    (optional, per element, absolute): the kernel's own wider arithmetic; a miss by one step
+    whose exact value lies within it of the tie between ``y`` and the correctly rounded value
+    is not counted (:attr:`AuditResult.n_ties`) — correct fp32 arithmetic may land on either
+    side of a tie it cannot resolve.
 
     >>> import torch
     >>> from gradcheck_bi.lowp import round_to
@@ -126,14 +134,22 @@ def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None) -
     if not all_fin:
         missed &= ref_fin
     miss_idx = torch.nonzero(missed.reshape(-1)).squeeze(1)
-    n_missed = miss_idx.numel()
     # Statistics over the misses: few elements, gathered once.
-    m_valid = valid.reshape(-1)[miss_idx]
-    m_signed = signed.reshape(-1)[miss_idx][m_valid]
     m_c = c64.reshape(-1)[miss_idx]
     m_y = y.reshape(-1)[miss_idx]
     steps = (_ordered(m_y.view(torch.int16))
              - _ordered(m_c.to(y.dtype).view(torch.int16))).abs()
+    n_ties = 0
+    if tie_bound is not None and miss_idx.numel():
+        mid = (m_y.to(torch.float64) + m_c) / 2
+        near = (ref.reshape(-1)[miss_idx] - mid).abs()
+        bound = tie_bound.detach().to(ref.device, torch.float64).reshape(-1)[miss_idx]
+        kept = ~((steps == 1) & (near <= bound))
+        n_ties = int((~kept).sum())
+        miss_idx, m_c, m_y, steps = miss_idx[kept], m_c[kept], m_y[kept], steps[kept]
+    n_missed = miss_idx.numel()
+    m_valid = valid.reshape(-1)[miss_idx]
+    m_signed = signed.reshape(-1)[miss_idx][m_valid]
     steps = steps[m_valid & torch.isfinite(m_c)]
     overflow = ~torch.isfinite(m_y) & torch.isfinite(m_c)
     zeroed = (m_y == 0) & (m_c != 0)
@@ -182,6 +198,7 @@ def audit(y: torch.Tensor, ref64: torch.Tensor, x: torch.Tensor | None = None) -
         n_beyond=n_beyond,
         max_abs_exact_beyond=max_abs_exact_beyond,
         max_abs_exact_zeroed=max_abs_exact_zeroed,
+        n_ties=n_ties,
     )
 
 

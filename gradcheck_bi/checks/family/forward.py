@@ -114,8 +114,9 @@ def _audit(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, cfg: Config
            ) -> tuple[Measurement, lowp.AuditResult]:
     """One output against one exact reference: every element within ``MAX_ULP_THRESHOLD``
     ulps plus its ``bound``; at most ``max(MIN_COUNT, FRAC_THRESHOLD·n)`` elements not
-    correctly rounded; none overflowing."""
-    audit = lowp.audit(y, ref)
+    correctly rounded (a miss within ``bound`` of a tie is not counted: correct fp32
+    arithmetic cannot resolve it); none overflowing."""
+    audit = lowp.audit(y, ref, tie_bound=bound)
     ulp = lowp.error_ulp(ref, y)
     err = torch.nan_to_num((y.to(torch.float64) - ref).abs(), nan=math.inf)
     tol = fd_tolerance(MAX_ULP_THRESHOLD * ulp + bound,
@@ -157,6 +158,8 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
         details[f"max_ulp_{name}"] = audit.max_ulp
         details[f"not_correctly_rounded_{name}"] = audit.frac_not_correctly_rounded
         details[f"diagnosis_{name}"] = lowp.classify(audit)
+        if audit.n_ties:
+            details[f"ties_within_fp32_{name}"] = audit.n_ties
         if len(refs[name]) > 1:
             details[f"reference_{name}"] = label if m.passed else "exact, and as stored"
         if not m.passed:
