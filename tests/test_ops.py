@@ -27,7 +27,7 @@ from gradcheck_bi.kernels.opcall import op_grads
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, grid, not_run
-from gradcheck_bi.vocab import Config, KernelLoadError
+from gradcheck_bi.vocab import Config, KernelLoadError, Unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = {"fused_add_rms_norm": "tests/kernels/fused_add_rms_norm.py",
@@ -323,3 +323,31 @@ def test_layer_norm_two_features_half_precision_ties_are_not_a_false_alarm() -> 
     m = run_check(spec.fn, cfg)
     assert m.passed, m.message
     assert m.details["ties_within_fp32_y"] >= 5
+
+
+def test_family_differences_keep_to_the_memory_budget() -> None:
+    """--max-memory reaches the family's finite differences: a small budget splits the
+    columns into more calls with the same bits, and one that cannot hold a call of one
+    column is refused with the estimate (the check is then unsupported, not an error)."""
+    from gradcheck_bi.fd import MemoryBudgetError
+    from gradcheck_bi.fd.coloured import BYTES_PER_ELEMENT
+
+    x = torch.randn(8, 64, dtype=torch.float64, generator=_gen(3))
+    g = torch.randn(8, 64, dtype=torch.float64, generator=_gen(4))
+    h = torch.full((8,), 2.0**-12, dtype=torch.float64)
+
+    def forward(t: torch.Tensor) -> list[torch.Tensor]:
+        return [t * t.sum(-1, keepdim=True)]
+
+    whole = input_grad_outputs(forward, x, [g], h)
+    held = 2 * 4 * 64 * 8 * 8  # the sums and the steps taken, fp64, 4 levels
+    column = 4 * 8 * 64 * BYTES_PER_ELEMENT  # one perturbed column of every row
+    split = input_grad_outputs(forward, x, [g], h, max_memory=held + 5 * column)
+    assert split.forward_calls > whole.forward_calls
+    assert torch.equal(split.grad, whole.grad)
+    with pytest.raises(MemoryBudgetError, match="over the memory budget"):
+        input_grad_outputs(forward, x, [g], h, max_memory=held + column // 2)
+    cfg = Config(check="dx", op="layer_norm", shape=(8, 64), bias="randn",
+                 max_memory=held + column // 2)
+    with pytest.raises(Unsupported, match="raise --max-memory"):
+        run_check(resolve(KERNELS["layer_norm"]).fn, cfg)

@@ -39,7 +39,15 @@ from collections.abc import Callable
 
 import torch
 
-from gradcheck_bi.fd.budget import batch_rows, cuda_room, ladder_base, ladder_chunk
+from gradcheck_bi.fd.budget import (
+    MemoryBudgetError,
+    batch_rows,
+    budget,
+    cuda_room,
+    format_bytes,
+    ladder_base,
+    ladder_chunk,
+)
 from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.estimate import FDEstimate
 from gradcheck_bi.fd.reduce import level_sums
@@ -73,12 +81,18 @@ CUDA_MAX_ELEMENTS = 1 << 26
 BYTES_PER_ELEMENT = 64
 
 
-def elements_per_call(device: torch.device) -> int:
-    """Perturbed elements per output in one forward call on ``device`` (see above)."""
+def elements_per_call(device: torch.device, max_memory: int | None = None, held: int = 0
+                      ) -> int:
+    """Perturbed elements per output in one forward call on ``device`` (see above), within
+    what the memory budget (:func:`gradcheck_bi.fd.budget.budget` of ``max_memory``) leaves
+    after the ``held`` bytes the check keeps throughout; a power of two, 0 if nothing fits."""
     if device.type != "cuda" or not torch.cuda.is_available():
-        return MAX_ELEMENTS
-    room = cuda_room(device, BYTES_PER_ELEMENT)
-    return max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << (room.bit_length() - 1)))
+        most = MAX_ELEMENTS
+    else:
+        room = cuda_room(device, BYTES_PER_ELEMENT)
+        most = max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << (room.bit_length() - 1)))
+    spare = (budget(max_memory) - held) // BYTES_PER_ELEMENT
+    return min(most, 1 << (spare.bit_length() - 1)) if spare > 0 else 0
 
 
 def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
@@ -106,6 +120,7 @@ def input_grad_outputs(
     reach: list[int] | None = None,
     shared: torch.Tensor | None = None,
     offsets: list[torch.Tensor | None] | None = None,
+    max_memory: int | None = None,
 ) -> FDEstimate:
     """Central-difference ``dL/dt`` for ``L = Σ_k Σ gs[k] · forward(t)[k]``, every element.
 
@@ -120,6 +135,8 @@ def input_grad_outputs(
     the statistic does not scale (a layer norm's β): the model then runs on ``y − offset``
     (what rounds relative to the statistic) and adds the final addition's own rounding of
     each ``y`` — where ``n γ`` and β nearly cancel, ``|y|`` would understate both.
+    ``max_memory``: the budget the calls are sized within (``None``: the default); one
+    that cannot hold a call of one perturbed column raises :class:`MemoryBudgetError`.
     """
     n_cols = t.shape[-1]
     t2 = t.detach().reshape(-1, n_cols)
@@ -135,8 +152,15 @@ def input_grad_outputs(
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
     ladder = ladder_base(dev)
-    per_call, _ = ladder_chunk(elements_per_call(dev) // n_cols, n_rows, n_cols, 2 * n_lev,
-                               ladder)
+    room = elements_per_call(dev, max_memory, 2 * sums.numel() * sums.element_size())
+    if room < 2 * n_lev * n_rows * n_cols:
+        need = 2 * sums.numel() * sums.element_size() + (
+            2 * n_lev * n_rows * n_cols * BYTES_PER_ELEMENT)
+        raise MemoryBudgetError(
+            f"finite differences of shape {tuple(t.shape)} need at least {format_bytes(need)}"
+            f", over the memory budget of {format_bytes(budget(max_memory))}; raise "
+            "--max-memory or check a smaller shape")
+    per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
     batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
     calls = 1
     for c0 in range(0, n_cols, per_call):

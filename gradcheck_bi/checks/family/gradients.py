@@ -34,7 +34,7 @@ from gradcheck_bi.kernels.opcall import op_forward, op_grads
 from gradcheck_bi.ops.references import grouped
 from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 
 def _row_length(v: torch.Tensor, eps: float) -> torch.Tensor:
@@ -117,11 +117,15 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
     if name in point.op.inputs:
         rel = input_step_rel(x.dtype, cfg.step_rel)
         h = pow2(rel * step_scale(point, name))
-        return input_grad_outputs(_input_forward(fn, point, name, returned),
-                                  point.inputs[name], [point.cotangents[o] for o in returned],
-                                  h, stencil, reach(point, name, returned), shared_sigma(point),
-                                  [point.params.get("bias") if o == "y" else None
-                                   for o in returned])
+        try:
+            return input_grad_outputs(
+                _input_forward(fn, point, name, returned), point.inputs[name],
+                [point.cotangents[o] for o in returned], h, stencil,
+                reach(point, name, returned), shared_sigma(point),
+                [point.params.get("bias") if o == "y" else None for o in returned],
+                cfg.max_memory)
+        except fd.MemoryBudgetError as exc:  # the budget, not the kernel: not run
+            raise Unsupported(str(exc)) from None
     return fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
                           point.cotangents["y"], stencil)
 
