@@ -9,15 +9,16 @@ auto=benchmarks/kernels/autotuned_rmsnorm.py:AutotunedRMSNorm
 {
   echo "## Liger, default run"
   timeout 240 python3 benchmarks/gpu_run_profile.py --reps 5 -- --kernel liger
-  echo "## Liger, default run, FD sums through torch ops (GRADCHECK_BI_BACKEND=torch)"
-  GRADCHECK_BI_BACKEND=torch timeout 60 python3 benchmarks/gpu_run_profile.py --no-fresh \
-    -- --kernel liger | grep -v "^| _Guarded\|^| Liger"
+  if [ -n "$old" ]; then
+    echo "## Liger, default run, in-process breakdown, before ($old)"
+    timeout 60 python3 benchmarks/gpu_run_profile.py --no-fresh --root "$old" -- --kernel liger \
+      | grep -v "^| _Guarded\|^| Liger"
+  fi
+  echo "## Liger, default run, cProfile (times inflated by the profiler)"
+  timeout 60 python3 benchmarks/gpu_run_profile.py --no-fresh --cprofile 40 -- --kernel liger \
+    | sed -n '/^cProfile/,$p'
   echo "## Autotuned stand-in, default run"
   timeout 120 python3 benchmarks/gpu_run_profile.py --reps 2 -- --kernel $auto
-  if [ -n "$old" ]; then
-    echo "## Autotuned stand-in, default run, before ($old)"
-    timeout 90 python3 benchmarks/gpu_run_profile.py --reps 1 --root "$old" -- --kernel $auto
-  fi
   echo "## cases/ci.toml on Liger, every target replaced by cuda/fp32, cold cache"
   cache=$(mktemp -d)
   start=$(date +%s%N)
