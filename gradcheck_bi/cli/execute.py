@@ -30,10 +30,9 @@ def environment() -> dict[str, Any]:
         "reduction": {"cpu": os.environ.get("GRADCHECK_BI_BACKEND") or "torch",
                       "cuda": os.environ.get("GRADCHECK_BI_BACKEND") or "triton (compiled)"},
     }
-    if reduction.triton_available():
-        import triton
-
-        env["triton"] = triton.__version__
+    version = reduction.triton_version()
+    if version is not None:
+        env["triton"] = version
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env

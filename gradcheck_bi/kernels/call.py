@@ -156,7 +156,9 @@ def _fraction_changed(now: torch.Tensor, before: torch.Tensor) -> float:
         a, b = now.detach().contiguous().view(ints), before.contiguous().view(ints)
     else:
         a, b = now.detach(), before
-    return float((a != b).double().mean()) if a.numel() else 0.0
+    if torch.equal(a, b):  # the usual case: one pass, no temporaries, no count
+        return 0.0
+    return float((a != b).double().mean())
 
 
 def unchanged(phase: str, owned: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:

@@ -24,7 +24,11 @@ so fp64 stays fp64 (a Python ``0.0`` start value would be fp32).
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,6 +126,21 @@ def triton_available() -> bool:
     except Exception:
         return False
     return True
+
+
+def triton_version() -> str | None:
+    """The installed triton's version, for the report, or ``None`` without one. Read from
+    the loaded module, else from the package's metadata: a CPU run that never uses triton
+    does not pay its import (0.25–0.35 s, docs/benchmarks.md, issue 22)."""
+    loaded = sys.modules.get("triton")
+    if loaded is not None:
+        return str(loaded.__version__)
+    if importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:  # importable, not installed as a package
+        return str(importlib.import_module("triton").__version__)
 
 
 def describe_backend(t: torch.Tensor) -> dict[str, Any]:
