@@ -95,16 +95,17 @@ def _row_sum_torch(t: torch.Tensor) -> torch.Tensor:
     if n_blocks > 1:
         acc = rows[:, :width] + rows[:, width : 2 * width]
         for b in range(2, n_blocks):
-            acc += rows[:, b * width : (b + 1) * width]
+            acc.add_(rows[:, b * width : (b + 1) * width])
     elif width > 1:
         width //= 2
         acc = rows[:, :width] + rows[:, width : 2 * width]
     else:
         acc = rows[:, :1].clone()
     # Fold the accumulator in halves: element j meets element j + half, a fixed tree.
+    # (``add_`` on the view: ``acc[:, :w] += …`` would also dispatch a copy back into it.)
     while width > 1:
         width //= 2
-        acc[:, :width] += acc[:, width : 2 * width]
+        acc[:, :width].add_(acc[:, width : 2 * width])
     return acc[:, 0].reshape(t.shape[:-1])
 
 
