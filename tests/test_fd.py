@@ -3,6 +3,8 @@ directional mode projects the analytic gradient correctly."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from conftest import rand, where_differs
@@ -215,6 +217,45 @@ def test_threads_by_chunk_size_and_restored_after(monkeypatch: pytest.MonkeyPatc
     assert torch.get_num_threads() == before, "torch's thread count was not restored"
     with pytest.raises(ValueError, match=">= 1"):
         fd.threads.fix_threads(0)
+
+
+def _threads_per_step(monkeypatch: pytest.MonkeyPatch, cost: Callable[[int, int], float],
+                      steps: int = 60) -> list[int]:
+    """The thread count each of ``steps`` steps of :func:`fd.threads.run_steps` ran on, a
+    step taking ``cost(step, threads)`` seconds of a fake clock; torch starts on 2 threads."""
+    clock = [0.0]
+    monkeypatch.setattr(fd.threads.time, "perf_counter", lambda: clock[0])
+    seen: list[int] = []
+
+    def step() -> None:
+        seen.append(torch.get_num_threads())
+        clock[0] += cost(len(seen) - 1, seen[-1])
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        fd.threads.run_steps([step] * steps, torch.device("cpu"))
+        assert torch.get_num_threads() == 2, "the loop's thread count was not restored"
+    finally:
+        torch.set_num_threads(before)
+    return seen
+
+
+def test_a_loop_runs_on_one_thread_while_one_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cores the load average called idle can be busy: a loop measures one thread
+    against all and keeps the faster; the guard drops to one at once when all get slow."""
+    busy = _threads_per_step(monkeypatch, lambda i, n: 10.0 if n > 1 else 1.0)
+    assert busy[:3] == [2, 1, 2] and busy[3:17] == [1] * 14, busy
+    assert busy.count(2) <= 4, f"probes on busy cores should thin out: {busy}"
+    idle = _threads_per_step(monkeypatch, lambda i, n: 1.0 if n > 1 else 2.0)
+    assert idle.count(1) == len(range(1, 60, fd.threads.PROBE_EVERY)), idle
+    late = _threads_per_step(monkeypatch, lambda i, n: 1.0 if n == 1 else 0.5 if i < 8 else 5.0)
+    assert late[3:8] == [2] * 5 and late[8:10] == [2, 1], late  # busy from step 8: one at 9
+    try:
+        fd.threads.fix_threads(2)  # --threads: what was asked, every step
+        assert _threads_per_step(monkeypatch, lambda i, n: 10.0 if n > 1 else 1.0) == [2] * 60
+    finally:
+        fd.threads.fix_threads(None)
 
 
 def test_usable_cores_leave_room_for_the_load(monkeypatch: pytest.MonkeyPatch) -> None:

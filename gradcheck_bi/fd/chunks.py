@@ -18,6 +18,7 @@ A chunk a worker did not finish (it failed, died or was late) is computed here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import pickle
 import signal
 import sys
@@ -30,6 +31,7 @@ import torch
 
 from gradcheck_bi.fd.budget import batch_rows, keep_freed_memory, ladder_base
 from gradcheck_bi.fd.reduce import sums_into
+from gradcheck_bi.fd.threads import run_steps
 from gradcheck_bi.kernels.reduction import forced_backend, use_backend
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
@@ -140,8 +142,7 @@ def run_chunks(loop: ChunkLoop, processes: int = 1,
     a test may hand them another)."""
     tasks = loop.tasks()
     if processes < 2 or worker_forward is None or len(tasks) < 2 * processes:
-        for r0, c0 in tasks:
-            loop.run(r0, c0)
+        run_steps([functools.partial(loop.run, r0, c0) for r0, c0 in tasks], loop.x2.device)
         return
     import torch.multiprocessing as mp
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -39,6 +39,12 @@ OWN_LOAD_MEMORY_S = 60.0
 # import (seconds, ~0.4 GB). Measured on a 32-core host, (16, 8192) fp64 dx: 1 / 2 / 4 / 8 /
 # 16 / 31 processes took 32.4 / 20.4 / 11.8 / 9.4 / 8.8 / 10.5 s (docs/benchmarks.md).
 MAX_PROCESSES = 8
+# A loop of like steps on several threads times one step on one thread and one on all every
+# this many steps, and keeps the faster (:func:`run_steps`).
+PROBE_EVERY = 16
+# A step on several threads slower than this many one-thread steps means the cores are busy
+# now: the rest of the round runs on one thread.
+BUSY_FACTOR = 2.0
 _fixed: int | None = None
 _own: tuple[float, int] = (0.0, 1)  # (until when, threads) of our last parallel loop
 
@@ -145,3 +151,42 @@ def cpu_threads(device: torch.device, chunk_elements: int) -> Iterator[int]:
     finally:
         if wanted != previous:
             torch.set_num_threads(previous)
+
+
+def run_steps(steps: Sequence[Callable[[], None]], device: torch.device) -> None:
+    """Run like steps (the chunks of one loop) on torch's thread count, or on one thread
+    while one proves faster.
+
+    The load average lags: cores idle when a loop starts can be taken by another process a
+    second later, and then every op on two threads waits for the descheduled one — measured
+    here on 2 shared cores, a (8, 1024) fp64 check at 1.2–1.9 s on one thread and 3.5–12.7 s
+    on two (docs/benchmarks.md, issue 22). So one step runs on one thread and the next on
+    all, the faster setting runs until the next such probe (:data:`PROBE_EVERY` steps on;
+    twice as far each time one thread wins, up to 8×), and a step on all threads slower
+    than :data:`BUSY_FACTOR` one-thread steps falls back to one at once. Only the speed
+    changes: every op of the loop gives the same bits on any number of threads. Pinned
+    threads (``--threads``), one thread and non-CPU loops run the steps as they are.
+    """
+    wanted = torch.get_num_threads()
+    if device.type != "cpu" or wanted < 2 or _fixed is not None or len(steps) < 4:
+        for step in steps:
+            step()
+        return
+    current, one, every, probe = wanted, None, PROBE_EVERY, 1  # the first step warms up
+    try:
+        for i, step in enumerate(steps):
+            n = 1 if i == probe else wanted if i == probe + 1 else current
+            torch.set_num_threads(n)
+            t0 = time.perf_counter()
+            step()
+            dt = time.perf_counter() - t0
+            if i == probe:
+                one = dt
+            elif i == probe + 1:
+                current = wanted if one is None or dt < one else 1
+                every = PROBE_EVERY if current > 1 else min(2 * every, 8 * PROBE_EVERY)
+                probe += every
+            elif n > 1 and one is not None and dt > BUSY_FACTOR * one:
+                current = 1
+    finally:
+        torch.set_num_threads(wanted)
