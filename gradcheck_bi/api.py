@@ -41,6 +41,7 @@ from gradcheck_bi.cases import check_values
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
 from gradcheck_bi.kernels import adapt, resolve
+from gradcheck_bi.point import BY_KEY
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, not_run, unchecked
@@ -118,11 +119,11 @@ class Report:
         return "\n".join(lines)
 
 
-# Sweep settings check() takes as keywords beyond its named arguments (case-file names).
-SWEEP_OPTIONS = ("atol", "rtol", "stencil", "step_rel", "max_memory", "mode", "directions",
-                 "allow_mutation", "layouts")
-_LISTS = ("checks", "weights", "shapes", "eps", "seeds", "input_scales", "weight_scales",
-          "allow_mutation", "layouts")
+# The sweep keys check() takes (gradcheck_bi.point: every case key of the point, by the case
+# files' names); device, dtype and zcg are its own arguments. A crossed axis takes a list.
+_LISTS = (*(key for key, axis in BY_KEY.items() if axis.plural and key != "zcg"),
+          "allow_mutation")
+_SETTINGS = (*(key for key, axis in BY_KEY.items() if not axis.plural), "expect")
 _ZCG = {"off": [False], "on": [True], "both": [False, True]}
 
 
@@ -166,7 +167,7 @@ def sweep_values(*, device: str, dtype: Any, zcg: Any, **values: Any) -> dict[st
     """:func:`check`'s arguments → validated :class:`~gradcheck_bi.sweep.Sweep` fields, by
     the case files' rules (:func:`gradcheck_bi.cases.check_values`): a ``ValueError`` for a
     bad value, a ``TypeError`` for an unknown keyword, before any kernel is loaded."""
-    known = (*_LISTS, "expect", *SWEEP_OPTIONS)
+    known = (*_LISTS, *_SETTINGS)
     for name in values:
         if name not in known:
             near = did_you_mean(name, (*known, "device", "dtype", "zcg", "strict",
@@ -228,10 +229,11 @@ def check(
     ``checks=None`` runs every check. ``zcg`` takes a bool, ``"off"``/``"on"``/``"both"``
     or a list of bools; ``dtype`` the CLI's names, torch's (``"bfloat16"``) or a
     ``torch.dtype``. ``expect="fail"`` states that every result must fail. ``sweep_options``
-    are further sweep settings (``atol``, ``rtol``, ``stencil``, ``step_rel``,
-    ``max_memory``, ``mode``, ``directions``). Every argument is validated before any kernel
-    runs, with the case files' rules: a bad value is a ``ValueError`` naming it, an unknown
-    keyword a ``TypeError``.
+    are the case files' other keys (``atol``, ``rtol``, ``stencil``, ``step_rel``,
+    ``max_memory``, ``mode``, ``directions``, ``layouts``, ``allow_mutation``; for the
+    other ops ``biases``, ``group_sizes``, ``norm_before_gate``). Every argument is
+    validated before any kernel runs, with the case files' rules: a bad value is a
+    ``ValueError`` naming it, an unknown keyword a ``TypeError``.
 
     Raises :class:`GradcheckFailure` when a result is not as expected (with ``strict=True``,
     also when any is unsupported or nothing was checked) and :class:`GradcheckSkipped` when

@@ -39,7 +39,6 @@ gradcheck_bi.cases.CaseError: demo.toml: unknown key 'shape' at top level (did y
 from __future__ import annotations
 
 import difflib
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -51,20 +50,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from gradcheck_bi import fd
 from gradcheck_bi.kernels.call import MUTABLE
-from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS
+from gradcheck_bi.point import AXIS, CASE_KEYS, BadValue, boolean, choice, list_of
 from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.vocab import (
-    CONTROLS,
-    DEVICES,
-    DTYPES,
-    EXPECTED_STATUSES,
-    Expectation,
-    did_you_mean,
-)
+from gradcheck_bi.vocab import EXPECTED_STATUSES, Expectation, did_you_mean
 
 
 class CaseError(ValueError):
@@ -72,166 +62,63 @@ class CaseError(ValueError):
     schema (exit 2 on the command line; a ``ValueError`` in the API)."""
 
 
-# --- value validators: each returns the converted value or raises _Bad(what was expected) ---
-
-
-class _Bad(Exception):
-    def __init__(self, what: str, hint: str = "") -> None:
-        super().__init__(what)
-        self.hint = hint  # " (did you mean 'randn'?)" for a near miss
-
-
-def _number(v: Any, what: str, ok: Callable[[float], bool]) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(float(v)):
-        raise _Bad(what)
-    return float(v)
-
-
-def _positive(v: Any) -> float:
-    return _number(v, "a finite number > 0", lambda f: math.isfinite(f) and f > 0)
-
-
-def _nonnegative(v: Any) -> float:
-    return _number(v, "a finite number >= 0", lambda f: math.isfinite(f) and f >= 0)
-
-
-def _list_of(item: Callable[[Any], Any], what: str) -> Callable[[Any], list[Any]]:
-    def convert(v: Any) -> list[Any]:
-        if not isinstance(v, list) or not v:
-            raise _Bad(f"a non-empty list of {what}")
-        try:
-            return [item(x) for x in v]
-        except _Bad as exc:
-            raise _Bad(f"a non-empty list of {what}", exc.hint) from None
-
-    return convert
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[Any], str]:
-    def convert(v: Any) -> str:
-        if not isinstance(v, str) or v not in options:
-            raise _Bad("one of " + ", ".join(repr(o) for o in options),
-                       did_you_mean(v, options))
-        return v
-
-    return convert
+# --- the keys that are not an axis of the point (those: gradcheck_bi.point.CASE_KEYS) ---
 
 
 def _string(v: Any) -> str:
     if not isinstance(v, str):
-        raise _Bad("a string")
-    return v
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise _Bad("true or false")
-    return v
-
-
-def _seed(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise _Bad("an integer >= 0")
-    return v
-
-
-def _count(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise _Bad("an integer >= 1")
+        raise BadValue("a string")
     return v
 
 
 def _kernel(v: Any) -> str:
     if not isinstance(v, str) or not v.strip():
-        raise _Bad("a kernel name, PATH.py:ATTR or package.module:ATTR")
+        raise BadValue("a kernel name, PATH.py:ATTR or package.module:ATTR")
     return normal_ref(v)  # a rule names a kernel as results do
 
 
-def _shape(v: Any) -> tuple[int, ...]:
-    if (not isinstance(v, list) or not v
-            or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in v)):
-        raise _Bad("a shape: a list of positive integers")
-    return tuple(v)
-
-
 def _target(v: Any) -> tuple[str, str]:
-    what = "a target 'device/dtype' (device cpu or cuda; dtype " + ", ".join(DTYPES) + ")"
+    """``"cpu/fp64"``: the device and dtype axes, crossed as one."""
+    devices, dtypes = AXIS["device"].choices, AXIS["dtype"].choices
+    what = "a target 'device/dtype' (device cpu or cuda; dtype " + ", ".join(dtypes) + ")"
     if not isinstance(v, str) or v.count("/") != 1:
-        raise _Bad(what)
+        raise BadValue(what)
     device, dtype = v.split("/")
-    if device not in DEVICES or dtype not in DTYPES:
-        raise _Bad(what, did_you_mean(device, DEVICES) if device not in DEVICES
-                   else did_you_mean(dtype, tuple(DTYPES)))
+    if device not in devices or dtype not in dtypes:
+        raise BadValue(what, did_you_mean(device, devices) if device not in devices
+                       else did_you_mean(dtype, dtypes))
     return device, dtype
 
 
-def _group_size(v: Any) -> int | None:
-    if v == "D":
-        return None
-    return _count(v)
+def _kernel_args(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and k.isidentifier() for k in v):
+        raise BadValue("a table of name = value, e.g. kernel_args = {casting_mode = \"gemma\"}")
+    return dict(v)
 
 
-def _memory(v: Any) -> int:
-    what = "bytes: a positive integer or a string such as '512M' or '2G'"
-    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-        return v
-    if isinstance(v, str):
-        try:
-            return fd.parse_bytes(v)
-        except ValueError:
-            pass
-    raise _Bad(what)
-
-
-# Keys of a sweep (top level or a [[sweep]] block): name → (validator, Sweep field).
+# Keys of a sweep (top level or a [[sweep]] block): name → rule; each is a Sweep field.
 SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
-    "kernels": _list_of(_kernel, "kernel references"),
-    "targets": _list_of(_target, "'device/dtype' strings, e.g. 'cpu/fp64'"),
-    "shapes": _list_of(_shape, "shapes (lists of positive integers)"),
-    "input_scales": _list_of(_positive, "finite numbers > 0"),
-    "weight_scales": _list_of(_positive, "finite numbers > 0"),
-    "eps": _list_of(_positive, "finite numbers > 0"),
-    "seeds": _list_of(_seed, "integers >= 0"),
-    "checks": _list_of(_choice(ALL_CHECKS), "checks (" + ", ".join(ALL_CHECKS) + ")"),
-    "weights": _list_of(_choice(CONTROLS), "γ controls (" + ", ".join(CONTROLS) + ")"),
-    "zcg": _list_of(_bool, "booleans"),
-    "atol": _nonnegative,
-    "rtol": _nonnegative,
-    "stencil": _choice(tuple(fd.STENCILS)),
-    "step_rel": _positive,
-    "max_memory": _memory,
-    "expect": _choice(EXPECTED_STATUSES),
-    "mode": _choice(("full", "directional")),
-    "directions": _count,
-    "allow_mutation": _list_of(_choice(MUTABLE), "tensors (" + ", ".join(MUTABLE) + ")"),
-    "layouts": _list_of(_choice(LAYOUTS), "layouts (" + ", ".join(LAYOUTS) + ")"),
-    # Only the family's other ops have these axes (gradcheck_bi.ops).
-    "biases": _list_of(_choice(BIAS_CONTROLS), "β controls (" + ", ".join(BIAS_CONTROLS) + ")"),
-    "group_sizes": _list_of(_group_size, "group sizes (integers >= 1, or \"D\")"),
-    "norm_before_gate": _list_of(_bool, "booleans"),
+    "kernels": list_of(_kernel, "kernel references"),
+    "targets": list_of(_target, "'device/dtype' strings, e.g. 'cpu/fp64'"),
+    **CASE_KEYS,
+    "expect": choice(EXPECTED_STATUSES),
+    "allow_mutation": list_of(choice(MUTABLE), "tensors (" + ", ".join(MUTABLE) + ")"),
 }
 # Keys that shape how a block becomes a sweep, not a Sweep field.
 BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {
     "name": _string,
-    "skip_missing_devices": _bool,
+    "skip_missing_devices": boolean,
 }
-def _kernel_args(v: Any) -> dict[str, Any]:
-    if not isinstance(v, dict) or not all(isinstance(k, str) and k.isidentifier() for k in v):
-        raise _Bad("a table of name = value, e.g. kernel_args = {casting_mode = \"gemma\"}")
-    return dict(v)
-
-
 # Top level only: the kernels are loaded once for the whole case.
 TOP_KEYS: dict[str, Callable[[Any], Any]] = {"description": _string,
                                              "kernel_args": _kernel_args}
+# An [[expectation]] rule: the point's axes it matches on (Expectation's fields), by name.
 EXPECT_KEYS: dict[str, Callable[[Any], Any]] = {
-    "status": _choice(EXPECTED_STATUSES),
+    "status": choice(EXPECTED_STATUSES),
     "kernel": _kernel,
-    "check": _choice(ALL_CHECKS),
-    "device": _choice(DEVICES),
-    "dtype": _choice(tuple(DTYPES)),
-    "weight": _choice(CONTROLS),
-    "zcg": _bool,
+    **{name: AXIS[axis].value for name, axis in (
+        ("check", "check"), ("device", "device"), ("dtype", "dtype"), ("weight", "control"),
+        ("zcg", "zero_centered_gamma"))},
     "reason": _string,
 }
 assert set(SWEEP_KEYS) <= {f.name for f in fields(Sweep)}
@@ -260,7 +147,7 @@ def _check_table(table: dict[str, Any], allowed: dict[str, Callable[[Any], Any]]
             raise CaseError(f"{source}: unknown {noun} {key!r} {where}{hint}")
         try:
             out[key] = allowed[key](value)
-        except _Bad as exc:
+        except BadValue as exc:
             raise CaseError(f"{source}: {noun} {key!r}{' ' + where if where else ''}: "
                             f"expected {exc}, got {value!r}{exc.hint}") from None
     return out

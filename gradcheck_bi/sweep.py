@@ -23,6 +23,7 @@ import torch
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
+from gradcheck_bi.point import AXES
 from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
@@ -107,15 +108,17 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
             cfg = Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
-                weight_scale=wscale,
-                atol=sweep.atol, rtol=sweep.rtol, stencil=sweep.stencil,
-                step_rel=sweep.step_rel, max_memory=sweep.max_memory, mode=sweep.mode,
-                directions=sweep.directions, layout=layout,
+                weight_scale=wscale, layout=layout, **settings(sweep),
             )
             if spec.op == "rms_norm":
                 yield spec, cfg
             else:
                 yield from ((spec, c) for c in op_points(spec.op, cfg, sweep))
+
+
+def settings(sweep: Sweep) -> dict[str, Any]:
+    """The point's axes a sweep sets once, not crosses (atol, stencil, mode, …), by field."""
+    return {a.field: getattr(sweep, a.key) for a in AXES if a.key and not a.plural}
 
 
 def op_points(op_name: str, cfg: Config, sweep: Sweep) -> Iterator[Config]:

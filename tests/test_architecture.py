@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("gradcheck_bi.tolerance",),
     ("gradcheck_bi.fd", "gradcheck_bi.inputs", "gradcheck_bi.lowp"),
     ("gradcheck_bi.checks", "gradcheck_bi.stepsweep"),
-    ("gradcheck_bi.sweep", "gradcheck_bi.cases", "gradcheck_bi.shard"),
+    ("gradcheck_bi.point", "gradcheck_bi.sweep", "gradcheck_bi.cases", "gradcheck_bi.shard"),
     ("gradcheck_bi.gate",),
     ("gradcheck_bi.runner",),
     ("gradcheck_bi.report",),

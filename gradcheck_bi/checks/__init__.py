@@ -38,8 +38,9 @@ CHECK_FUNCTIONS: dict[str, Callable[[Any, Config], Measurement]] = {
 
 
 # The Config fields that set each check's tolerance (or what it is compared with): a
-# baseline keys on them, so that a run with another atol, mode or stencil is not taken for
-# the recorded one. dw always checks every element with its own fixed step (fd.step).
+# result carries them (gradcheck_bi.point.public) and a baseline keys on them, so that a
+# run with another atol, mode or stencil is not taken for the recorded one. dw always checks
+# every element with its own fixed step (fd.step).
 TOLERANCE_SETTINGS: dict[str, tuple[str, ...]] = {
     "forward": ("atol", "rtol"),
     "dx": ("atol", "rtol", "mode", "stencil", "step_rel"),
@@ -50,14 +51,6 @@ TOLERANCE_SETTINGS: dict[str, tuple[str, ...]] = {
     "dz": ("atol", "rtol", "stencil", "step_rel"),
     "dbias": ("atol", "rtol", "stencil"),
 }
-SETTING_NAMES = ("atol", "rtol", "mode", "stencil", "step_rel")
-
-
-def tolerance_settings(cfg: Config) -> dict[str, Any]:
-    """``{setting: value}`` for every name in :data:`SETTING_NAMES`; ``None`` where the
-    setting does not act on ``cfg.check``."""
-    acting = TOLERANCE_SETTINGS[cfg.check]
-    return {name: getattr(cfg, name) if name in acting else None for name in SETTING_NAMES}
 
 
 def run_check(fn: Any, cfg: Config) -> Measurement:
@@ -71,7 +64,6 @@ def run_check(fn: Any, cfg: Config) -> Measurement:
 
 __all__ = [
     "CHECK_FUNCTIONS",
-    "SETTING_NAMES",
     "TOLERANCE_SETTINGS",
     "batch_sizes",
     "check_batch_invariance",
@@ -79,5 +71,4 @@ __all__ = [
     "check_dx",
     "check_forward",
     "run_check",
-    "tolerance_settings",
 ]

@@ -48,7 +48,7 @@ from typing import Any
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
-from gradcheck_bi.checks import SETTING_NAMES
+from gradcheck_bi.point import AXIS, KEY_NAMES, SETTING_NAMES
 from gradcheck_bi.vocab import OP_FIELDS, Result, format_error
 
 FORMAT = "gradcheck-bi baseline"
@@ -64,13 +64,10 @@ FLOOR_FRACTION = 1e-6
 # loosening (a safety factor or step default doubled: ×2; an fp64 kernel computing in fp32:
 # ×1e8). Same machine and backend, a tighter slack (even 0) holds; edit it in the file.
 TOLERANCE_SLACK = 0.25
-KEY_FIELDS = ("kernel", "check", "device", "dtype", "shape", "eps", "seed", "weight",
-              "zero_centered_gamma", "input_scale", "weight_scale", "layout", *SETTING_NAMES,
-              *OP_FIELDS)
+KEY_FIELDS = ("kernel", *KEY_NAMES)  # every field of the point the JSON carries
 # Keys a baseline recorded before they existed, and the op fields an RMSNorm result leaves
 # out (as its JSON does): read as the value every such result has.
-KEY_DEFAULTS: dict[str, Any] = {"layout": "contiguous", "op": "rms_norm", "bias": None,
-                                "group_size": None, "norm_before_gate": None}
+KEY_DEFAULTS: dict[str, Any] = {name: AXIS[name].default for name in ("layout", *OP_FIELDS)}
 Key = tuple[Any, ...]
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradcheck_bi.checks import tolerance_settings
 from gradcheck_bi.checks.probe import refusal
 from gradcheck_bi.kernels.trace import full_traceback, kernel_frames, located
+from gradcheck_bi.point import public
 from gradcheck_bi.vocab import (
     Config,
     ContractViolation,
@@ -44,14 +44,7 @@ def judge(
     assert status is not None
     return Result(
         kernel=kernel,
-        check=cfg.check,
-        device=cfg.device,
-        dtype=cfg.dtype,
-        shape=list(cfg.shape),
-        eps=cfg.eps,
-        seed=cfg.seed,
-        weight=cfg.control,
-        zero_centered_gamma=cfg.zero_centered_gamma,
+        **public(cfg),
         max_abs_err=measurement.max_abs_err if measurement else None,
         tolerance=measurement.tolerance if measurement else None,
         status=status,
@@ -59,14 +52,8 @@ def judge(
         as_expected=status == expected,
         message=message,
         worst=measurement.worst if measurement else None,
-        input_scale=cfg.input_scale,
-        weight_scale=cfg.weight_scale,
-        layout=cfg.layout,
-        **tolerance_settings(cfg),
         details=measurement.details if measurement else dict(details or {}),
         trace=trace,
-        op=cfg.op, bias=cfg.bias, group_size=cfg.group_size,
-        norm_before_gate=cfg.norm_before_gate,
     )
 
 
