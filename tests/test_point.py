@@ -124,3 +124,42 @@ def test_every_case_key_is_an_api_keyword() -> None:
         with pytest.raises(ValueError, match=repr(key)):
             api.sweep_values(**{**API_BASE, key: {}})
 
+
+# Each `run` option's text for the OTHER value (typer hands list options over as lists).
+CLI_TEXT: dict[str, Any] = {
+    "check": ["dw"], "device": "cuda", "dtype": "fp32", "shape": ["3,5"], "eps": 1e-3,
+    "seed": 7, "control": ["ones"], "zero_centered_gamma": "on", "layout": ["x-strided"],
+    "atol": 1e-9, "rtol": 1e-7, "mode": "directional", "max_memory": "1M", "directions": 3,
+    "op": "layer_norm", "bias": ["zeros"], "group_size": ["4"], "norm_before_gate": "off",
+}
+
+
+def _run_parameters() -> dict[str, inspect.Parameter]:
+    from gradcheck_bi.cli.run import run_command
+
+    return dict(inspect.signature(run_command).parameters)
+
+
+def test_every_cli_option_of_the_point_is_read_by_its_axis() -> None:
+    from gradcheck_bi.cli.run import point_options
+
+    params = _run_parameters()
+    on_cli = {a.field for a in AXES if a.cli}
+    assert set(CLI_TEXT) == on_cli, "CLI_TEXT must name every axis with a run option"
+    # Options of `run` named like an axis but not declared in its table entry bypass it.
+    names = {n for a in AXES for n in (a.field, a.public, a.key)}
+    for a in AXES:
+        param = a.cli.removeprefix("--").replace("-", "_") if a.cli else None
+        assert param is None or param in params, f"{a.cli} is no option of run"
+    assert {p for p in params if p in names} <= {
+        a.cli.removeprefix("--").replace("-", "_") for a in AXES if a.cli}, \
+        "an option of run named like an axis whose table entry has no cli"
+    # Read like the case file's value; device, dtype and op are run's own (targets, --op).
+    assert {a.field for a in AXES if a.cli and not a.key} == {"device", "dtype", "op"}
+    defaults = {name: p.default for name, p in params.items()}
+    for field, text in CLI_TEXT.items():
+        a = AXIS[field]
+        assert a.cli is not None
+        read = point_options({**defaults, a.cli.removeprefix("--").replace("-", "_"): text})
+        want = a.value(OTHER[field])
+        assert read == {field: [want] if a.plural else want}, (field, read)

@@ -20,10 +20,10 @@ else:  # pragma: no cover - Python 3.10
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi.cli.early import UsageError, check_paths, check_writable
-from gradcheck_bi.fd import parse_bytes
-from gradcheck_bi.vocab import CHECKS, CONTROLS, DTYPES, did_you_mean
+from gradcheck_bi.point import AXIS, Axis, BadValue, boolean
+from gradcheck_bi.vocab import did_you_mean
 
-__all__ = ["CHECKS", "CONTROLS", "UsageError", "check_paths", "check_writable"]
+__all__ = ["UsageError", "check_paths", "check_writable"]
 
 # The help's panels, in the order a first-time user needs them.
 WHAT = "What to check"
@@ -31,11 +31,8 @@ WHERE = "Where it runs"
 JUDGE = "How to judge"
 OUTPUT = "Output"
 
-DEVICES = ("cpu", "cuda")
-DTYPE_NAMES = tuple(DTYPES)
 ZCG = {"off": [False], "on": [True], "both": [False, True]}
 FORMATS = ("table", "text", "markdown", "json", "junit", "github")
-MODES = ("full", "directional")
 EXPECTS = ("pass", "fail")
 # Finite differences of an fp16/bf16 forward sit on a noise floor near 1e-1: no V to see.
 PLOT_DTYPES = ("fp64", "fp32")
@@ -76,30 +73,39 @@ def many_of(option: str, values: Sequence[str] | None,
 
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"2,8,256"`` → ``(2, 8, 256)``; every dim a positive integer."""
-    try:
-        dims = tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise UsageError(
-            f"--shape {text!r}: expected comma-separated integers, e.g. 2,8,256") from None
-    if not dims or any(d <= 0 for d in dims):
-        raise UsageError(f"--shape {text!r}: every dimension must be a positive integer")
-    return dims
+    return tuple(read(AXIS["shape"], text)[0])
 
 
-def parse_group_sizes(values: Sequence[str] | None) -> list[int | None] | None:
-    """``--group-size 8,D``: integers >= 1, ``D`` for one group per row (None)."""
-    if not values:
+def read(axis: Axis, raw: Any) -> Any:
+    """A ``run`` option's value → the value of the axis's case key, by the axis's own rule
+    (:mod:`gradcheck_bi.point`); ``None`` when the option was not given.
+
+    A crossed axis's list option takes repeated flags and comma lists (a shape: one per
+    flag), its single option a list of one; a boolean axis takes off, on or both.
+
+    >>> read(AXIS["control"], ["ones,randn"]), read(AXIS["eps"], 1e-5), read(AXIS["mode"], None)
+    (['ones', 'randn'], [1e-05], None)
+    """
+    option = axis.cli or axis.public
+    if raw is None or raw == []:
         return None
-    out: list[int | None] = []
-    for text in (v.strip() for value in values for v in value.split(",")):
-        if text == "D":
-            out.append(None)
-        elif text.isdigit() and int(text) >= 1:
-            out.append(int(text))
-        else:
-            raise UsageError(f"--group-size {text!r}: an integer >= 1, or D (one group per "
-                             "row)")
-    return out
+    if axis.value is boolean:
+        return ZCG[one_of(option, raw, tuple(ZCG)) or "off"]
+    if axis.choices:
+        return many_of(option, raw, axis.choices) if isinstance(raw, list) else one_of(
+            option, raw, axis.choices)
+    if isinstance(raw, list):
+        return [_value(axis, option, w) for w in (raw if axis.whole else many_of(option, raw)
+                                                  or [])]
+    value = _value(axis, option, raw)
+    return [value] if axis.plural else value
+
+
+def _value(axis: Axis, option: str, raw: Any) -> Any:
+    try:
+        return axis.value(axis.word(raw) if axis.word is not None else raw)
+    except BadValue as exc:
+        raise UsageError(f"{option} {raw!r}: expected {exc}{exc.hint}") from None
 
 
 def parse_kernel_arg(text: str) -> tuple[str, Any]:
@@ -113,14 +119,6 @@ def parse_kernel_arg(text: str) -> tuple[str, Any]:
         return name, tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         return name, value
-
-
-def parse_memory(text: str) -> int:
-    """``"512M"``, ``"2G"``, ``"1048576"`` → bytes."""
-    try:
-        return parse_bytes(text)
-    except ValueError:
-        raise UsageError(f"--max-memory {text!r}: expected bytes, e.g. 512M or 2G") from None
 
 
 def write_output(path: Path, text: str, option: str = "--output") -> None:

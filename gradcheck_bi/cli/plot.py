@@ -14,8 +14,6 @@ import typer
 
 from gradcheck_bi.cli.emit import log_width
 from gradcheck_bi.cli.options import (
-    CONTROLS,
-    DEVICES,
     OUTPUT,
     PLOT_DTYPES,
     PLOT_FORMATS,
@@ -36,7 +34,7 @@ from gradcheck_bi.kernels.trace import is_internal, located
 from gradcheck_bi.report.plot import PlotDependencyError, render_text, save_png
 from gradcheck_bi.runner import resolve_kernels
 from gradcheck_bi.stepsweep import STEP_EXPONENTS, step_sweep, to_json
-from gradcheck_bi.vocab import Unsupported
+from gradcheck_bi.vocab import CONTROLS, DEVICES, Unsupported
 
 DEFAULT_SHAPE = "4,256"
 

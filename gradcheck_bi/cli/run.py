@@ -8,11 +8,10 @@ works.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,13 +20,9 @@ from gradcheck_bi.cases import CaseError, load_case
 from gradcheck_bi.cli.emit import Report, emit
 from gradcheck_bi.cli.execute import environment, execute, print_tracebacks
 from gradcheck_bi.cli.options import (
-    CONTROLS,
-    DEVICES,
-    DTYPE_NAMES,
     EXPECTS,
     FORMATS,
     JUDGE,
-    MODES,
     OUTPUT,
     WHAT,
     WHERE,
@@ -37,19 +32,16 @@ from gradcheck_bi.cli.options import (
     choices,
     many_of,
     one_of,
-    parse_group_sizes,
     parse_kernel_arg,
-    parse_memory,
-    parse_shape,
+    read,
 )
 from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
-from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.kernels.loader import complete_ref
-from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
+from gradcheck_bi.point import AXES, AXIS
 from gradcheck_bi.runner import check_memory
 from gradcheck_bi.shard import ShardError, parse_shard
 from gradcheck_bi.sweep import Sweep, with_overrides
@@ -98,16 +90,17 @@ def run_command(
         "runs at γ=randn.")] = None,
     check: Annotated[list[str] | None, typer.Option(
         metavar="CHECK,…", rich_help_panel=WHAT, show_default="all",
-        help=f"Which checks: {', '.join(ALL_CHECKS)} (each op has its own: `gradcheck-bi "
-        "ops`).")] = None,
+        help=f"Which checks: {', '.join(AXIS['check'].choices)} (each op has its own: "
+        "`gradcheck-bi ops`).")] = None,
     weight: Annotated[list[str] | None, typer.Option(
-        metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="all",
+        metavar=choices(AXIS["control"].choices, many=True), rich_help_panel=WHAT,
+        show_default="all",
         help="γ controls (on the effective weight; ones is the blind control).")] = None,
     zcg: Annotated[str | None, typer.Option(
         metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, show_default="both",
         help="zero_centered_gamma.")] = None,
     bias: Annotated[list[str] | None, typer.Option(
-        metavar=choices(BIAS_CONTROLS, many=True), rich_help_panel=WHAT, show_default="all",
+        metavar=choices(AXIS["bias"].choices, many=True), rich_help_panel=WHAT, show_default="all",
         help="β controls (layer_norm).")] = None,
     group_size: Annotated[list[str] | None, typer.Option(
         metavar="N|D,…", rich_help_panel=WHAT, show_default="D/4 and D",
@@ -119,17 +112,18 @@ def run_command(
         metavar="FILE.toml", rich_help_panel=WHAT, show_default="none",
         help="A TOML sweep (cases/README.md); other options override what it sets.")] = None,
     mode: Annotated[str | None, typer.Option(
-        metavar=choices(MODES), rich_help_panel=WHAT, show_default="full",
+        metavar=choices(AXIS["mode"].choices), rich_help_panel=WHAT, show_default="full",
         help="dx: every element, or random projections per row (elements not checked).")
     ] = None,
     directions: Annotated[int | None, typer.Option(
         rich_help_panel=WHAT, show_default="8",
         help="Random directions per row in --mode directional.")] = None,
     device: Annotated[str | None, typer.Option(
-        metavar=choices(DEVICES), rich_help_panel=WHERE, show_default="cpu, + cuda if present",
+        metavar=choices(AXIS["device"].choices), rich_help_panel=WHERE,
+        show_default="cpu, + cuda if present",
         help="Where the kernel runs.")] = None,
     dtype: Annotated[str | None, typer.Option(
-        metavar=choices(DTYPE_NAMES), rich_help_panel=WHERE,
+        metavar=choices(AXIS["dtype"].choices), rich_help_panel=WHERE,
         show_default="fp64 on cpu, fp32 on cuda", help="Input dtype.")] = None,
     shape: Annotated[list[str] | None, typer.Option(
         metavar="D0,D1,…", rich_help_panel=WHERE, show_default="2,8,256",
@@ -201,26 +195,25 @@ def run_command(
 
     gradcheck-bi run --kernel my_norm.py --check dx,dw --shape 4,1000
     """
+    given = dict(locals())  # the options by name: the point's are read by its table
     started = time.perf_counter()
     check_paths(output=output, baseline=baseline, update_baseline=update_baseline, plot=plot)
     fmt_name = one_of("--format", fmt, FORMATS) or (
         "table" if Console().is_terminal else "text")
     set_threads(threads)
-    _validate(eps, atol, rtol, directions, fmt_name, plot, update_baseline, baseline)
+    _validate(fmt_name, plot, update_baseline, baseline)
+    point = point_options(given)
     expect = one_of("--expect", expect, EXPECTS)
     try:
         part = parse_shard(shard) if shard is not None else None
     except ShardError as exc:
         raise UsageError(str(exc)) from None
-    zcg = one_of("--zcg", zcg, tuple(ZCG))
-    gate = one_of("--norm-before-gate", norm_before_gate, tuple(ZCG))
-    mode = one_of("--mode", mode, MODES)
     sweeps, recorded, dropped = _load(case, baseline, update_baseline)
     kernels = many_of("--kernel", kernel)
     extra = dict(parse_kernel_arg(a) for a in kernel_arg or [])
-    if one_of("--op", op, tuple(OPS)) is not None:
-        extra["op"] = op  # the adapter's reserved kernel arg (kernels/adapters.py)
-    targets = _targets(one_of("--device", device, DEVICES), one_of("--dtype", dtype, DTYPE_NAMES))
+    if point.get("op") is not None:
+        extra["op"] = point.pop("op")  # the adapter's reserved kernel arg (kernels/adapters.py)
+    targets = _targets(point.pop("device", None), point.pop("dtype", None))
     if targets is not None:
         dropped = []  # the command line's targets replace the case's: nothing of it dropped
     for d in dropped:  # one line per target skip_missing_devices left out
@@ -228,27 +221,13 @@ def run_command(
                          f"{d['sweep']!r} (skip_missing_devices): {d['reason']}\n")
     sweeps = [with_overrides(
         sweep,
+        **{key: value for name, value in point.items() if (key := AXIS[name].key)},
         kernels=[complete_ref(k) for k in kernels] if kernels else None,
         targets=targets,
-        shapes=[parse_shape(s) for s in shape] if shape else None,
-        eps=[eps] if eps is not None else None,
-        seeds=[seed] if seed is not None else None,
-        checks=many_of("--check", check, ALL_CHECKS),
-        weights=many_of("--weight", weight, CONTROLS),
-        zcg=ZCG[zcg] if zcg else None,
-        atol=atol,
-        rtol=rtol,
         expect=expect,
-        max_memory=parse_memory(max_memory) if max_memory else None,
         expectations=[] if expect else None,  # --expect outranks a case's rules
-        mode=mode,
-        directions=directions,
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
-        layouts=many_of("--layout", layout, LAYOUTS),
-        biases=many_of("--bias", bias, BIAS_CONTROLS),
-        group_sizes=parse_group_sizes(group_size),
-        norm_before_gate=ZCG[gate] if gate else None,
     ) for sweep in sweeps]
     _check_memory(sweeps)
     done = execute(sweeps, progress, part)
@@ -268,20 +247,23 @@ def run_command(
     return code
 
 
-def _validate(eps: float | None, atol: float | None, rtol: float | None,
-              directions: int | None, fmt: str, plot: str | None, update_baseline: bool,
-              baseline: Path | None) -> None:
-    if eps is not None and not (math.isfinite(eps) and eps > 0):
-        raise UsageError(f"--eps {eps}: must be a finite number > 0")
-    for name, value in (("--atol", atol), ("--rtol", rtol)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise UsageError(f"{name} {value}: must be a finite number >= 0")
+def point_options(given: dict[str, Any]) -> dict[str, Any]:
+    """``{field: value}`` for every axis of the point whose ``run`` option was given (the
+    option's parameter in ``given``), read and checked by the axis (:func:`read`)."""
+    out = {}
+    for axis in AXES:
+        if axis.cli is not None:
+            value = read(axis, given[axis.cli.removeprefix("--").replace("-", "_")])
+            if value is not None:
+                out[axis.field] = value
+    return out
+
+
+def _validate(fmt: str, plot: str | None, update_baseline: bool, baseline: Path | None) -> None:
     if plot is not None and fmt != "markdown":
         raise UsageError("--plot embeds an image in --format markdown only")
     if update_baseline and baseline is None:
         raise UsageError("--update-baseline needs --baseline FILE (where to record the run)")
-    if directions is not None and directions < 1:
-        raise UsageError(f"--directions {directions}: must be >= 1")
 
 
 def _load(case: Path | None, baseline: Path | None, update_baseline: bool
