@@ -13,6 +13,7 @@ from gradcheck_bi import check, cli
 from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.kernels.adapters import Adapted, gamma_at_zero
 from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.sweep import DEFAULT_SHAPE
 from gradcheck_bi.vocab import KernelLoadError, Unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,6 +148,10 @@ def test_gamma_at_zero_tells_w_from_one_plus_w_and_says_when_it_cannot() -> None
     if not torch.cuda.is_available():
         assert gamma_at_zero(raises) == (
             None, "it did not run here to tell (RuntimeError: requires CUDA tensors)")
+    # At the default run's shape: the probe feeds the kernel no shape of its own.
+    seen: list[tuple[int, ...]] = []
+    gamma_at_zero(lambda x, w, eps, z: seen.append(tuple(x.shape)) or x * w)
+    assert seen == [DEFAULT_SHAPE]
 
 
 def test_module_constructor_args_from_the_command_line_and_the_case_file(
