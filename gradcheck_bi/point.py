@@ -171,6 +171,7 @@ class Axis:
     # whether a whole flag is one value though it holds commas (a shape).
     word: Callable[[str], Any] | None = None
     whole: bool = False
+    label: str = ""  # how the reports name it ("γ", "β"); "" = the public name
 
     @property
     def public(self) -> str:
@@ -205,8 +206,9 @@ AXES: tuple[Axis, ...] = (
          word=dims, whole=True),
     Axis("eps", positive, "eps", "finite numbers > 0", cli="--eps"),
     Axis("seed", seed, "seeds", "integers >= 0", cli="--seed"),
-    _chosen("control", CONTROLS, "weights", "γ controls", name="weight", cli="--weight"),
-    Axis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg"),
+    _chosen("control", CONTROLS, "weights", "γ controls", name="weight", cli="--weight",
+            label="γ"),
+    Axis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg", label="zcg"),
     Axis("input_scale", positive, "input_scales", "finite numbers > 0"),
     Axis("weight_scale", positive, "weight_scales", "finite numbers > 0"),
     _chosen("layout", LAYOUTS, "layouts", "layouts", cli="--layout"),
@@ -218,7 +220,8 @@ AXES: tuple[Axis, ...] = (
     Axis("max_memory", memory, "max_memory", json="never", cli="--max-memory"),
     Axis("directions", count, "directions", json="never", cli="--directions"),
     _chosen("op", tuple(OPS), None, json="op", cli="--op"),
-    _chosen("bias", BIAS_CONTROLS, "biases", "β controls", json="op", cli="--bias"),
+    _chosen("bias", BIAS_CONTROLS, "biases", "β controls", json="op", cli="--bias",
+            label="β"),
     Axis("group_size", group_size, "group_sizes", "group sizes (integers >= 1, or \"D\")",
          json="op", cli="--group-size", word=lambda w: int(w) if w.isdigit() else w),
     Axis("norm_before_gate", boolean, "norm_before_gate", "booleans", json="op",
@@ -247,3 +250,16 @@ def public(cfg: Config) -> dict[str, Any]:
         out[a.public] = (None if a.setting and a.field not in acting
                          else list(v) if isinstance(v, tuple) else v)
     return out
+
+
+def spelled(axis: Axis, value: Any) -> str:
+    """An axis at a value as the reports write it: ``γ=randn``, ``zcg=on``, ``β=zeros``."""
+    shown = ("on" if value else "off") if isinstance(value, bool) else value
+    return f"{axis.label or axis.public}={shown}"
+
+
+def op_words(row: dict[str, Any]) -> list[str]:
+    """The axes only the other ops have, as a result (``row``: by public name) has them:
+    ``["β=zeros", "group_size=8", "norm_before_gate=on"]``; none for an RMSNorm result."""
+    return [spelled(a, row[a.public]) for a in AXES
+            if a.json == "op" and a.field != "op" and row.get(a.public) is not None]

@@ -86,3 +86,16 @@ def test_control_characters_in_kernel_messages_stay_valid_xml() -> None:
     root = ET.fromstring(to_junit([r]))
     text = root.find(".//error").text  # type: ignore[union-attr]
     assert text is not None and "& <tag>" in text and "\x00" not in text
+
+
+def test_family_results_that_differ_only_in_an_op_axis_get_their_own_names() -> None:
+    # GitLab keeps the first of two testcases sharing (classname, name): a layer norm's
+    # β = randn and β = zeros results, or a gated norm's two group sizes, must differ.
+    rows = [_result(op="layer_norm", bias="randn"), _result(op="layer_norm", bias="zeros"),
+            _result(op="rms_norm_gated", group_size=4, norm_before_gate=True),
+            _result(op="rms_norm_gated", group_size=8, norm_before_gate=True),
+            _result(op="rms_norm_gated", group_size=8, norm_before_gate=False)]
+    names = [c.get("name") for c in ET.fromstring(to_junit(rows)).iter("testcase")]
+    assert len(set(names)) == len(rows), names
+    assert names[1].endswith("β=zeros") and names[4].endswith(  # type: ignore[union-attr]
+        "group_size=8 norm_before_gate=off"), names

@@ -30,6 +30,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
 from gradcheck_bi.gate.baseline import Drift, Key, key_of
+from gradcheck_bi.point import op_words
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.vocab import Result
 
@@ -57,7 +58,7 @@ def case_name(r: Result) -> str:
         parts.append(f"γ-scale={r.weight_scale:g}")
     if r.layout != "contiguous":
         parts.append(f"layout={r.layout}")
-    return " ".join(parts)
+    return " ".join(parts + op_words(r.__dict__))  # a family result's β, group, gate
 
 
 def _outcome(r: Result, drift: list[Drift]) -> tuple[str, str, str] | None:

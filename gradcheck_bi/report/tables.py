@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
 from gradcheck_bi.ops import ALL_CHECKS, OPS
+from gradcheck_bi.point import op_words
 from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Result, format_error
 
 CHECK_TITLES = {
@@ -259,15 +260,6 @@ def format_index(idx: list[int] | None) -> str:
     return "—" if not idx else "[" + ",".join(str(i) for i in idx) + "]"
 
 
-def _op_axes(r: Result) -> str:
-    """`` β=zeros group_size=64 norm_before_gate=off`` for the other ops' axes ("" else)."""
-    parts = [f"β={r.bias}" if r.bias else "",
-             f"group_size={r.group_size}" if r.group_size else "",
-             "" if r.norm_before_gate is None else
-             f"norm_before_gate={'on' if r.norm_before_gate else 'off'}"]
-    return "".join(f" {p}" for p in parts if p)
-
-
 def describe(r: Result, scales: bool = False) -> str:
     """One line naming a result and what went wrong with it (``scales``: name the input and
     γ scales even when both are 1)."""
@@ -277,7 +269,7 @@ def describe(r: Result, scales: bool = False) -> str:
         scale += f" layout {r.layout}"
     where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
              f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scale} "
-             f"eps {r.eps:g} seed {r.seed}{_op_axes(r)}")
+             f"eps {r.eps:g} seed {r.seed}" + "".join(f" {w}" for w in op_words(r.__dict__)))
     if r.status in ("error", "unsupported") or (r.max_abs_err is None and r.message):
         return f"{where}: {r.status}" + (
             f" (expected {r.expected})" if r.status == "fail" else "") + f": {r.message}"
