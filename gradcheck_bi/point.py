@@ -32,12 +32,11 @@ gradcheck_bi.point.BadValue: a non-empty list of γ controls (randn, ones, zeros
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks import TOLERANCE_SETTINGS
 from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
 from gradcheck_bi.vocab import CONTROLS, DEVICES, DTYPES, OP_FIELDS, Config, did_you_mean
@@ -238,10 +237,11 @@ CASE_KEYS: dict[str, Callable[[Any], Any]] = {k: a.rule for k, a in BY_KEY.items
 assert OP_FIELDS == tuple(a.public for a in AXES if a.json == "op"), "vocab.OP_FIELDS"
 
 
-def public(cfg: Config) -> dict[str, Any]:
+def public(cfg: Config, acting: Iterable[str]) -> dict[str, Any]:
     """The point's fields of a :class:`~gradcheck_bi.vocab.Result`, by public name: every
-    axis the JSON carries; a setting that does not act on ``cfg.check`` is ``None``."""
-    acting = TOLERANCE_SETTINGS[cfg.check]
+    axis the JSON carries; a setting not among ``acting`` (those that act on the check:
+    :data:`gradcheck_bi.checks.TOLERANCE_SETTINGS`) is ``None``."""
+    acting = set(acting)
     out = {}
     for a in AXES:
         if a.json == "never":

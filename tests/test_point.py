@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gradcheck_bi import api, cases, point
+from gradcheck_bi.checks import TOLERANCE_SETTINGS
 from gradcheck_bi.gate import baseline
 from gradcheck_bi.gate.judge import judge
 from gradcheck_bi.point import AXES, AXIS, BY_KEY
@@ -64,7 +65,7 @@ def test_every_axis_reaches_the_result_and_its_json() -> None:
         values = {a.field: a.value(OTHER[a.field]) for a in AXES}
         cfg = Config(**{**values, "check": check})
         row = judge("k", "pass", cfg, Measurement(0.0, 1.0, True)).to_dict()
-        acting = point.TOLERANCE_SETTINGS[check]
+        acting = TOLERANCE_SETTINGS[check]
         for a in AXES:
             if a.json == "never":
                 assert a.public not in row, a.field

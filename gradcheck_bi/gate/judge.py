@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gradcheck_bi.checks import TOLERANCE_SETTINGS
 from gradcheck_bi.checks.probe import refusal
 from gradcheck_bi.kernels.trace import full_traceback, kernel_frames, located
 from gradcheck_bi.point import public
@@ -44,7 +45,7 @@ def judge(
     assert status is not None
     return Result(
         kernel=kernel,
-        **public(cfg),
+        **public(cfg, TOLERANCE_SETTINGS[cfg.check]),
         max_abs_err=measurement.max_abs_err if measurement else None,
         tolerance=measurement.tolerance if measurement else None,
         status=status,
