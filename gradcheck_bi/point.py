@@ -208,8 +208,8 @@ AXES: tuple[Axis, ...] = (
     _chosen("control", CONTROLS, "weights", "γ controls", name="weight", cli="--weight",
             label="γ"),
     Axis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg", label="zcg"),
-    Axis("input_scale", positive, "input_scales", "finite numbers > 0"),
-    Axis("weight_scale", positive, "weight_scales", "finite numbers > 0"),
+    Axis("input_scale", positive, "input_scales", "finite numbers > 0", label="x-scale"),
+    Axis("weight_scale", positive, "weight_scales", "finite numbers > 0", label="γ-scale"),
     _chosen("layout", LAYOUTS, "layouts", "layouts", cli="--layout"),
     Axis("atol", nonnegative, "atol", setting=True, cli="--atol"),
     Axis("rtol", nonnegative, "rtol", setting=True, cli="--rtol"),
@@ -254,7 +254,8 @@ def public(cfg: Config, acting: Iterable[str]) -> dict[str, Any]:
 
 def spelled(axis: Axis, value: Any) -> str:
     """An axis at a value as the reports write it: ``γ=randn``, ``zcg=on``, ``β=zeros``."""
-    shown = ("on" if value else "off") if isinstance(value, bool) else value
+    shown = (("on" if value else "off") if isinstance(value, bool)
+             else f"{value:g}" if isinstance(value, float) else value)
     return f"{axis.label or axis.public}={shown}"
 
 

@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
 from gradcheck_bi.gate.baseline import Drift, Key, key_of
-from gradcheck_bi.point import op_words
+from gradcheck_bi.point import AXES, AXIS, op_words, spelled
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.vocab import Result
 
@@ -47,18 +47,21 @@ def _dotless(name: str) -> str:
     return name.replace(".", "_")
 
 
+# The name's head, in this order; every other axis follows where it is not its default.
+_HEAD = ("control", "zero_centered_gamma", "eps", "seed")
+
+
 def case_name(r: Result) -> str:
-    """The testcase name: the whole configuration, so that no two results share one."""
+    """The testcase name: the whole configuration, so that no two results share one — every
+    axis of the point the JSON carries (:mod:`gradcheck_bi.point`) but the tolerance
+    settings, the check (the classname's) and the op (the kernel's)."""
+    row = r.__dict__
     parts = [f"{r.device}/{r.dtype}", "shape=" + "x".join(str(d) for d in r.shape),
-             f"γ={r.weight}", f"zcg={'on' if r.zero_centered_gamma else 'off'}",
-             f"eps={r.eps:g}", f"seed={r.seed}"]
-    if r.input_scale != 1.0:
-        parts.append(f"x-scale={r.input_scale:g}")
-    if r.weight_scale != 1.0:
-        parts.append(f"γ-scale={r.weight_scale:g}")
-    if r.layout != "contiguous":
-        parts.append(f"layout={r.layout}")
-    return " ".join(parts + op_words(r.__dict__))  # a family result's β, group, gate
+             *(spelled(AXIS[f], row[AXIS[f].public]) for f in _HEAD)]
+    parts += [spelled(a, row[a.public]) for a in AXES
+              if a.json == "always" and not a.setting and row[a.public] != a.default
+              and a.field not in ("check", "device", "dtype", "shape", *_HEAD)]
+    return " ".join(parts + op_words(row))
 
 
 def _outcome(r: Result, drift: list[Drift]) -> tuple[str, str, str] | None:
