@@ -12,7 +12,9 @@ ops other than rms_norm, or never), whether it sets the check's tolerance (a *se
 JSON's order; derived from it:
 
 * :func:`public` — the point's fields of a Result (:func:`gradcheck_bi.gate.judge.judge`);
-* :data:`KEY_NAMES` (a baseline's key), :data:`SETTING_NAMES`, :data:`OP_FIELDS`;
+* :data:`KEY_NAMES` (a baseline's key), :data:`SETTING_NAMES`; ``vocab.OP_FIELDS`` (below
+  this module, it writes the JSON) is checked against the table;
+* :func:`spelled`, :func:`op_words` — an axis as the reports write it (``γ=randn``);
 * :data:`CASE_KEYS` — the case-file keys of the point (:mod:`gradcheck_bi.cases`), the API's
   keywords (:mod:`gradcheck_bi.api`) and the command line's overrides
   (:func:`gradcheck_bi.cli.options.read`).
