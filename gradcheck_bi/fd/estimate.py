@@ -29,6 +29,7 @@ torch.Size([4, 16])
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ from gradcheck_bi.fd.stencil import (
     stencil_var,
 )
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
-from gradcheck_bi.fd.threads import cpu_threads, spread_processes
+from gradcheck_bi.fd.threads import cpu_threads, run_steps, spread_processes
 from gradcheck_bi.tolerance.noise import (
     RESIDUAL_VAR,
     dw_residual_var,
@@ -234,24 +235,27 @@ def directional_input_grad(
     batch = batch_rows(stencil.points * per_call, ladder_base(dev))  # every call's, padded
     sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
-    calls = 1
     native = native_worth(stencil.points * n_m * n_cols, dev)
+
+    def call(m0: int) -> None:  # one batched forward: every call is `batch` rows
+        sl = slice(m0, min(n_m, m0 + per_call))
+        xm, hm = x_m[sl], h_m[sl]
+        steps = signed[:, None, None] * hm[None, :, None] * v_m[sl][None]
+        xs = xm[None] + steps.to(x.dtype)
+        with torch.no_grad():
+            ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
+        if tuple(ys.shape) != (batch, n_cols):
+            raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
+                             f"{(batch, n_cols)}")
+        ys = ys[: xs.shape[0] * xs.shape[1]]
+        real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
+        sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl], native=native)
+        veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
+
+    starts = range(0, n_m, per_call)
     with cpu_threads(dev, stencil.points * min(per_call, n_m) * n_cols):
-        for m0 in range(0, n_m, per_call):
-            sl = slice(m0, min(n_m, m0 + per_call))
-            xm, hm = x_m[sl], h_m[sl]
-            steps = signed[:, None, None] * hm[None, :, None] * v_m[sl][None]
-            xs = xm[None] + steps.to(x.dtype)
-            with torch.no_grad():
-                ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
-            calls += 1
-            if tuple(ys.shape) != (batch, n_cols):
-                raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
-                                 f"{(batch, n_cols)}")
-            ys = ys[: xs.shape[0] * xs.shape[1]]
-            real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
-            sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl], native=native)
-            veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
+        run_steps([functools.partial(call, m0) for m0 in starts], dev)
+    calls = 1 + len(starts)
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, K·R)
     proj = stencil_sum(odd, stencil) / h_m
     u = unit_roundoff(x.dtype)
