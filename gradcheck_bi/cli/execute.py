@@ -3,6 +3,7 @@ them) with progress on stderr, and say what ran nothing; the environment for the
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -101,14 +102,22 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
                 "positions": picked}
         points = [points[i] for i in picked]
     bar, on_result = progress_bar(progress and sys.stderr.isatty())
-    if bar is None:
-        results = run_points(points)
-    else:
-        try:
-            with bar:
-                results = run_points(points, on_result)
-        finally:
-            watch.listen(None)
+    # What is loaded by now (torch, the kernel's library: millions of objects) is kept out of
+    # the cyclic collector's full passes while the points run, and handed back after; the
+    # collector (off while loading: cli.main) runs on what the points make.
+    gc.freeze()
+    gc.enable()
+    try:
+        if bar is None:
+            results = run_points(points)
+        else:
+            try:
+                with bar:
+                    results = run_points(points, on_result)
+            finally:
+                watch.listen(None)
+    finally:
+        gc.unfreeze()
     # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
     partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
     return Executed(results, not_run(sweeps, partly), idle, meta)
