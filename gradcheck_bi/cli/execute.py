@@ -4,13 +4,13 @@ them) with progress on stderr, and say what ran nothing; the environment for the
 from __future__ import annotations
 
 import gc
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 
+from gradcheck_bi.fd import reduce
 from gradcheck_bi.kernels import reduction, watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
@@ -28,8 +28,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda_available": torch.cuda.is_available(),
-        "reduction": {"cpu": os.environ.get("GRADCHECK_BI_BACKEND") or "torch",
-                      "cuda": os.environ.get("GRADCHECK_BI_BACKEND") or "triton (compiled)"},
+        "reduction": reduce.described(),
     }
     version = reduction.triton_version()
     if version is not None:

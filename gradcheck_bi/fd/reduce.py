@@ -103,6 +103,22 @@ def numba_available() -> bool:
     return True
 
 
+def described() -> dict[str, str]:
+    """Which sums run on each device, as the JSON's environment says it (numba: installed,
+    without importing it)."""
+    forced = chosen_backend()
+    if forced is not None:
+        return {"cpu": forced, "cuda": forced}
+    import importlib.util
+
+    numba = (os.environ.get("GRADCHECK_BI_NUMBA", "1") != "0"
+             and importlib.util.find_spec("numba") is not None)
+    big = NATIVE_MIN_ELEMENTS.bit_length() - 1
+    return {"cpu": f"torch{f'; numba one-pass from 2^{big} elements' if numba else ''}",
+            "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
+                    "elements per chunk; torch below"}
+
+
 def native_worth(perturbed_elements: int, device: torch.device) -> bool:
     """Whether a CPU check that reduces ``perturbed_elements`` in all should use the
     compiled one-pass sums (numba importable, and enough work to repay its start)."""
