@@ -249,6 +249,8 @@ def test_a_loop_runs_on_one_thread_while_one_is_faster(monkeypatch: pytest.Monke
     assert busy.count(2) <= 4, f"probes on busy cores should thin out: {busy}"
     idle = _threads_per_step(monkeypatch, lambda i, n: 1.0 if n > 1 else 2.0)
     assert idle.count(1) == len(range(1, 60, fd.threads.PROBE_EVERY)), idle
+    tie = _threads_per_step(monkeypatch, lambda i, n: 1.2 if n > 1 else 1.0)  # within margin
+    assert tie == idle, f"a probe within PROBE_MARGIN keeps all threads: {tie}"
     late = _threads_per_step(monkeypatch, lambda i, n: 1.0 if n == 1 else 0.5 if i < 8 else 5.0)
     assert late[3:8] == [2] * 5 and late[8:10] == [2, 1], late  # busy from step 8: one at 9
     try:

@@ -42,6 +42,9 @@ MAX_PROCESSES = 8
 # A loop of like steps on several threads times one step on one thread and one on all every
 # this many steps, and keeps the faster (:func:`run_steps`).
 PROBE_EVERY = 16
+# A probe keeps all threads unless its step on them took this many times the one-thread
+# step (one noisy pair of steps must not undo the threads' gain; busy cores cost 2-10x).
+PROBE_MARGIN = 1.25
 # A step on several threads slower than this many one-thread steps means the cores are busy
 # now: the rest of the round runs on one thread.
 BUSY_FACTOR = 2.0
@@ -158,14 +161,15 @@ def run_steps(steps: Sequence[Callable[[], None]], device: torch.device) -> None
     while one proves faster.
 
     The load average lags: cores idle when a loop starts can be taken by another process a
-    second later, and then every op on two threads waits for the descheduled one — measured
-    here on 2 shared cores, a (8, 1024) fp64 check at 1.2–1.9 s on one thread and 3.5–12.7 s
-    on two (docs/benchmarks.md, issue 22). So one step runs on one thread and the next on
-    all, the faster setting runs until the next such probe (:data:`PROBE_EVERY` steps on;
-    twice as far each time one thread wins, up to 8×), and a step on all threads slower
-    than :data:`BUSY_FACTOR` one-thread steps falls back to one at once. Only the speed
-    changes: every op of the loop gives the same bits on any number of threads. Pinned
-    threads (``--threads``), one thread and non-CPU loops run the steps as they are.
+    second later, and then every op on two threads waits for the descheduled one (on 2
+    shared cores, (8, 1024) checks ran up to 10× slower on two threads than on one:
+    docs/benchmarks.md, issue 22). So one step runs on one thread and the next on all; the
+    faster setting — all threads unless :data:`PROBE_MARGIN` times slower — runs until the
+    next such probe (:data:`PROBE_EVERY` steps on; twice as far each time one thread wins,
+    up to 8×), and a step on all threads slower than :data:`BUSY_FACTOR` one-thread steps
+    falls back to one at once. Only the speed changes: every op of the loop gives the same
+    bits on any number of threads. Pinned threads (``--threads``), one thread and non-CPU
+    loops run the steps as they are.
     """
     wanted = torch.get_num_threads()
     if device.type != "cpu" or wanted < 2 or _fixed is not None or len(steps) < 4:
@@ -183,7 +187,7 @@ def run_steps(steps: Sequence[Callable[[], None]], device: torch.device) -> None
             if i == probe:
                 one = dt
             elif i == probe + 1:
-                current = wanted if one is None or dt < one else 1
+                current = wanted if one is None or dt <= PROBE_MARGIN * one else 1
                 every = PROBE_EVERY if current > 1 else min(2 * every, 8 * PROBE_EVERY)
                 probe += every
             elif n > 1 and one is not None and dt > BUSY_FACTOR * one:
