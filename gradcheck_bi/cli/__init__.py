@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     # Imports (torch, the kernel's library) make little garbage but trigger many full
     # collections over a heap that keeps growing: 0.37 of 2.85 s importing torch and the
-    # commands here. The collector is off until the kernels are loaded (cli.execute turns
-    # it on again around the points, with what was loaded frozen), and back as found after.
+    # commands here. The collector is off until the kernels are loaded (cli.execute.measuring
+    # turns it on again around run's points and plot's steps, with what was loaded frozen),
+    # and back as found after.
     collecting = gc.isenabled()
     gc.disable()
     try:

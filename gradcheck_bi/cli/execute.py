@@ -3,8 +3,10 @@ them) with progress on stderr, and say what ran nothing; the environment for the
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,19 @@ def environment() -> dict[str, Any]:
     if torch.cuda.is_available():
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
+
+
+@contextlib.contextmanager
+def measuring() -> Iterator[None]:
+    """Around a command's measurements: the cyclic collector (off while the CLI loads:
+    :func:`gradcheck_bi.cli.main`) on again, with what is loaded by now — torch, the kernel's
+    library, millions of objects — frozen out of its full passes, and handed back after."""
+    gc.freeze()
+    gc.enable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def progress_bar(enabled: bool) -> tuple[Any, Any]:
@@ -101,12 +116,7 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
                 "positions": picked}
         points = [points[i] for i in picked]
     bar, on_result = progress_bar(progress and sys.stderr.isatty())
-    # What is loaded by now (torch, the kernel's library: millions of objects) is kept out of
-    # the cyclic collector's full passes while the points run, and handed back after; the
-    # collector (off while loading: cli.main) runs on what the points make.
-    gc.freeze()
-    gc.enable()
-    try:
+    with measuring():
         if bar is None:
             results = run_points(points)
         else:
@@ -115,8 +125,6 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
                     results = run_points(points, on_result)
             finally:
                 watch.listen(None)
-    finally:
-        gc.unfreeze()
     # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
     partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
     return Executed(results, not_run(sweeps, partly), idle, meta)

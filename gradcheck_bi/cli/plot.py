@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from gradcheck_bi.cli.emit import log_width
+from gradcheck_bi.cli.execute import measuring
 from gradcheck_bi.cli.options import (
     OUTPUT,
     PLOT_DTYPES,
@@ -107,14 +108,15 @@ def plot_command(
     specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"])
     zcg_values = ZCG[one_of("--zcg", zcg, tuple(ZCG)) or "off"]
     try:
-        sweep = step_sweep(
-            specs,
-            weights=many_of("--weight", weight, CONTROLS) or ["randn", "ones"],
-            zcg=zcg_values, device=one_of("--device", device, DEVICES) or "cpu",
-            dtype=one_of("--dtype", dtype, PLOT_DTYPES) or "fp64", shape=dims, eps=eps,
-            seed=seed, stencil=one_of("--stencil", stencil, PLOT_STENCILS) or "central-4",
-            steps=step_list,
-        )
+        with measuring():
+            sweep = step_sweep(
+                specs,
+                weights=many_of("--weight", weight, CONTROLS) or ["randn", "ones"],
+                zcg=zcg_values, device=one_of("--device", device, DEVICES) or "cpu",
+                dtype=one_of("--dtype", dtype, PLOT_DTYPES) or "fp64", shape=dims, eps=eps,
+                seed=seed, stencil=one_of("--stencil", stencil, PLOT_STENCILS) or "central-4",
+                steps=step_list,
+            )
     except Unsupported as exc:
         sys.stderr.write(f"gradcheck-bi: unsupported here: {exc}\n")
         return EXIT_UNSUPPORTED
