@@ -246,13 +246,17 @@ def check_budget(shape: tuple[int, ...], stencil: Stencil, dtype: torch.dtype,
     n_cols = shape[-1] if shape else 1
     n_rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
     need = memory_estimate(n_rows, n_cols, stencil, dtype)
-    have = budget(max_memory)
-    if need > have:
-        raise MemoryBudgetError(
-            f"a finite-difference check of shape {tuple(shape)} in {str(dtype).split('.')[-1]} "
-            f"needs at least {format_bytes(need)}, over the memory budget of "
-            f"{format_bytes(have)}; raise --max-memory or check a smaller shape"
-        )
+    if need > budget(max_memory):
+        raise over_budget(shape, dtype, need, max_memory)
+
+
+def over_budget(shape: tuple[int, ...], dtype: torch.dtype, need: int,
+                max_memory: int | None) -> MemoryBudgetError:
+    """The refusal of a check of ``shape`` that needs ``need`` bytes, with the estimate."""
+    return MemoryBudgetError(
+        f"a finite-difference check of shape {tuple(shape)} in {str(dtype).split('.')[-1]} "
+        f"needs at least {format_bytes(need)}, over the memory budget of "
+        f"{format_bytes(budget(max_memory))}; raise --max-memory or check a smaller shape")
 
 
 def format_bytes(n: int) -> str:

@@ -40,13 +40,12 @@ from collections.abc import Callable
 import torch
 
 from gradcheck_bi.fd.budget import (
-    MemoryBudgetError,
     batch_rows,
     budget,
     cuda_room,
-    format_bytes,
     ladder_base,
     ladder_chunk,
+    over_budget,
 )
 from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.estimate import FDEstimate
@@ -152,14 +151,12 @@ def input_grad_outputs(
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
     ladder = ladder_base(dev)
-    room = elements_per_call(dev, max_memory, 2 * sums.numel() * sums.element_size())
-    if room < 2 * n_lev * n_rows * n_cols:
-        need = 2 * sums.numel() * sums.element_size() + (
-            2 * n_lev * n_rows * n_cols * BYTES_PER_ELEMENT)
-        raise MemoryBudgetError(
-            f"finite differences of shape {tuple(t.shape)} need at least {format_bytes(need)}"
-            f", over the memory budget of {format_bytes(budget(max_memory))}; raise "
-            "--max-memory or check a smaller shape")
+    held = 2 * sums.numel() * sums.element_size()  # sums and taken
+    room = elements_per_call(dev, max_memory, held)
+    column = 2 * n_lev * n_rows * n_cols  # one perturbed column of every row
+    if room < column:
+        raise over_budget(tuple(t.shape), t.dtype, held + column * BYTES_PER_ELEMENT,
+                          max_memory)
     per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
     batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
     calls = 1
