@@ -91,10 +91,15 @@ def _fused(ys: torch.Tensor, sums: Sums) -> bool:
 NATIVE_MIN_ELEMENTS = 1 << 29
 
 
+def _numba_allowed() -> bool:
+    """``GRADCHECK_BI_NUMBA=0`` turns the one-pass CPU sums off."""
+    return os.environ.get("GRADCHECK_BI_NUMBA", "1") != "0"
+
+
 @functools.cache
 def numba_available() -> bool:
     """True when numba imports here and ``GRADCHECK_BI_NUMBA`` is not ``0``."""
-    if os.environ.get("GRADCHECK_BI_NUMBA", "1") == "0":
+    if not _numba_allowed():
         return False
     try:
         import numba  # noqa: F401
@@ -111,8 +116,7 @@ def described() -> dict[str, str]:
         return {"cpu": forced, "cuda": forced}
     import importlib.util
 
-    numba = (os.environ.get("GRADCHECK_BI_NUMBA", "1") != "0"
-             and importlib.util.find_spec("numba") is not None)
+    numba = _numba_allowed() and importlib.util.find_spec("numba") is not None
     big = NATIVE_MIN_ELEMENTS.bit_length() - 1
     return {"cpu": f"torch{f'; numba one-pass from 2^{big} elements' if numba else ''}",
             "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
