@@ -161,7 +161,7 @@ def _timed_sums(clock: Clock, fn: Any, where: str) -> Any:
     return timed
 
 
-def breakdown(run_args: list[str], top: int = 0) -> None:
+def breakdown(run_args: list[str], top: int = 0, warm_run: bool = False) -> None:
     t0 = time.perf_counter()
     import torch
     t_torch = time.perf_counter() - t0
@@ -170,6 +170,9 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
     with contextlib.suppress(ImportError):
         import liger_kernel.ops.rms_norm  # noqa: F401
     t_import = time.perf_counter() - t0
+    if warm_run:  # one uncounted run first: lazy imports and first calls out of the numbers
+        with contextlib.redirect_stdout(io.StringIO()):
+            cli.main(["run", "--no-progress", "--format", "json", *run_args])
     clock = Clock(torch.cuda.synchronize if torch.cuda.is_available() else lambda: None)
     instrument(clock)
     sink = io.StringIO()
@@ -188,8 +191,9 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
     import gradcheck_bi
     where = Path(gradcheck_bi.__file__).resolve().parents[1]
     tree = "this tree" if where == ROOT else f"an older tree ({where.name})"
-    print(f"\none warm process: `run {' '.join(run_args)}` exit {code}, gradcheck_bi from "
-          f"{tree}\n")
+    second = ", the second run in it" if warm_run else ""
+    print(f"\none warm process{second}: `run {' '.join(run_args)}` exit {code}, gradcheck_bi "
+          f"from {tree}\n")
     print("| part | seconds | share of the run |\n| --- | ---: | ---: |")
     print(f"| imports (torch {t_torch:.2f} s, gradcheck-bi and the kernel's library) "
           f"| {t_import:.2f} | (before) |")
@@ -215,6 +219,10 @@ def breakdown(run_args: list[str], top: int = 0) -> None:
         print("```")
         pstats.Stats(prof, stream=sys.stdout).sort_stats("cumulative").print_stats(top)
         print("```")
+        print(f"\ncProfile of the run (own time, top {top}):")
+        print("```")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(top)
+        print("```")
 
 
 def main() -> None:
@@ -225,11 +233,13 @@ def main() -> None:
                     help="also print the N top functions of the run by cumulative time")
     ap.add_argument("--root", type=Path, default=ROOT,
                     help="import gradcheck_bi from here (an older tree, for before/after)")
+    ap.add_argument("--warm-run", action="store_true",
+                    help="break down a second run in the process (the first uncounted)")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("run_args", nargs="*", help="after --: arguments of `gradcheck-bi run`")
     opts = ap.parse_args()
     if opts.in_process:
-        breakdown(opts.run_args, opts.cprofile)
+        breakdown(opts.run_args, opts.cprofile, opts.warm_run)
         return
     if not opts.no_fresh:
         r = fresh_runs(opts.run_args, opts.reps, opts.root.resolve())
@@ -256,8 +266,9 @@ def main() -> None:
         env["TRITON_CACHE_DIR"] = cache
         subprocess.run([sys.executable, "-m", "gradcheck_bi", "run", "--no-progress",
                         *opts.run_args], env=env, cwd=ROOT, capture_output=True, check=False)
+        warm = ["--warm-run"] if opts.warm_run else []
         subprocess.run([sys.executable, __file__, "--in-process", "--cprofile",
-                        str(opts.cprofile), "--", *opts.run_args], env=env, check=False)
+                        str(opts.cprofile), *warm, "--", *opts.run_args], env=env, check=False)
 
 
 if __name__ == "__main__":

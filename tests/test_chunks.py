@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from chunk_workers import Announcing, WaitsForWorker
 from conftest import rand
 
 from gradcheck_bi import fd
@@ -19,10 +20,11 @@ from gradcheck_bi.kernels.call import forward_in_x
 from gradcheck_bi.kernels.rmsnorm import After
 
 
-def _loop(forward, sums: torch.Tensor) -> ChunkLoop:  # type: ignore[no-untyped-def]
+def _loop(forward, sums: torch.Tensor, plain=None) -> ChunkLoop:  # type: ignore[no-untyped-def]
+    """The loop of a (5, 96) dx check; ``plain`` (default ``forward``) computes its y0."""
     x2, g2 = rand(5, 96, seed=61), rand(5, 96, seed=62)
     with torch.no_grad():
-        y0 = forward(x2).double()
+        y0 = (plain or forward)(x2).double()
     h = fd.row_steps(x2, 1e-6, fd.step.input_step_rel(torch.float64, None))
     delta = fd.stencil.level_offsets()[:, None] * h[None, :]
     return ChunkLoop(forward, x2, g2, y0, delta, (7, 2), sums, native=False)
@@ -30,18 +32,6 @@ def _loop(forward, sums: torch.Tensor) -> ChunkLoop:  # type: ignore[no-untyped-
 
 def _sums() -> torch.Tensor:
     return torch.full((6, 96, 5), float("nan"), dtype=torch.float64)
-
-
-class _Slow:
-    """This process's forward, slowed so that a worker starting up still finds chunks."""
-
-    def __init__(self, forward, pause: float) -> None:  # type: ignore[no-untyped-def]
-        self.forward, self.pause, self.calls = forward, pause, 0
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        time.sleep(self.pause)
-        return self.forward(x)
 
 
 def test_one_row_block_buffer_is_held_at_a_time() -> None:
@@ -54,28 +44,30 @@ def test_one_row_block_buffer_is_held_at_a_time() -> None:
     assert max(held) == 1 and {r0 for r0, _ in loop.tasks()} == {0, 2, 4}
 
 
-def test_processes_give_the_bits_of_one_process() -> None:
+def test_processes_give_the_bits_of_one_process(tmp_path: Path) -> None:
     forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
     here = _loop(forward, _sums())
     run_chunks(here)
     assert not here.sums.isnan().any()
     assert loadable_elsewhere(forward)
-    slow = _Slow(forward, 0.25)
-    spread = _loop(slow, _sums())
-    run_chunks(spread, 2, forward)
-    assert slow.calls < len(spread.tasks()) - 1, "the worker computed no chunk: nothing tested"
+    marker = tmp_path / "worker-started"
+    slow = WaitsForWorker(forward, marker, 0.05)
+    spread = _loop(slow, _sums(), forward)
+    run_chunks(spread, 2, Announcing(forward, marker))
+    assert marker.exists(), "the worker computed no chunk: nothing tested"
+    assert slow.calls < len(spread.tasks()), "this process computed every chunk"
     assert torch.equal(spread.sums, here.sums)
 
 
-def test_a_failing_worker_leaves_its_chunks_to_this_process() -> None:
+def test_a_failing_worker_leaves_its_chunks_to_this_process(tmp_path: Path) -> None:
     forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
     here = _loop(forward, _sums())
     run_chunks(here)
-    slow = _Slow(forward, 0.25)
-    spread = _loop(slow, _sums())
-    # The worker's forward returns a number, not y: it fails on the first chunk it takes.
+    marker = tmp_path / "worker-started"
+    spread = _loop(WaitsForWorker(forward, marker, 0.05), _sums(), forward)
+    # The worker's forward raises on the first chunk it takes.
     with pytest.warns(RuntimeWarning, match="left 1 chunk"):
-        run_chunks(spread, 2, len)  # type: ignore[arg-type]
+        run_chunks(spread, 2, Announcing(forward, marker, fail=True))
     assert torch.equal(spread.sums, here.sums)
 
 
@@ -103,7 +95,7 @@ def test_spread_only_for_cpu_in_auto_mode(monkeypatch: pytest.MonkeyPatch) -> No
         fd.threads.fix_threads(None)
 
 
-def test_workers_use_the_backend_forced_here() -> None:
+def test_workers_use_the_backend_forced_here(tmp_path: Path) -> None:
     # Under use_backend("triton") (the interpreter on CPU) the worker must reduce the same
     # way: its chunks' bits equal this process's.
     from gradcheck_bi.kernels.reduction import triton_available, use_backend
@@ -114,10 +106,12 @@ def test_workers_use_the_backend_forced_here() -> None:
     with use_backend("triton"):
         here = _loop(forward, _sums())
         run_chunks(here)
-        slow = _Slow(forward, 0.25)
-        spread = _loop(slow, _sums())
-        run_chunks(spread, 2, forward)
-    assert slow.calls < len(spread.tasks()) - 1, "the worker computed no chunk: nothing tested"
+        marker = tmp_path / "worker-started"
+        slow = WaitsForWorker(forward, marker, 0.05)
+        spread = _loop(slow, _sums(), forward)
+        run_chunks(spread, 2, Announcing(forward, marker))
+    assert marker.exists(), "the worker computed no chunk: nothing tested"
+    assert slow.calls < len(spread.tasks()), "this process computed every chunk"
     assert torch.equal(spread.sums, here.sums)
 
 
