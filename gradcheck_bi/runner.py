@@ -26,11 +26,13 @@ from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.fd.chunks import main_module_hidden
+from gradcheck_bi.fd.coloured import check_input_budget
 from gradcheck_bi.gate import expected, judge, judge_raised
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.call import declared_mutations
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.kernels.trace import is_internal
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.vocab import (
     DTYPES,
@@ -41,19 +43,28 @@ from gradcheck_bi.vocab import (
 )
 
 
-def check_memory(sweep: Sweep) -> None:
-    """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a shape whose dx or dw
-    check cannot fit in ``sweep.max_memory``."""
-    for _, dtype in sweep.targets:
-        if not {"dx", "dw"} & set(sweep.checks_for(dtype)):
+def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
+    """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a run one of whose
+    finite-difference checks cannot fit in its memory budget: an RMSNorm's dx and dw and a
+    parameter check of the family by :func:`fd.check_budget`, an input check of the family
+    (one perturbed column of every row per call) by :func:`fd.coloured.check_input_budget`."""
+    seen: set[tuple[Any, ...]] = set()
+    for _, cfg, _ in points:
+        key = (cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions, cfg.stencil,
+               cfg.max_memory)
+        name = OPS[cfg.op].gradient_checks.get(cfg.check)
+        if name is None or key in seen:
             continue
+        seen.add(key)
         # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
-        fd_dtype = torch.float64 if dtype in HALF_DTYPES else DTYPES[dtype]
-        for shape in sweep.shapes:
-            checked = tuple(shape)
-            if sweep.mode == "directional":  # one stacked row per (direction, row)
-                checked = (sweep.directions, *checked)
-            fd.check_budget(checked, fd.STENCILS[sweep.stencil], fd_dtype, sweep.max_memory)
+        fd_dtype = torch.float64 if cfg.dtype in HALF_DTYPES else DTYPES[cfg.dtype]
+        shape = tuple(cfg.shape)
+        if cfg.op != "rms_norm" and name in OPS[cfg.op].inputs:
+            check_input_budget(shape, fd_dtype, cfg.max_memory)
+            continue
+        if cfg.mode == "directional" and cfg.check == "dx":  # a stacked row per direction
+            shape = (cfg.directions, *shape)
+        fd.check_budget(shape, fd.STENCILS[cfg.stencil], fd_dtype, cfg.max_memory)
 
 
 def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None

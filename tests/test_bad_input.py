@@ -169,6 +169,31 @@ def test_shape_over_the_memory_budget_is_refused_up_front(capsys: Any, tmp_path:
                        needles=("needs at least", "memory budget"))
 
 
+def test_family_shape_over_the_budget_is_refused_up_front(capsys: Any, tmp_path: Path) -> None:
+    """A layer norm's dx perturbs one column of every row per call, which needs more than an
+    RMSNorm's check of the same shape: a budget between the two is refused with the
+    family's own estimate (exit 2), not run into 'unsupported' results."""
+    import math
+
+    import torch
+
+    from gradcheck_bi.fd import CENTRAL4, memory_estimate
+    from gradcheck_bi.fd.coloured import least_bytes
+
+    shape = (8, 64)
+    rms, family = memory_estimate(8, 64, CENTRAL4, torch.float64), least_bytes(shape)
+    assert rms < family
+    between = str(math.isqrt(rms * family))
+    layer_norm = str(Path(__file__).parent / "kernels" / "layer_norm.py")
+    common = ("--device", "cpu", "--dtype", "fp64", "--shape", "8,64", "--check", "dx",
+              "--max-memory", between, "--zcg", "off", "--weight", "randn")
+    assert_usage_error(capsys, tmp_path, "run", "--kernel", layer_norm, *common,
+                       needles=("needs at least 240.0 KiB", "memory budget"))
+    # The same budget holds an RMSNorm's check of that shape.
+    code, _, _ = run(capsys, "run", "--kernel", "after", *common, "--no-progress")
+    assert code == 0
+
+
 # --- kernels that misbehave while measured: error/fail results, exit 1 -------------------
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from gradcheck_bi.fd import reduce
 from gradcheck_bi.kernels import reduction, watch
-from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
+from gradcheck_bi.runner import check_memory, resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
 from gradcheck_bi.sweep import Sweep, not_run, unchecked
 from gradcheck_bi.vocab import Result
@@ -104,10 +104,11 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     the whole grid, so that every shard says the same about it."""
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
     specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
+    points = sweep_points(sweeps, specs)
+    check_memory(points)  # the whole grid, before any point runs: every shard refuses alike
     for spec in specs:  # which op each user kernel was read as, and from which names
         if spec.recognised:
             sys.stderr.write(f"gradcheck-bi: note: {spec.name}: {spec.recognised}\n")
-    points = sweep_points(sweeps, specs)
     idle = unchecked(sweeps, specs, (spec.name for spec, _, _ in points))
     meta = None
     if shard is not None:

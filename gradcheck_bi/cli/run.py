@@ -42,7 +42,6 @@ from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.point import AXES, AXIS
-from gradcheck_bi.runner import check_memory
 from gradcheck_bi.shard import ShardError, parse_shard
 from gradcheck_bi.sweep import Sweep, with_overrides
 
@@ -229,8 +228,11 @@ def run_command(
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
     ) for sweep in sweeps]
-    _check_memory(sweeps)
-    done = execute(sweeps, progress, part)
+    _directional_note(sweeps)
+    try:
+        done = execute(sweeps, progress, part)
+    except MemoryBudgetError as exc:  # refused with the grid, before any point ran
+        raise UsageError(str(exc)) from None
     results, notes, idle = done.results, done.notes, done.idle
     drifts = baselines.compare(results, recorded) if recorded is not None else []
     code = exit_code(results, drifted=bool(drifts), strict=strict, unchecked=idle)
@@ -281,12 +283,7 @@ def _load(case: Path | None, baseline: Path | None, update_baseline: bool
     return loaded.sweeps, recorded, loaded.dropped
 
 
-def _check_memory(sweeps: list[Sweep]) -> None:
-    for sweep in sweeps:
-        try:
-            check_memory(sweep)
-        except MemoryBudgetError as exc:
-            raise UsageError(str(exc)) from None
+def _directional_note(sweeps: list[Sweep]) -> None:
     if any(sweep.mode == "directional" for sweep in sweeps):
         Console(stderr=True, highlight=False).print(
             "note: --mode directional checks dx only along random directions "

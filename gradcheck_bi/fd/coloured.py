@@ -35,6 +35,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -92,6 +93,25 @@ def elements_per_call(device: torch.device, max_memory: int | None = None, held:
         most = max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << (room.bit_length() - 1)))
     spare = (budget(max_memory) - held) // BYTES_PER_ELEMENT
     return min(most, 1 << (spare.bit_length() - 1)) if spare > 0 else 0
+
+
+def least_bytes(shape: tuple[int, ...]) -> int:
+    """Bytes :func:`input_grad_outputs` needs at least for an input of ``shape``: the sums
+    and taken steps it holds (fp64, every level, column and row), and one call perturbing
+    one column of every row at every level."""
+    n_cols = shape[-1] if shape else 1
+    n_rows = math.prod(shape[:-1])
+    points = 2 * len(LEVELS) * n_rows * n_cols
+    return 2 * points * 8 + points * BYTES_PER_ELEMENT
+
+
+def check_input_budget(shape: tuple[int, ...], dtype: torch.dtype, max_memory: int | None
+                       ) -> None:
+    """Raise :class:`MemoryBudgetError` (with the estimate) if :func:`input_grad_outputs`
+    cannot run for an input of ``shape`` within ``max_memory``."""
+    need = least_bytes(shape)
+    if need > budget(max_memory):
+        raise over_budget(shape, dtype, need, max_memory)
 
 
 def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
@@ -155,8 +175,7 @@ def input_grad_outputs(
     room = elements_per_call(dev, max_memory, held)
     column = 2 * n_lev * n_rows * n_cols  # one perturbed column of every row
     if room < column:
-        raise over_budget(tuple(t.shape), t.dtype, held + column * BYTES_PER_ELEMENT,
-                          max_memory)
+        raise over_budget(tuple(t.shape), t.dtype, least_bytes(tuple(t.shape)), max_memory)
     per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
     batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
     calls = 1
