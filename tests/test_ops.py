@@ -325,11 +325,12 @@ def test_layer_norm_two_features_half_precision_ties_are_not_a_false_alarm() -> 
     assert m.details["ties_within_fp32_y"] >= 5
 
 
-def test_family_differences_keep_to_the_memory_budget() -> None:
+def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """--max-memory reaches the family's finite differences: a small budget splits the
     columns into more calls with the same bits, and one that cannot hold a call of one
     column is refused with the estimate (the check is then unsupported, not an error)."""
     from gradcheck_bi.fd import MemoryBudgetError
+    from gradcheck_bi.fd import coloured as fd_coloured
     from gradcheck_bi.fd.coloured import BYTES_PER_ELEMENT
 
     x = torch.randn(8, 64, dtype=torch.float64, generator=_gen(3))
@@ -347,6 +348,13 @@ def test_family_differences_keep_to_the_memory_budget() -> None:
     assert torch.equal(split.grad, whole.grad)
     with pytest.raises(MemoryBudgetError, match="over the memory budget"):
         input_grad_outputs(forward, x, [g], h, max_memory=held + column // 2)
+    # A budget that holds one column but not its power of two, and a column over the
+    # preferred call size: one column a call, the same bits (and never "raise --max-memory").
+    exact = input_grad_outputs(forward, x, [g], h, max_memory=fd_coloured.least_bytes((8, 64)))
+    assert torch.equal(exact.grad, whole.grad) and exact.forward_calls == 64 + 1
+    monkeypatch.setattr(fd_coloured, "MAX_ELEMENTS", 64)
+    capped = input_grad_outputs(forward, x, [g], h)
+    assert torch.equal(capped.grad, whole.grad) and capped.forward_calls == 64 + 1
     cfg = Config(check="dx", op="layer_norm", shape=(8, 64), bias="randn",
                  max_memory=held + column // 2)
     with pytest.raises(Unsupported, match="raise --max-memory"):
