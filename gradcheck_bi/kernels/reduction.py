@@ -30,7 +30,6 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 
@@ -142,10 +141,3 @@ def triton_version() -> str | None:
         return importlib.metadata.version("triton")
     except importlib.metadata.PackageNotFoundError:  # importable, not installed as a package
         return str(importlib.import_module("triton").__version__)
-
-
-def describe_backend(t: torch.Tensor) -> dict[str, Any]:
-    """What ``row_sum`` will run for ``t``: backend name and, for Triton, how."""
-    name = resolve_backend(t)
-    how = "compiled" if t.is_cuda else "interpreter"
-    return {"backend": name, "mode": how if name == "triton" else "torch ops"}
