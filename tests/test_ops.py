@@ -332,6 +332,7 @@ def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.Monkey
     from gradcheck_bi.fd import MemoryBudgetError
     from gradcheck_bi.fd import coloured as fd_coloured
     from gradcheck_bi.fd.coloured import BYTES_PER_ELEMENT
+    from gradcheck_bi.fd.stencil import LEVELS
 
     x = torch.randn(8, 64, dtype=torch.float64, generator=_gen(3))
     g = torch.randn(8, 64, dtype=torch.float64, generator=_gen(4))
@@ -341,8 +342,10 @@ def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.Monkey
         return [t * t.sum(-1, keepdim=True)]
 
     whole = input_grad_outputs(forward, x, [g], h)
-    held = 2 * 4 * 64 * 8 * 8  # the sums and the steps taken, fp64, 4 levels
-    column = 4 * 8 * 64 * BYTES_PER_ELEMENT  # one perturbed column of every row
+    points = 2 * len(LEVELS)  # ±o·h for every level
+    held = 2 * points * 64 * 8 * 8  # the sums and the steps taken, fp64
+    column = points * 8 * 64 * BYTES_PER_ELEMENT  # one perturbed column of every row
+    assert fd_coloured.least_bytes((8, 64)) == held + column
     split = input_grad_outputs(forward, x, [g], h, max_memory=held + 5 * column)
     assert split.forward_calls > whole.forward_calls
     assert torch.equal(split.grad, whole.grad)
