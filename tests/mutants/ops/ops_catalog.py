@@ -101,8 +101,9 @@ CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/l
            GATED: "tests/kernels/rms_norm_gated.py"}
 
 
-def run_points(ref: str, points: list[Point]) -> list[Any]:
-    """Run each point (zcg off, the catalogue's shape) through the library, on CPU."""
+def run_points(ref: str, points: list[Point], device: str = "cpu") -> list[Any]:
+    """Run each point (zcg off, the catalogue's shape) through the library (on CPU by
+    default)."""
     from gradcheck_bi.kernels import resolve
     from gradcheck_bi.runner import run
     from gradcheck_bi.sweep import Sweep
@@ -110,7 +111,7 @@ def run_points(ref: str, points: list[Point]) -> list[Any]:
     spec = resolve(ref)
     results = []
     for p in points:
-        sweep = Sweep(kernels=[], targets=[("cpu", p.dtype)], shapes=[SHAPE], checks=[p.check],
+        sweep = Sweep(kernels=[], targets=[(device, p.dtype)], shapes=[SHAPE], checks=[p.check],
                       weights=[p.weight], zcg=[False],
                       biases=[p.bias] if p.bias else ["randn"],
                       group_sizes=[p.group_size] if p.group_size else [None],

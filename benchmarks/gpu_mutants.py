@@ -1,0 +1,115 @@
+"""Both mutant catalogues on a GPU: does every defect the CPU suite catches show on CUDA?
+
+    PYTHONPATH=. python3 benchmarks/gpu_mutants.py [--device cuda]
+
+For each mutant of tests/mutants/ (RMSNorm, m01–m35) and tests/mutants/ops/ (the family),
+its ``fast`` point must fail and its ``blind`` points must pass — as tests/test_mutants.py
+and tests/test_op_mutants.py require on CPU — here on ``--device``, in the catalogue's
+dtype (fp64 for the formula defects, bf16 for the mis-roundings). The correct kernels
+(``after``; tests/kernels/ for the family) must pass every one of those points. Then, as
+information only, the fp64 fast points again in fp32 and the bf16 ones in fp16. Prints
+Markdown; exits 1 on any point not as the CPU suite expects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests" / "mutants"), str(ROOT / "tests" / "mutants" / "ops")]
+
+import catalog  # noqa: E402
+import ops_catalog  # noqa: E402
+
+
+def _worst(results: list[Any]) -> str:
+    ratios = [r.max_abs_err / r.tolerance for r in results
+              if r.max_abs_err is not None and r.tolerance]
+    return f"{max(ratios):.3g}" if ratios else "–"
+
+
+class Table:
+    """Rows of the printed table and whether each was as the CPU suite expects."""
+
+    def __init__(self, miss: str = "**unexpected**") -> None:
+        self.rows: list[str] = []
+        self.oks: list[bool] = []
+        self.miss = miss  # the last column of a row not as wanted
+
+    def add(self, stem: str, what: str, dtype: str, want: str, results: list[Any]) -> None:
+        got = sorted({r.status for r in results}) or ["none"]
+        ok = bool(results) and got == [want]
+        self.rows.append(f"| {stem} | {what} | {dtype} | {want} | {'/'.join(got)} "
+                         f"| {_worst(results)} | {'' if ok else self.miss} |")
+        self.oks.append(ok)
+
+
+OTHER = {"fp64": "fp32", "bf16": "fp16"}  # the information-only dtype of a fast point
+
+
+def rmsnorm_rows(device: str) -> tuple[Table, Table]:
+    from gradcheck_bi.kernels.rmsnorm import After
+
+    main, extra = Table(), Table("not caught")
+    for m in catalog.MUTANTS:
+        fn = catalog.load(m.stem, m.attr)
+        fast = f"fast {m.fast[0]} γ={m.fast[1]}"
+        main.add(m.stem, fast, m.dtype, "fail",
+                 catalog.run_points(fn, m.stem, [m.fast], m.dtype, device))
+        if m.blind:
+            main.add(m.stem, f"{len(m.blind)} blind", m.dtype, "pass",
+                     catalog.run_points(fn, m.stem, list(m.blind), m.dtype, device))
+        main.add(f"after ({m.stem})", "fast + blind", m.dtype, "pass",
+                 catalog.run_points(After, "after", [m.fast, *m.blind], m.dtype, device))
+        extra.add(m.stem, fast, OTHER[m.dtype], "fail",
+                  catalog.run_points(fn, m.stem, [m.fast], OTHER[m.dtype], device))
+    return main, extra
+
+
+def op_rows(device: str) -> tuple[Table, Table]:
+    main, extra = Table(), Table("not caught")
+    for m in ops_catalog.MUTANTS:
+        main.add(m.stem, m.fast.label(), m.fast.dtype, "fail",
+                 ops_catalog.run_points(m.ref, [m.fast], device))
+        if m.blind:
+            main.add(m.stem, f"{len(m.blind)} blind", "as listed", "pass",
+                     ops_catalog.run_points(m.ref, list(m.blind), device))
+        main.add(f"correct {m.op} ({m.stem})", "fast + blind", "as listed", "pass",
+                 ops_catalog.run_points(ops_catalog.CORRECT[m.op], [m.fast, *m.blind], device))
+        other = replace(m.fast, dtype=OTHER[m.fast.dtype])
+        extra.add(m.stem, other.label(), other.dtype, "fail",
+                  ops_catalog.run_points(m.ref, [other], device))
+    return main, extra
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda")
+    opts = ap.parse_args()
+    head = ("| mutant / kernel | points | dtype | expected | got | worst err/tol | |\n"
+            "| --- | --- | --- | --- | --- | ---: | --- |")
+    started = time.perf_counter()
+    bad = 0
+    for title, make in (("RMSNorm (tests/mutants)", rmsnorm_rows),
+                        ("The family (tests/mutants/ops)", op_rows)):
+        main_table, extra = make(opts.device)
+        oks = main_table.oks
+        bad += oks.count(False)
+        print(f"\n### {title} on {opts.device}: {oks.count(True)} of {len(oks)} as on CPU\n")
+        print(head)
+        print("\n".join(main_table.rows))
+        print(f"\nInformation only, the fast points in the other dtype ({title}): "
+              f"{extra.oks.count(True)} of {len(extra.oks)} fail\n")
+        print(head)
+        print("\n".join(extra.rows))
+    print(f"\n{time.perf_counter() - started:.0f} s; {bad} point sets not as on CPU")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
