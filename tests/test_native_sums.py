@@ -68,9 +68,9 @@ def test_input_grad_gives_the_same_bits_native_or_not(monkeypatch: pytest.Monkey
     def forward(t: torch.Tensor) -> torch.Tensor:
         return After.apply(t, w, 1e-6, False)
 
-    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev: False)
+    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev, dtype=None: False)
     ref = fd.input_grad(forward, x, g, 1e-6, chunk=(7, 2))
-    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev: True)
+    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev, dtype=None: True)
     got = fd.input_grad(forward, x, g, 1e-6, chunk=(7, 2))
     assert torch.equal(got.grad, ref.grad) and torch.equal(got.noise_floor, ref.noise_floor)
 
@@ -88,3 +88,46 @@ def test_native_path_only_for_large_cpu_checks(monkeypatch: pytest.MonkeyPatch) 
     finally:
         monkeypatch.delenv("GRADCHECK_BI_NUMBA")
         fd.reduce.numba_available.cache_clear()
+
+
+def test_loaded_sums_serve_small_checks_of_their_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once this process has run the compiled sums on fp64 outputs, a small fp64 CPU check
+    uses them too (no start to repay, the same bits); fp32, other devices and
+    GRADCHECK_BI_NUMBA=0 do not."""
+    cpu, small = torch.device("cpu"), 1000
+    monkeypatch.setattr(_numba_fd, "READY", set())
+    assert not fd.reduce.native_worth(small, cpu, torch.float64)
+    ys, y0, g = _chunk(3, 2, 3, 40, torch.float64, seed=5)
+    fd.reduce.level_sums(ys, y0, g, native=True)
+    assert _numba_fd.READY == {torch.float64}
+    assert fd.reduce.native_worth(small, cpu, torch.float64)
+    assert not fd.reduce.native_worth(small, cpu, torch.float32)
+    assert not fd.reduce.native_worth(small, cpu)
+    assert not fd.reduce.native_worth(small, torch.device("meta"), torch.float64)
+    monkeypatch.setenv("GRADCHECK_BI_NUMBA", "0")
+    assert not fd.reduce.native_worth(small, cpu, torch.float64)
+    monkeypatch.delenv("GRADCHECK_BI_NUMBA")
+    from gradcheck_bi.kernels.reduction import use_backend
+
+    with use_backend("torch"):  # a forced backend keeps its own path
+        assert not fd.reduce.native_worth(small, cpu, torch.float64)
+    # A small check now takes the compiled path, and its estimate keeps the torch path's bits.
+    x, gx, w = rand(3, 40, seed=41), rand(3, 40, seed=42), rand(40, seed=43)
+
+    def forward(t: torch.Tensor) -> torch.Tensor:
+        return After.apply(t, w, 1e-6, False)
+
+    calls: list[bool] = []
+    real = fd.chunks.ChunkLoop.__init__
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[-1])
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(fd.chunks.ChunkLoop, "__init__", spy)
+    loaded = fd.input_grad(forward, x, gx, 1e-6, chunk=(7, 2))
+    monkeypatch.setattr(_numba_fd, "READY", set())
+    plain = fd.input_grad(forward, x, gx, 1e-6, chunk=(7, 2))
+    assert calls == [True, False]
+    assert torch.equal(loaded.grad, plain.grad)
+    assert torch.equal(loaded.noise_floor, plain.noise_floor)

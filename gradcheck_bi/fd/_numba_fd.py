@@ -19,7 +19,8 @@ Measured on 2 cores with torch at 2 threads: numba's OpenMP ``prange`` no faster
 workqueue 1.8x slower, half the rows in a Python thread 1.5x slower (docs/benchmarks.md).
 
 Compiled on first use (about a second per dtype of ``ys``) and cached on disk by numba;
-:mod:`gradcheck_bi.fd.reduce` only calls it for checks large enough to repay that.
+:mod:`gradcheck_bi.fd.reduce` calls it for checks large enough to repay that, and for any
+check of a dtype whose compiled code this process has already run (:data:`READY`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ import torch
 from numba import njit
 
 from gradcheck_bi.kernels.blocking import MAX_BLOCK_D
+
+# The dtypes of ``ys`` whose compiled sums this process has already run: for those a check
+# of any size pays no start (see gradcheck_bi.fd.reduce.native_worth).
+READY: set[torch.dtype] = set()
 
 
 @njit(cache=True, inline="always")
@@ -138,6 +143,7 @@ def sums_into(y0: torch.Tensor, g: torch.Tensor, odd: bool,
         rows = ys.detach().contiguous().view(ys.shape[0], -1, n_r, n_cols)
         _sums(rows.numpy(), y0_np, g_np, n_lev, odd, even, MAX_BLOCK_D,
               out.view(out.shape[0], rows.shape[1], n_r).numpy())
+        READY.add(ys.dtype)
         return out
 
     return run

@@ -138,12 +138,15 @@ def input_grad(
     n_c_max, n_r_max = chunk or chunk_shape(n_rows, n_cols, stencil, x.dtype, max_memory, dev)
     n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
     y0 = _unperturbed(forward, x.detach())
-    native = native_worth(points * n_cols * n_rows * n_cols, dev)
+    perturbed = points * n_cols * n_rows * n_cols
+    native = native_worth(perturbed, dev, x.dtype)  # the outputs: x's dtype, as a rule
     loop = ChunkLoop(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
     if dev.type == "cpu":  # chunk-sized temporaries: reuse freed memory, no page faults
         keep_freed_memory()
     chunk_elements = points * n_c_max * n_r_max * n_cols
-    processes = spread_processes(dev, chunk_elements) if native else 1
+    # Worker processes only for a check that repays their start (not one that merely
+    # finds the compiled sums loaded).
+    processes = spread_processes(dev, chunk_elements) if native_worth(perturbed, dev) else 1
     if processes > 1 and loadable_elsewhere(forward):  # one torch thread in each process
         with cpu_threads(dev, 0):
             run_chunks(loop, processes, forward)
@@ -235,7 +238,7 @@ def directional_input_grad(
     batch = batch_rows(stencil.points * per_call, ladder_base(dev))  # every call's, padded
     sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
-    native = native_worth(stencil.points * n_m * n_cols, dev)
+    native = native_worth(stencil.points * n_m * n_cols, dev, x.dtype)
 
     def call(m0: int) -> None:  # one batched forward: every call is `batch` rows
         sl = slice(m0, min(n_m, m0 + per_call))

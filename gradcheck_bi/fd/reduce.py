@@ -19,9 +19,9 @@ Three paths, one set of bits per path and ``D``:
   (:data:`FUSED_MIN_ELEMENTS`), one fused kernel reads each perturbed output once and keeps
   every sum in registers
   (:mod:`gradcheck_bi.fd._triton_fd`);
-* on CPU, for a check large enough to repay numba's start (``native=True``, see
-  :func:`native_worth`), one compiled pass (:mod:`gradcheck_bi.fd._numba_fd`), bitwise
-  equal to the torch ops;
+* on CPU, for a check large enough to repay numba's start, or any check once this process
+  has run the compiled pass on its dtype (``native=True``, see :func:`native_worth`), one
+  compiled pass (:mod:`gradcheck_bi.fd._numba_fd`), bitwise equal to the torch ops;
 * elsewhere a few whole-chunk torch ops (no fp64 copy of an fp64 chunk) and one fixed-order
   :func:`~gradcheck_bi.kernels.reduction.row_sum`.
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,16 +119,30 @@ def described() -> dict[str, str]:
 
     numba = _numba_allowed() and importlib.util.find_spec("numba") is not None
     big = NATIVE_MIN_ELEMENTS.bit_length() - 1
-    return {"cpu": f"torch{f'; numba one-pass from 2^{big} elements' if numba else ''}",
+    loaded = "; and below, for outputs of a dtype whose compiled sums this process has run"
+    return {"cpu": f"torch{f'; numba one-pass from 2^{big} elements{loaded}' if numba else ''}",
             "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
                     "elements per chunk; torch below"}
 
 
-def native_worth(perturbed_elements: int, device: torch.device) -> bool:
+def native_worth(perturbed_elements: int, device: torch.device,
+                 dtype: torch.dtype | None = None) -> bool:
     """Whether a CPU check that reduces ``perturbed_elements`` in all should use the
-    compiled one-pass sums (numba importable, and enough work to repay its start)."""
-    return (device.type == "cpu" and perturbed_elements >= NATIVE_MIN_ELEMENTS
-            and numba_available())
+    compiled one-pass sums: numba importable, and enough work to repay its start — or, for
+    outputs of ``dtype``, that start already paid in this process (same bits either way)."""
+    if device.type != "cpu":
+        return False
+    if perturbed_elements >= NATIVE_MIN_ELEMENTS:
+        return numba_available()
+    return dtype is not None and native_loaded(dtype)
+
+
+def native_loaded(dtype: torch.dtype) -> bool:
+    """Whether this process has already run the compiled sums on outputs of ``dtype`` (and
+    no reduction backend is forced: a forced one keeps its own path for such checks)."""
+    compiled = sys.modules.get("gradcheck_bi.fd._numba_fd")
+    return (compiled is not None and dtype in compiled.READY and _numba_allowed()
+            and chosen_backend() is None)
 
 
 def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
