@@ -119,7 +119,8 @@ def described() -> dict[str, str]:
 
     numba = _numba_allowed() and importlib.util.find_spec("numba") is not None
     big = NATIVE_MIN_ELEMENTS.bit_length() - 1
-    loaded = "; and below, for outputs of a dtype whose compiled sums this process has run"
+    loaded = ("; below, once loaded for a dtype (by such a check, or up front for a run whose "
+              "checks of that dtype reach it together)")
     return {"cpu": f"torch{f'; numba one-pass from 2^{big} elements{loaded}' if numba else ''}",
             "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
                     "elements per chunk; torch below"}
@@ -135,6 +136,25 @@ def native_worth(perturbed_elements: int, device: torch.device,
     if perturbed_elements >= NATIVE_MIN_ELEMENTS:
         return numba_available()
     return dtype is not None and native_loaded(dtype)
+
+
+def preload(work: dict[torch.dtype, int]) -> list[torch.dtype]:
+    """Pay numba's start now for every dtype whose CPU checks ahead reduce at least
+    ``NATIVE_MIN_ELEMENTS`` perturbed elements in all (``work``: dtype → elements), by
+    running the compiled sums once on a one-element chunk: every check of those dtypes then
+    uses them (:func:`native_loaded`). The per-check rule of :func:`native_worth`, applied
+    to a whole run of checks each too small to repay the start alone. Returns the dtypes
+    loaded."""
+    due = [dt for dt, n in work.items()
+           if n >= NATIVE_MIN_ELEMENTS and dt in (torch.float32, torch.float64)]
+    if not due or chosen_backend() is not None or not numba_available():
+        return []
+    from gradcheck_bi.fd import _numba_fd
+
+    one = torch.zeros(1, 1, dtype=torch.float64)
+    for dt in due:
+        _numba_fd.level_sums(torch.zeros(2, 1, 1, 1, dtype=dt), one, one, True, True)
+    return due
 
 
 def native_loaded(dtype: torch.dtype) -> bool:
