@@ -115,11 +115,11 @@ def run_points(
     point runs on CUDA. The results come back in the order of ``points`` whatever worker
     measured them, so the report is the one a single process writes.
     """
-    _preload_cpu_sums(points)
     if devices is None:
         devices = visible_gpus(points)
     if len(devices) >= 2 and len(points) >= 2 and _refs_or_none(points) is not None:
         return spread(points, devices, on_result)
+    _preload_cpu_sums(points)  # the points are measured here
     measure = _PointMeasurer()
     results = []
     for i, (spec, cfg, sweep) in enumerate(points):
