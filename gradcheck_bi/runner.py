@@ -15,57 +15,28 @@ point then reports its own ``error``). Every point is then measured by its check
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from gradcheck_bi import fd
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.fd.chunks import main_module_hidden
-from gradcheck_bi.fd.coloured import check_input_budget
 from gradcheck_bi.gate import expected, judge, judge_raised
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.call import declared_mutations
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.kernels.trace import is_internal
-from gradcheck_bi.ops import OPS
 from gradcheck_bi.sweep import Sweep, grid
+from gradcheck_bi.upfront import preload_cpu_sums
 from gradcheck_bi.vocab import (
-    DTYPES,
-    HALF_DTYPES,
     Config,
     KernelSpec,
     Result,
 )
-
-
-def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
-    """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a run one of whose
-    finite-difference checks cannot fit in its memory budget: an RMSNorm's dx and dw and a
-    parameter check of the family by :func:`fd.check_budget`, an input check of the family
-    (one perturbed column of every row per call) by :func:`fd.coloured.check_input_budget`."""
-    seen: set[tuple[Any, ...]] = set()
-    for _, cfg, _ in points:
-        key = (cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions, cfg.stencil,
-               cfg.max_memory)
-        name = OPS[cfg.op].gradient_checks.get(cfg.check)
-        if name is None or key in seen:
-            continue
-        seen.add(key)
-        # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
-        fd_dtype = torch.float64 if cfg.dtype in HALF_DTYPES else DTYPES[cfg.dtype]
-        shape = tuple(cfg.shape)
-        if cfg.op != "rms_norm" and name in OPS[cfg.op].inputs:
-            check_input_budget(shape, fd_dtype, cfg.max_memory)
-            continue
-        if cfg.mode == "directional" and cfg.check == "dx":  # a stacked row per direction
-            shape = (cfg.directions, *shape)
-        fd.check_budget(shape, fd.STENCILS[cfg.stencil], fd_dtype, cfg.max_memory)
 
 
 def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None
@@ -119,7 +90,7 @@ def run_points(
         devices = visible_gpus(points)
     if len(devices) >= 2 and len(points) >= 2 and _refs_or_none(points) is not None:
         return spread(points, devices, on_result)
-    _preload_cpu_sums(points)  # the points are measured here
+    preload_cpu_sums(points)  # the points are measured here
     measure = _PointMeasurer()
     results = []
     for i, (spec, cfg, sweep) in enumerate(points):
@@ -127,21 +98,6 @@ def run_points(
         if on_result is not None:
             on_result(results[-1], i + 1, len(points))
     return results
-
-
-def _preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
-    """Load the compiled CPU sums up front when this run's full RMSNorm dx checks on CPU
-    together reduce enough perturbed elements to repay their start (``fd.reduce.preload``)."""
-    work: dict[torch.dtype, int] = {}
-    for _, cfg, _ in points:
-        if (cfg.device, cfg.check, cfg.op, cfg.mode) != ("cpu", "dx", "rms_norm", "full"):
-            continue
-        dtype = DTYPES.get(cfg.dtype)
-        if dtype is not None:
-            d = cfg.shape[-1]
-            rows = math.prod(cfg.shape[:-1])
-            work[dtype] = work.get(dtype, 0) + 2 * len(fd.LEVELS) * d * rows * d
-    fd.reduce.preload(work)
 
 
 class _PointMeasurer:
@@ -159,7 +115,6 @@ class _PointMeasurer:
 
 def visible_gpus(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[str]:
     """``cuda:0 … cuda:N-1`` when N ≥ 2 GPUs are visible and some point runs on CUDA."""
-    import torch
 
     if not any(cfg.device == "cuda" for _, cfg, _ in points) or not torch.cuda.is_available():
         return []
@@ -233,7 +188,6 @@ class _Claim:
 
 @contextlib.contextmanager
 def _on_device(device: str) -> Iterator[None]:
-    import torch
 
     if not device.startswith("cuda"):
         yield
@@ -297,7 +251,6 @@ def _measure_and_collect(points: list[tuple[KernelSpec, Config, Sweep]], claim: 
 def _worker(number: int, device: str, threads: int | None,
             tasks: list[tuple[str, Config, Sweep]], claim: _Claim, done: Any) -> None:
     """One spawned worker: measure claimed points on ``device`` until none is left."""
-    import torch
 
     try:
         if device.startswith("cuda"):

@@ -137,8 +137,8 @@ def test_a_run_whose_checks_repay_the_start_together_loads_the_sums(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Checks each too small for the compiled sums, but enough of them in one run: the run
     loads them up front (fd.reduce.preload), per dtype, and not for a run below that."""
-    from gradcheck_bi.runner import _preload_cpu_sums
     from gradcheck_bi.sweep import Sweep
+    from gradcheck_bi.upfront import preload_cpu_sums
     from gradcheck_bi.vocab import Config
 
     def points(*cfgs: Config) -> list:  # type: ignore[type-arg]
@@ -147,12 +147,12 @@ def test_a_run_whose_checks_repay_the_start_together_loads_the_sums(
     one = 6 * 64 * 4 * 64  # the perturbed elements of one (4, 64) dx check
     monkeypatch.setattr(_numba_fd, "READY", set())
     monkeypatch.setattr(fd.reduce, "NATIVE_MIN_ELEMENTS", 2 * one)
-    _preload_cpu_sums(points(Config(check="dx", shape=(4, 64)),
+    preload_cpu_sums(points(Config(check="dx", shape=(4, 64)),
                              Config(check="dw", shape=(4, 64)),
                              Config(check="dx", shape=(4, 64), device="cuda"),
                              Config(check="dx", shape=(4, 64), dtype="fp32")))
     assert _numba_fd.READY == set()
-    _preload_cpu_sums(points(Config(check="dx", shape=(4, 64)),
+    preload_cpu_sums(points(Config(check="dx", shape=(4, 64)),
                              Config(check="dx", shape=(4, 64), seed=1)))
     assert _numba_fd.READY == {torch.float64}
     assert fd.reduce.native_worth(one, torch.device("cpu"), torch.float64)

@@ -1,0 +1,60 @@
+"""What a run settles over its whole grid before the first point is measured.
+
+* :func:`check_memory` — a finite-difference check that cannot fit in its memory budget
+  refuses the run (exit 2, with the estimate), before any point runs, so every shard of
+  the grid refuses alike;
+* :func:`preload_cpu_sums` — the compiled CPU sums are loaded when the run's checks
+  together repay their start (:func:`gradcheck_bi.fd.reduce.preload`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi.fd.coloured import check_input_budget
+from gradcheck_bi.ops import OPS
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
+
+
+def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
+    """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a run one of whose
+    finite-difference checks cannot fit in its memory budget: an RMSNorm's dx and dw and a
+    parameter check of the family by :func:`fd.check_budget`, an input check of the family
+    (one perturbed column of every row per call) by :func:`fd.coloured.check_input_budget`."""
+    seen: set[tuple[Any, ...]] = set()
+    for _, cfg, _ in points:
+        key = (cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions, cfg.stencil,
+               cfg.max_memory)
+        name = OPS[cfg.op].gradient_checks.get(cfg.check)
+        if name is None or key in seen:
+            continue
+        seen.add(key)
+        # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
+        fd_dtype = torch.float64 if cfg.dtype in HALF_DTYPES else DTYPES[cfg.dtype]
+        shape = tuple(cfg.shape)
+        if cfg.op != "rms_norm" and name in OPS[cfg.op].inputs:
+            check_input_budget(shape, fd_dtype, cfg.max_memory)
+            continue
+        if cfg.mode == "directional" and cfg.check == "dx":  # a stacked row per direction
+            shape = (cfg.directions, *shape)
+        fd.check_budget(shape, fd.STENCILS[cfg.stencil], fd_dtype, cfg.max_memory)
+
+
+def preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
+    """Load the compiled CPU sums up front when this run's full RMSNorm dx checks on CPU
+    together reduce enough perturbed elements to repay their start (``fd.reduce.preload``)."""
+    work: dict[torch.dtype, int] = {}
+    for _, cfg, _ in points:
+        if (cfg.device, cfg.check, cfg.op, cfg.mode) != ("cpu", "dx", "rms_norm", "full"):
+            continue
+        dtype = DTYPES.get(cfg.dtype)
+        if dtype is not None:
+            d = cfg.shape[-1]
+            rows = math.prod(cfg.shape[:-1])
+            work[dtype] = work.get(dtype, 0) + 2 * len(fd.LEVELS) * d * rows * d
+    fd.reduce.preload(work)
