@@ -33,6 +33,17 @@ def _sums() -> torch.Tensor:
     return torch.full((6, 96, 5), float("nan"), dtype=torch.float64)
 
 
+def _spread_with_a_worker(forward, tmp_path: Path) -> ChunkLoop:  # type: ignore[no-untyped-def]
+    """The loop run by this process and one spawned worker, each computing some chunks."""
+    marker = tmp_path / "worker-started"
+    slow = WaitsForWorker(forward, marker, 0.05)
+    spread = _loop(slow, _sums(), forward)
+    run_chunks(spread, 2, Announcing(forward, marker))
+    assert marker.exists(), "the worker computed no chunk: nothing tested"
+    assert slow.calls < len(spread.tasks()), "this process computed every chunk"
+    return spread
+
+
 def test_one_row_block_buffer_is_held_at_a_time() -> None:
     forward = forward_in_x(After, rand(96, seed=63), 1e-6, False)
     loop = _loop(forward, _sums())  # 5 rows in blocks of 2: three row blocks
@@ -49,12 +60,7 @@ def test_processes_give_the_bits_of_one_process(tmp_path: Path) -> None:
     run_chunks(here)
     assert not here.sums.isnan().any()
     assert loadable_elsewhere(forward)
-    marker = tmp_path / "worker-started"
-    slow = WaitsForWorker(forward, marker, 0.05)
-    spread = _loop(slow, _sums(), forward)
-    run_chunks(spread, 2, Announcing(forward, marker))
-    assert marker.exists(), "the worker computed no chunk: nothing tested"
-    assert slow.calls < len(spread.tasks()), "this process computed every chunk"
+    spread = _spread_with_a_worker(forward, tmp_path)
     assert torch.equal(spread.sums, here.sums)
 
 
@@ -105,12 +111,7 @@ def test_workers_use_the_backend_forced_here(tmp_path: Path) -> None:
     with use_backend("triton"):
         here = _loop(forward, _sums())
         run_chunks(here)
-        marker = tmp_path / "worker-started"
-        slow = WaitsForWorker(forward, marker, 0.05)
-        spread = _loop(slow, _sums(), forward)
-        run_chunks(spread, 2, Announcing(forward, marker))
-    assert marker.exists(), "the worker computed no chunk: nothing tested"
-    assert slow.calls < len(spread.tasks()), "this process computed every chunk"
+        spread = _spread_with_a_worker(forward, tmp_path)
     assert torch.equal(spread.sums, here.sums)
 
 
