@@ -115,7 +115,6 @@ class _PointMeasurer:
 
 def visible_gpus(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[str]:
     """``cuda:0 … cuda:N-1`` when N ≥ 2 GPUs are visible and some point runs on CUDA."""
-
     if not any(cfg.device == "cuda" for _, cfg, _ in points) or not torch.cuda.is_available():
         return []
     n = torch.cuda.device_count()
@@ -188,7 +187,6 @@ class _Claim:
 
 @contextlib.contextmanager
 def _on_device(device: str) -> Iterator[None]:
-
     if not device.startswith("cuda"):
         yield
         return
@@ -251,7 +249,6 @@ def _measure_and_collect(points: list[tuple[KernelSpec, Config, Sweep]], claim: 
 def _worker(number: int, device: str, threads: int | None,
             tasks: list[tuple[str, Config, Sweep]], claim: _Claim, done: Any) -> None:
     """One spawned worker: measure claimed points on ``device`` until none is left."""
-
     try:
         if device.startswith("cuda"):
             torch.cuda.set_device(device)

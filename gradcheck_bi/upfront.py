@@ -56,5 +56,6 @@ def preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
         if dtype is not None:
             d = cfg.shape[-1]
             rows = math.prod(cfg.shape[:-1])
-            work[dtype] = work.get(dtype, 0) + 2 * len(fd.LEVELS) * d * rows * d
+            points_per_column = fd.STENCILS[cfg.stencil].points
+            work[dtype] = work.get(dtype, 0) + points_per_column * d * rows * d
     fd.reduce.preload(work)

@@ -175,8 +175,7 @@ def input_grad_outputs(
     room = elements_per_call(dev, max_memory, held)
     column = 2 * n_lev * n_rows * n_cols  # one perturbed column of every row
     if room < column:  # below the preferred call size (or its power of two): one column a call
-        if least_bytes(tuple(t.shape)) > budget(max_memory):
-            raise over_budget(tuple(t.shape), t.dtype, least_bytes(tuple(t.shape)), max_memory)
+        check_input_budget(tuple(t.shape), t.dtype, max_memory)
         room = column
     per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
     batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
