@@ -161,6 +161,8 @@ def test_output_folder_missing(capsys: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [["--shape", "64,4096", "--max-memory", "1M"],
+                                  ["--shape", "64,4096", "--max-memory", "1M",
+                                   "--mode", "directional"],  # no note before the error
                                   ["--shape", "1000000,65536"]])
 def test_shape_over_the_memory_budget_is_refused_up_front(capsys: Any, tmp_path: Path,
                                                           args: list[str]) -> None:

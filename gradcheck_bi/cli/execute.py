@@ -107,6 +107,7 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
     points = sweep_points(sweeps, specs)
     check_memory(points)  # the whole grid, before any point runs: every shard refuses alike
+    _directional_note(sweeps)  # after the refusal: bad input stays one line
     for spec in specs:  # which op each user kernel was read as, and from which names
         if spec.recognised:
             sys.stderr.write(f"gradcheck-bi: note: {spec.name}: {spec.recognised}\n")
@@ -130,3 +131,11 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
     partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
     return Executed(results, not_run(sweeps, partly), idle, meta)
+
+
+def _directional_note(sweeps: list[Sweep]) -> None:
+    if any(sweep.mode == "directional" for sweep in sweeps):
+        Console(stderr=True, highlight=False).print(
+            "note: --mode directional checks dx only along random directions "
+            f"({', '.join(sorted({str(sw.directions) for sw in sweeps}))} per row); "
+            "individual dx elements are not checked. dw is checked in full.", markup=False)

@@ -228,7 +228,6 @@ def run_command(
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
     ) for sweep in sweeps]
-    _directional_note(sweeps)
     try:
         done = execute(sweeps, progress, part)
     except MemoryBudgetError as exc:  # refused with the grid, before any point ran
@@ -281,13 +280,5 @@ def _load(case: Path | None, baseline: Path | None, update_baseline: bool
     if loaded is None:
         return [Sweep()], recorded, []
     return loaded.sweeps, recorded, loaded.dropped
-
-
-def _directional_note(sweeps: list[Sweep]) -> None:
-    if any(sweep.mode == "directional" for sweep in sweeps):
-        Console(stderr=True, highlight=False).print(
-            "note: --mode directional checks dx only along random directions "
-            f"({', '.join(sorted({str(sw.directions) for sw in sweeps}))} per row); "
-            "individual dx elements are not checked. dw is checked in full.", markup=False)
 
 
