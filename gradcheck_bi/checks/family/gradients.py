@@ -29,7 +29,7 @@ from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
 from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale
 from gradcheck_bi.fd.coloured import input_grad_outputs
-from gradcheck_bi.fd.step import input_step_rel, pow2
+from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
 from gradcheck_bi.ops.references import grouped
 from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
@@ -108,14 +108,17 @@ def _param_forward(fn: Any, point: OpPoint, name: str
     return forward
 
 
-def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Config
-             ) -> fd.FDEstimate:
+def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Config,
+             step_rel: float | None = None) -> fd.FDEstimate:
     """Central differences of the kernel's forward at ``point`` (in its dtype) in the input
-    or parameter ``name``, every output in ``returned`` against its cotangent."""
+    or parameter ``name``, every output in ``returned`` against its cotangent.
+
+    ``step_rel``: the relative step (``gradcheck-bi plot`` sweeps it); by default run's,
+    ``cfg.step_rel`` or the dtype's for an input, ``WEIGHT_STEP_REL`` for a parameter."""
     stencil = fd.STENCILS[cfg.stencil]
     x = point.inputs["x"]
     if name in point.op.inputs:
-        rel = input_step_rel(x.dtype, cfg.step_rel)
+        rel = input_step_rel(x.dtype, cfg.step_rel if step_rel is None else step_rel)
         h = pow2(rel * step_scale(point, name))
         try:
             return input_grad_outputs(
@@ -127,7 +130,8 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
         except fd.MemoryBudgetError as exc:  # the budget, not the kernel: not run
             raise Unsupported(str(exc)) from None
     return fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
-                          point.cotangents["y"], stencil)
+                          point.cotangents["y"], stencil,
+                          WEIGHT_STEP_REL if step_rel is None else step_rel)
 
 
 def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
