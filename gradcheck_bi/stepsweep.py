@@ -1,7 +1,10 @@
 """Finite-difference error against step size: the measurement behind ``gradcheck-bi plot``.
 
-For ``L = Σ g·y`` and the kernel's analytic ``dx``, sweep the finite-difference step and record
-``max |analytic dx − FD dx|``. With a stencil of order ``p`` (2 or 4) and unit roundoff ``u``:
+For ``L = Σ_outputs Σ g·y`` (random cotangents on every output) and one of the kernel's
+analytic gradients — ``dx`` by default, or any other its op has (``dresidual``, ``dz``,
+``dw``, ``dbias``: :attr:`gradcheck_bi.ops.Op.gradient_checks`) — sweep the
+finite-difference step and record ``max |analytic − FD|``. With a stencil of order ``p`` (2
+or 4) and unit roundoff ``u``:
 
     error(h) ≈ C_round · u / h  +  C_trunc · h^p
 
@@ -10,9 +13,18 @@ so a correct backward traces a V on log-log axes — slope −1 where rounding d
 which is where ``run`` puts its step (:data:`gradcheck_bi.fd.STEP_REL`). A defective backward
 sits on a plateau: the error is the defect, and no step moves it.
 
-The abscissa is the *relative* step ``h/ℓ`` with ``ℓ = sqrt(Σx² + D·eps)`` per row, the same
-``step_rel`` that :func:`gradcheck_bi.fd.input_grad` takes. Steps go by powers of two: each
-row's step is rounded to one anyway, so finer sampling would only repeat points.
+The abscissa is the *relative* step ``h/ℓ``, the ``step_rel`` that run's estimator takes:
+for RMSNorm's ``dx`` ``ℓ = sqrt(Σx² + D·eps)`` per row (:func:`gradcheck_bi.fd.input_grad`),
+for another op's input the length over which that input moves before the output bends
+(:func:`gradcheck_bi.checks.family.gradients.step_scale`), for a parameter ``max(1,
+max|p|)`` (:func:`gradcheck_bi.fd.weight_grad`; ``y`` is linear in it: no truncation side).
+Steps go by powers of two: each row's step is rounded to one anyway, so finer sampling
+would only repeat points.
+
+Each gradient is measured by the engine ``run`` measures it with
+(:func:`gradcheck_bi.checks.at_step.gradient`): RMSNorm's
+(:mod:`gradcheck_bi.checks.gradients`) or the family's (:mod:`gradcheck_bi.checks.family`),
+on the same point, so a curve's point at ``run_step_rel`` is the error ``run`` reports.
 
 Numbers only here; :mod:`gradcheck_bi.report.plot` draws them (PNG or plain text).
 
@@ -37,10 +49,10 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi._version import __version__
+from gradcheck_bi.checks.at_step import gradient
 from gradcheck_bi.checks.probe import probe
-from gradcheck_bi.fd.step import input_step_rel
-from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import analytic_grads, forward_in_x
+from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel
+from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.vocab import HALF_DTYPES, Config, KernelSpec, Unsupported
 
@@ -55,6 +67,9 @@ DOMINANCE = 10.0
 # ~25 (h/ℓ)² between consecutive error terms (see fd.py), small for h ≤ ℓ/16.
 TRUNCATION_MAX_STEP = 2.0**-4
 MIN_FIT_POINTS = 3
+# What ℓ is, for the axis label: RMSNorm's dx (fd.row_steps), another op's input
+# (checks/family/gradients.step_scale), a parameter (fd.weight_step).
+ROW_LENGTH = "√(Σx² + D·eps) per row"
 
 
 @dataclass(frozen=True)
@@ -138,6 +153,10 @@ class StepSweep:
     run_step_rel: float
     unit_roundoff: float
     curves: list[Curve] = field(default_factory=list)
+    # The gradient swept, the op of every kernel (one op a plot: ℓ is the op's) and what ℓ is.
+    check: str = "dx"
+    op: str = "rms_norm"
+    scale: str = ROW_LENGTH
 
     @property
     def reference_floor(self) -> float:
@@ -147,15 +166,22 @@ class StepSweep:
     @property
     def title(self) -> str:
         shape = "×".join(str(d) for d in self.shape)
-        kernels = ", ".join(dict.fromkeys(c.kernel for c in self.curves))
-        return (f"dx finite-difference error vs step — {kernels} · {self.device}/{self.dtype}"
-                f" · shape {shape} · {self.stencil.name}")
+        kernels = ", ".join(dict.fromkeys(c.kernel for c in self.curves)) + self.op_note
+        return (f"{self.check} finite-difference error vs step — {kernels} · "
+                f"{self.device}/{self.dtype} · shape {shape} · {self.stencil.name}")
+
+    @property
+    def op_note(self) -> str:
+        """`` (layer_norm)`` after the kernels; nothing for RMSNorm, whose plot reads as it
+        always has (as :meth:`gradcheck_bi.vocab.Result.to_dict` leaves its op out)."""
+        return "" if self.op == "rms_norm" else f" ({self.op})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "tool": "gradcheck-bi",
             "version": __version__,
-            "plot": "dx error against relative step h/ℓ",
+            "plot": f"{self.check} error against relative step h/ℓ",
+            **({} if self.op == "rms_norm" else {"op": self.op, "step_scale": self.scale}),
             "device": self.device,
             "dtype": self.dtype,
             "shape": list(self.shape),
@@ -218,20 +244,42 @@ def fit_slopes(steps: Sequence[float], errs: Sequence[float], order: int
 
 def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
                   stencil: fd.Stencil) -> Curve:
-    """The dx error of one kernel at one config for every relative step in ``steps``."""
-    x, w, g = make_inputs(cfg)
-    _, dx, _ = analytic_grads(spec.fn, x, w, g, cfg.eps, cfg.zero_centered_gamma)
-    dx64 = dx.to(torch.float64)
+    """The error of the gradient ``cfg.check`` of one kernel at one config for every relative
+    step in ``steps``."""
+    grad = gradient(spec, cfg)
     errs = []
     for step in steps:
-        est = fd.input_grad(
-            forward_in_x(spec.fn, w, cfg.eps, cfg.zero_centered_gamma), x, g,
-            cfg.eps, stencil, step, cfg.max_memory)
-        err = (dx64 - est.grad).abs().max()
+        err = (grad.analytic - grad.fd_at(step)).abs().max()
         errs.append(float(torch.nan_to_num(err, nan=math.inf)))
     rounding, truncation = fit_slopes(steps, errs, stencil.order)
+    op = OPS[cfg.op]
+    if op.gradient_checks[cfg.check] not in op.inputs:  # y is linear in γ and β: no truncation
+        truncation = None
     return Curve(spec.name, cfg.control, cfg.zero_centered_gamma, list(steps), errs,
-                 float(dx64.abs().max()), rounding, truncation)
+                 float(grad.analytic.abs().max()), rounding, truncation)
+
+
+def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
+    """The one op every kernel computes, if it has the gradient ``check``; else a
+    ``ValueError`` that says why (``h/ℓ`` means another ``ℓ`` for each op)."""
+    ops = list(dict.fromkeys(spec.op for spec in kernels)) or ["rms_norm"]
+    if len(ops) > 1:
+        raise ValueError("plot one op at a time (h/ℓ means another ℓ for each): "
+                         + ", ".join(f"{s.name} is {s.op}" for s in kernels))
+    op = OPS[ops[0]]
+    if check not in op.gradient_checks:
+        raise ValueError(f"{op.name} has no {check}: its gradients are "
+                         f"{', '.join(op.gradient_checks)}")
+    return op
+
+
+def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
+    """The point of ``spec``'s op where the plot measures ``check``: a gated norm's group is
+    the whole row, normalised before the gate; a layer norm's β is randn (run's defaults)."""
+    op = OPS[spec.op]
+    cfg = Config(check=check, op=op.name, **fields)
+    return replace(cfg, group_size=cfg.shape[-1] if op.has("group_size") else None,
+                   norm_before_gate=True if op.has("norm_before_gate") else None)
 
 
 def step_sweep(
@@ -246,37 +294,50 @@ def step_sweep(
     stencil: str = "central-4",
     steps: Sequence[float] | None = None,
     max_memory: int | None = None,
+    check: str = "dx",
 ) -> StepSweep:
     """Sweep the step for every kernel × zcg × γ control; raises ``Unsupported`` where it can't.
 
-    Data are drawn exactly as ``run`` draws them (:func:`gradcheck_bi.inputs.make_inputs`), so
-    a curve's point at ``run_step_rel`` is the error ``run`` reports for the same options.
+    ``check`` is the gradient plotted (``dx``, or any other the kernels' op has); every
+    kernel must compute the same op (a ``ValueError`` otherwise). Data are drawn exactly as
+    ``run`` draws them (:func:`gradcheck_bi.checks.family.point.make_point`), so a curve's
+    point at ``run_step_rel`` is the error ``run`` reports for the same options.
     """
     if dtype in HALF_DTYPES:
         raise Unsupported(f"finite differences of a {dtype} forward sit on a noise floor near "
                           "1e-1; plot fp32 or fp64")
     if stencil not in fd.STENCILS:
         raise ValueError(f"unknown stencil {stencil!r}: expected one of {', '.join(fd.STENCILS)}")
+    op = plot_op(kernels, check)
     st = fd.STENCILS[stencil]
     steps = list(steps) if steps is not None else default_steps(dtype)
     if not steps or any(not (math.isfinite(s) and s > 0) for s in steps):
         raise ValueError("steps must be finite numbers > 0")
-    torch_dtype = Config(check="dx", dtype=dtype).torch_dtype
+    points = [(spec, point_config(spec, check, device=device, dtype=dtype, shape=tuple(shape),
+                                  eps=eps, seed=seed, control=weight, zero_centered_gamma=z,
+                                  stencil=stencil, max_memory=max_memory))
+              for z in zcg for spec in kernels for weight in weights]
+    name = op.gradient_checks[check]
+    torch_dtype = Config(check=check, dtype=dtype).torch_dtype
     out = StepSweep(device, dtype, tuple(shape), eps, seed, st,
-                    input_step_rel(torch_dtype), unit_roundoff(torch_dtype))
+                    input_step_rel(torch_dtype) if name in op.inputs else WEIGHT_STEP_REL,
+                    unit_roundoff(torch_dtype), check=check, op=op.name,
+                    scale=step_scale_text(op, name))
     for spec in kernels:
-        refused = probe(spec, device, dtype, Config(check="forward", shape=tuple(shape)))
+        at = point_config(spec, "dx", shape=tuple(shape))
+        refused = probe(spec, device, dtype, replace(at, check="forward"))
         if refused is not None:
             raise Unsupported(f"{spec.name}: {refused}")
-    for z in zcg:
-        for spec in kernels:
-            for weight in weights:
-                cfg = Config(check="dx", device=device, dtype=dtype, shape=tuple(shape), eps=eps,
-                             seed=seed, control=weight, zero_centered_gamma=z, stencil=stencil)
-                if max_memory is not None:  # else run's default budget
-                    cfg = replace(cfg, max_memory=max_memory)
-                out.curves.append(measure_curve(spec, cfg, steps, st))
+    for spec, cfg in points:
+        out.curves.append(measure_curve(spec, cfg, steps, st))
     return out
+
+
+def step_scale_text(op: Op, name: str) -> str:
+    """What ``ℓ`` is when ``name`` is perturbed (the axis label says it)."""
+    if name not in op.inputs:
+        return f"max(1, max|{name}|)"  # fd.weight_step
+    return ROW_LENGTH if op.name == "rms_norm" else f"run's step scale for {name}, per row"
 
 
 def to_json(sweep: StepSweep) -> str:

@@ -229,3 +229,101 @@ def test_point_at_the_run_step_is_the_error_run_reports() -> None:
         m = check_dx(resolve(c.kernel).fn, Config(check="dx", shape=(2, 32)))
         measured = m.details["max_abs_err_any"]
         assert at_run == measured, f"{c.kernel}: plot {at_run!r} vs run {measured!r}"
+
+
+# The family's other ops (issue 29: plot called RMSNorm's `apply` on every op kernel). One
+# correct kernel per op, its other gradient, and a mutant of the family's catalogue whose
+# defect shows in that gradient at γ=randn.
+ROOT = Path(__file__).resolve().parent.parent
+OP_KERNELS = {
+    "torch:layer_norm": ("dbias", "tests/mutants/ops/ln03_dx_drops_the_mean_term.py"),
+    "tests/kernels/layer_norm.py": ("dw", "tests/mutants/ops/ln03_dx_drops_the_mean_term.py"),
+    "tests/kernels/fused_add_rms_norm.py": (
+        "dresidual", "tests/mutants/ops/fa04_dx_double_weight.py"),
+    "tests/kernels/rms_norm_gated.py": ("dz", "tests/mutants/ops/gn03_dx_double_weight.py"),
+}
+OP_ARGS = ["plot", "--weight", "randn", "--shape", "2,32", "--steps", "-14:-8"]
+RUN_STEP = 2.0**-11  # fp64's, inside -14:-8
+
+
+def _plotted(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main([*OP_ARGS, *args, "--format", "json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("kernel", list(OP_KERNELS))
+def test_op_kernel_plots_a_png(kernel: str, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib", reason="the PNG needs matplotlib (gradcheck-bi[plot])")
+    out = tmp_path / "p.png"
+    assert main([*OP_ARGS, "--kernel", kernel, "--output", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().err
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 200_000
+
+
+@pytest.mark.parametrize("kernel", list(OP_KERNELS))
+def test_op_kernel_dx_is_at_the_floor_and_its_mutant_on_a_plateau(
+        kernel: str, capsys: pytest.CaptureFixture[str]) -> None:
+    mutant = OP_KERNELS[kernel][1]
+    doc = _plotted(capsys, "--kernel", kernel)
+    (good,) = doc["curves"]
+    assert doc["plot"].startswith("dx ") and doc["op"] == resolve(kernel).op, doc["plot"]
+    at_run = dict(zip(good["step_rel"], good["max_abs_err"], strict=True))[RUN_STEP]
+    assert at_run < 1e-9 * good["max_abs_dx"], (kernel, good["max_abs_err"])
+    (bad,) = _plotted(capsys, "--kernel", mutant)["curves"]
+    assert min(bad["max_abs_err"]) > 1e-3 * bad["max_abs_dx"], (mutant, bad["max_abs_err"])
+
+
+@pytest.mark.parametrize("kernel", list(OP_KERNELS))
+def test_op_kernel_other_gradient_is_at_the_floor(
+        kernel: str, capsys: pytest.CaptureFixture[str]) -> None:
+    check = OP_KERNELS[kernel][0]
+    doc = _plotted(capsys, "--kernel", kernel, "--check", check)
+    assert doc["plot"] == f"{check} error against relative step h/ℓ"
+    (c,) = doc["curves"]
+    assert c["min_err"] < 1e-9 * c["max_abs_dx"], (kernel, check, c["max_abs_err"])
+
+
+def test_op_kernel_in_the_terminal_names_op_and_gradient(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*OP_ARGS, "--kernel", "tests/kernels/rms_norm_gated.py", "--check", "dz"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("dz finite-difference error vs step") and "(rms_norm_gated)" in text
+    assert "max |analytic dz − FD dz| (units of dL/dz)" in text
+    assert "run's step scale for z" in text
+
+
+def test_op_point_at_the_run_step_is_the_error_run_reports() -> None:
+    from gradcheck_bi.checks import run_check
+    from gradcheck_bi.stepsweep import point_config
+
+    spec = resolve("tests/kernels/fused_add_rms_norm.py")
+    sw = step_sweep([spec], weights=["randn"], shape=(2, 32), check="dresidual",
+                    steps=[2.0**e for e in range(-12, -9)])
+    at_run = dict(zip(sw.curves[0].step_rel, sw.curves[0].max_abs_err, strict=True))[RUN_STEP]
+    m = run_check(spec.fn, point_config(spec, "dresidual", shape=(2, 32)))
+    assert at_run == m.details["max_abs_err_any"], (at_run, m.details["max_abs_err_any"])
+
+
+@pytest.mark.parametrize(("kernels", "check", "message"), [
+    (["torch:layer_norm"], "dz", "layer_norm has no dz: its gradients are dx, dw, dbias"),
+    (["after", "torch:layer_norm"], "dx", "after is rms_norm, torch:layer_norm is layer_norm"),
+])
+def test_a_gradient_the_op_lacks_or_two_ops_is_bad_usage(
+        kernels: list[str], check: str, message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    args = [a for k in kernels for a in ("--kernel", k)]
+    assert main([*OP_ARGS, *args, "--check", check]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradcheck-bi: error: ") and message in err, err
+
+
+def test_an_op_kernels_own_crash_is_the_kernels(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "crashing_ln.py"
+    path.write_text("def layer_norm(x, weight, bias, eps):\n    return x * wieght + bias\n")
+    assert main([*OP_ARGS, "--kernel", f"{path}:layer_norm"]) == 1
+    err = capsys.readouterr().err
+    assert "the kernel raised: NameError" in err and "crashing_ln.py:2 in layer_norm" in err, err
+

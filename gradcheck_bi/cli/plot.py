@@ -32,12 +32,15 @@ from gradcheck_bi.cli.options import (
 )
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED
 from gradcheck_bi.kernels.trace import is_internal, located
+from gradcheck_bi.ops import ALL_CHECKS
 from gradcheck_bi.report.plot import PlotDependencyError, render_text, save_png
 from gradcheck_bi.runner import resolve_kernels
-from gradcheck_bi.stepsweep import STEP_EXPONENTS, step_sweep, to_json
+from gradcheck_bi.stepsweep import STEP_EXPONENTS, plot_op, step_sweep, to_json
 from gradcheck_bi.vocab import CONTROLS, DEVICES, Unsupported
 
 DEFAULT_SHAPE = "4,256"
+# Every gradient check of any op (dx, dresidual, dz, dw, dbias).
+GRADIENT_CHECKS = tuple(c for c in ALL_CHECKS if c.startswith("d"))
 
 
 def _parse_steps(text: str) -> list[float]:
@@ -59,6 +62,9 @@ def plot_command(
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
         help="γ controls.")] = None,
+    check: Annotated[str, typer.Option(
+        metavar=choices(GRADIENT_CHECKS), rich_help_panel=WHAT,
+        help="The gradient to plot; any the kernels' op has.")] = "dx",
     zcg: Annotated[str, typer.Option(
         metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, help="zero_centered_gamma.")
     ] = "off",
@@ -77,7 +83,7 @@ def plot_command(
         help="Finite differences of fp16/bf16 are noise.")] = "fp64",
     shape: Annotated[str, typer.Option(
         metavar="D0,D1,…", rich_help_panel=WHERE, help="Input shape.")] = DEFAULT_SHAPE,
-    eps: Annotated[float, typer.Option(rich_help_panel=WHERE, help="RMSNorm eps (> 0).")
+    eps: Annotated[float, typer.Option(rich_help_panel=WHERE, help="The norm's eps (> 0).")
                    ] = 1e-6,
     seed: Annotated[int, typer.Option(
         rich_help_panel=WHERE, help="Seed of the random x, g, γ (as in run).")] = 0,
@@ -92,7 +98,8 @@ def plot_command(
         "--debug", rich_help_panel=OUTPUT, show_default=False, help="Show tracebacks.")
     ] = False,
 ) -> int:
-    """Plot max |analytic dx − FD dx| against the finite-difference step, on log-log axes.
+    """Plot max |analytic dx − FD dx| (or --check's gradient) against the finite-difference
+    step, on log-log axes.
 
     A correct backward traces a V: slope −1 (rounding) at small steps, the stencil's order
     (truncation) at large ones, the bottom near the step `run` uses. A defective backward
@@ -105,7 +112,12 @@ def plot_command(
     step_list = _parse_steps(steps) if steps is not None else None
     if output is not None:
         check_paths(output=output)
+    check_name = one_of("--check", check, GRADIENT_CHECKS) or "dx"
     specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"])
+    try:
+        plot_op(specs, check_name)
+    except ValueError as exc:  # another op's kernel, a gradient the op has not
+        raise UsageError(str(exc)) from None
     zcg_values = ZCG[one_of("--zcg", zcg, tuple(ZCG)) or "off"]
     try:
         with measuring():
@@ -115,7 +127,7 @@ def plot_command(
                 zcg=zcg_values, device=one_of("--device", device, DEVICES) or "cpu",
                 dtype=one_of("--dtype", dtype, PLOT_DTYPES) or "fp64", shape=dims, eps=eps,
                 seed=seed, stencil=one_of("--stencil", stencil, PLOT_STENCILS) or "central-4",
-                steps=step_list,
+                steps=step_list, check=check_name,
             )
     except Unsupported as exc:
         sys.stderr.write(f"gradcheck-bi: unsupported here: {exc}\n")

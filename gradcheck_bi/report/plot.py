@@ -24,8 +24,15 @@ class PlotDependencyError(ImportError):
     """A drawing backend (matplotlib) is not installed."""
 
 
-X_LABEL = "relative step h/ℓ  (ℓ = √(Σx² + D·eps) per row; dimensionless)"
-Y_LABEL = "max |analytic dx − FD dx|  (units of dL/dx)"
+def x_label(sweep: StepSweep) -> str:
+    return f"relative step h/ℓ  (ℓ = {sweep.scale}; dimensionless)"
+
+
+def y_label(sweep: StepSweep) -> str:
+    c = sweep.check
+    return f"max |analytic {c} − FD {c}|  (units of dL/{c})"
+
+
 MARKERS = "o*+x#@%&"
 AXIS_W = 9  # the y tick labels and the axis line left of the plot
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -92,7 +99,7 @@ def render_text(sweep: StepSweep, width: int = 72, height: int = 20,
         c0 = min(col(2.0**e), width - len(text))
         ticks[c0:c0 + len(text)] = list(text)
     lines.append(" " * (label_w + 2) + "".join(ticks).rstrip())
-    for axis, label in (("x", X_LABEL), ("y", Y_LABEL)):
+    for axis, label in (("x", x_label(sweep)), ("y", y_label(sweep))):
         lines += textwrap.wrap(f"{axis}: {label}", total, initial_indent=" " * (label_w + 2),
                                subsequent_indent=" " * (label_w + 5))
     lines.append("")
@@ -159,10 +166,11 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
     ax.axhline(sweep.reference_floor, color="0.5", linestyle="-.", linewidth=1.0,
                label=f"u^(2/3) = {sweep.reference_floor:.1e} ({sweep.dtype})")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(X_LABEL)
-    ax.set_ylabel(Y_LABEL)
+    ax.set_xlabel(x_label(sweep))
+    ax.set_ylabel(y_label(sweep))
     shape = "×".join(str(d) for d in sweep.shape)
-    ax.set_title(f"dx finite-difference error vs step — {', '.join(kernels)}\n"
+    ax.set_title(f"{sweep.check} finite-difference error vs step — {', '.join(kernels)}"
+                 f"{sweep.op_note}\n"
                  f"{sweep.device} · {sweep.dtype} · shape {shape} · {sweep.stencil.name} "
                  f"stencil · eps {sweep.eps:g} · seed {sweep.seed}", fontsize=10)
     ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
