@@ -327,3 +327,14 @@ def test_an_op_kernels_own_crash_is_the_kernels(tmp_path: Path,
     err = capsys.readouterr().err
     assert "the kernel raised: NameError" in err and "crashing_ln.py:2 in layer_norm" in err, err
 
+
+def test_our_own_attribute_error_is_not_blamed_on_the_kernel(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # What issue 29 was: gradcheck-bi reading an attribute the kernel object does not have.
+    source = "def slip(spec, cfg):\n    return spec.fn.apply\n"
+    namespace: dict[str, object] = {}
+    exec(compile(source, str(ROOT / "gradcheck_bi" / "checks" / "slip.py"), "exec"), namespace)
+    monkeypatch.setattr("gradcheck_bi.stepsweep.gradient", namespace["slip"])
+    assert main([*OP_ARGS, "--kernel", "torch:layer_norm"]) == 4
+    err = capsys.readouterr().err
+    assert "internal error" in err and "the kernel raised" not in err, err

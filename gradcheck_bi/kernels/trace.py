@@ -5,9 +5,9 @@ only ``NameError: name 'wieght' is not defined``. A frame is the **kernel's** wh
 is neither gradcheck-bi's machinery (the adapters, the checks, the finite differences …) nor
 torch's, triton's or Python's own library — with one exception: the kernels bundled in
 :mod:`gradcheck_bi.kernels` count as kernels. An exception with no kernel frame at all
-raised from gradcheck-bi's machinery by a programming slip (a ``NameError`` …) is
-gradcheck-bi's own bug (:func:`is_internal`): the CLI turns it into exit 4, never an
-``error`` blamed on the kernel.
+raised from gradcheck-bi's machinery by a programming slip (a ``NameError``, an
+``AttributeError`` …) is gradcheck-bi's own bug (:func:`is_internal`): the CLI turns it into
+exit 4, never an ``error`` blamed on the kernel.
 
 >>> try:
 ...     exec(compile("undefined_name", "my_norm.py", "exec"))
@@ -34,7 +34,9 @@ _LIBRARIES = tuple(str(Path(p).resolve()) for p in {
 _FOREIGN_PACKAGES = ("torch", "triton", "typer", "click", "rich", "numpy", "numba")
 # Slips of our own code; any other exception from our machinery is the kernel's doing
 # (a kernel returning a tuple where a tensor belongs breaks our code with a TypeError).
-_SLIPS = (NameError, UnboundLocalError, ImportError, SyntaxError)
+# AttributeError: what a kernel returns is checked for a tensor before any attribute is
+# read, so one raised in our code is ours (issue 29: plot called `apply` on an op kernel).
+_SLIPS = (NameError, UnboundLocalError, ImportError, SyntaxError, AttributeError)
 
 
 def _is_library(path: Path) -> bool:
