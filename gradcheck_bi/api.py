@@ -141,6 +141,7 @@ def _as_list(name: str, value: Any) -> Any:
 
 
 def _zcg(value: Any) -> list[bool]:
+    __tracebackhide__ = True
     if isinstance(value, bool):
         return [value]
     if isinstance(value, str) and value in _ZCG:
@@ -152,6 +153,7 @@ def _zcg(value: Any) -> list[bool]:
 
 
 def _dtype(value: Any) -> str:
+    __tracebackhide__ = True
     if isinstance(value, torch.dtype):
         names = {dt: name for name, dt in DTYPES.items()}
         if value in names:
@@ -167,6 +169,7 @@ def sweep_values(*, device: str, dtype: Any, zcg: Any, **values: Any) -> dict[st
     """:func:`check`'s arguments → validated :class:`~gradcheck_bi.sweep.Sweep` fields, by
     the case files' rules (:func:`gradcheck_bi.cases.check_values`): a ``ValueError`` for a
     bad value, a ``TypeError`` for an unknown keyword, before any kernel is loaded."""
+    __tracebackhide__ = True
     known = (*_LISTS, *_SETTINGS)
     for name in values:
         if name not in known:
@@ -187,6 +190,7 @@ def sweep_values(*, device: str, dtype: Any, zcg: Any, **values: Any) -> dict[st
 
 
 def _spec(fn: Any, kernel_args: dict[str, Any] | None) -> KernelSpec:
+    __tracebackhide__ = True
     if isinstance(fn, KernelSpec):
         return fn
     if isinstance(fn, str):
@@ -240,6 +244,7 @@ def check(
     nothing could be checked here (every result unsupported, or every point dropped),
     unless ``raise_on_failure=False``; returns the :class:`Report`.
     """
+    __tracebackhide__ = True  # pytest: the user's call, not our frames, leads the report
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise ValueError(f"threads={threads!r}: expected an integer >= 1, or None")

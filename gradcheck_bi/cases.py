@@ -138,6 +138,7 @@ class Case:
 
 def _check_table(table: dict[str, Any], allowed: dict[str, Callable[[Any], Any]],
                  where: str, source: str, noun: str = "key") -> dict[str, Any]:
+    __tracebackhide__ = True  # a bad value is the caller's, not ours
     out = {}
     for key, value in table.items():
         if key not in allowed:
@@ -157,6 +158,7 @@ def check_values(values: dict[str, Any], source: str, noun: str = "argument") ->
     """Validate sweep values given outside a case file (the Python API's arguments) with the
     case schema's rules and messages; :class:`CaseError` (a ``ValueError``) names the
     argument, the value, what was expected and a near miss."""
+    __tracebackhide__ = True
     return _check_table(values, SWEEP_KEYS, "", source, noun)
 
 

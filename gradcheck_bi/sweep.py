@@ -138,9 +138,14 @@ def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
     return replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _asking(sweeps: list[Sweep], spec: KernelSpec) -> list[Sweep]:
+    """The sweeps that name ``spec`` among their kernels."""
+    return [s for s in sweeps if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
+
+
 def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
     """The zcg settings a sweep asked of ``spec`` that :func:`grid` leaves out."""
-    asked = [s for s in sweeps if {spec.name, spec.source} & {normal_ref(k) for k in s.kernels}]
+    asked = _asking(sweeps, spec)
     return [zcg for zcg in (False, True)
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
@@ -150,15 +155,46 @@ def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
     return [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
 
 
+def _foreign_checks(sweep: Sweep, op_name: str) -> list[str]:
+    """The checks ``sweep`` names, when not one of them is a check of the op (``dz`` asked of
+    an RMSNorm); otherwise none."""
+    asked = list(sweep.checks or ())
+    return [] if set(asked) & set(OPS[op_name].checks) else asked
+
+
+def _checks_absent(checks: list[str], op_name: str) -> str:
+    """Why ``checks`` ran nothing on a kernel of op ``op_name``: they are other ops' checks.
+
+    >>> _checks_absent(["dz"], "rms_norm")
+    "check dz does not apply to rms_norm, whose gradients are dx, dw (dz is rms_norm_gated's)"
+    """
+    op = OPS[op_name]
+    owners = {c: " or ".join(f"{o.name}'s" for o in OPS.values() if c in o.checks)
+              for c in checks}
+    which = (f"check {checks[0]} does" if len(checks) == 1
+             else f"checks {', '.join(checks)} do")
+    whose = ", ".join(f"{c} is {o}" for c, o in owners.items() if o)
+    return (f"{which} not apply to {op.name}, whose gradients are "
+            f"{', '.join(op.gradient_checks)}" + (f" ({whose})" if whose else ""))
+
+
 def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
               ran: Iterable[str]) -> list[tuple[str, str]]:
     """``(kernel, why)`` for every kernel that has no point at all (``ran``: the names of the
-    kernels that have one): every point asked of it was dropped. Such a kernel was not
-    checked, and a gate must not read that as a pass."""
+    kernels that have one): every point asked of it was dropped — a check of another op, or
+    a zcg setting it does not take. Such a kernel was not checked, and a gate must not read
+    that as a pass."""
     ran = set(ran)
     out = []
     for spec in kernels:
-        if spec.name not in ran:
-            why = "; ".join(spec.why_not(z) for z in _dropped_zcg(sweeps, spec))
-            out.append((spec.name, why or "no point of its sweeps applies to it"))
+        if spec.name in ran:
+            continue
+        asked = _asking(sweeps, spec)
+        foreign = [_foreign_checks(s, spec.op) for s in asked]
+        whys = [_checks_absent(f, spec.op) for f in foreign if f]
+        # A zcg setting explains only the sweeps whose checks the kernel has.
+        rest = [s for s, f in zip(asked, foreign, strict=True) if not f]
+        whys += [spec.why_not(z) for z in _dropped_zcg(rest, spec)]
+        why = "; ".join(dict.fromkeys(whys))
+        out.append((spec.name, why or "no point of its sweeps applies to it"))
     return out

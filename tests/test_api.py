@@ -122,19 +122,47 @@ def test_a_crashing_kernel_raises(tmp_path: Path) -> None:
     assert "AttributeError" in str(info.value) and "rsqrtt" in str(info.value)
 
 
+def _user_pytest(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    """A user's suite of one file, ``body``, run by pytest in a fresh process."""
+    (tmp_path / "test_user.py").write_text("import gradcheck_bi\n" + body)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_user.py")], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def test_pytest_shows_all_unsupported_as_skipped(tmp_path: Path) -> None:
     """What a user's suite sees: a skip, not a pass and not a failure."""
-    (tmp_path / "test_user.py").write_text(
-        "import gradcheck_bi\n"
+    done = _user_pytest(
+        tmp_path,
         "from gradcheck_bi.kernels.loader import load\n"
         f"Fn = load({str(KERNELS / 'megatron_like.py')!r} + ':BatchInvariantRMSNormFn').fn\n"
         "def test_it():\n"
         "    gradcheck_bi.check(Fn, checks=['forward'], dtype='fp32', shapes=[(2, 16)])\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(tmp_path / "test_user.py")], capture_output=True, text=True,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "1 skipped" in done.stdout, done.stdout + done.stderr
     assert done.returncode == 0, done.stdout
+
+
+def test_pytest_shows_the_users_call_not_our_source(tmp_path: Path) -> None:
+    """A failing check() and a bad argument lead with the user's line and our message; the
+    frames of check() and its validators are hidden (``__tracebackhide__``)."""
+    done = _user_pytest(
+        tmp_path,
+        "from gradcheck_bi.kernels.rmsnorm import Before\n"
+        "def test_defective():\n"  # the class, not the name "before": expected to pass
+        "    gradcheck_bi.check(Before, checks='dx', weights='randn', zcg=False,\n"
+        "                       shapes=(3, 16), layouts='contiguous')\n"
+        "def test_bad_argument():\n"
+        "    gradcheck_bi.check(Before, dtype='float33')\n"
+        "def test_bad_value():\n"
+        "    gradcheck_bi.check(Before, eps=0.0)\n")
+    out = done.stdout
+    assert "3 failed" in out, out + done.stderr
+    assert "GradcheckFailure: gradcheck-bi: VERDICT: NOT AS EXPECTED" in out, out
+    assert "Before dx cpu/fp64 shape (3, 16) γ=randn zcg=off" in out, out
+    assert "argument 'dtype'" in out and "argument 'eps'" in out, out
+    for ours in ("raise GradcheckFailure", "def check(", "raise ValueError", "raise CaseError",
+                 str(ROOT / "gradcheck_bi")):
+        assert ours not in out, f"{ours!r} in the user's report:\n{out}"
 
 
 def test_bundled_names_keep_their_declared_defects() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +35,23 @@ def test_a_passing_run_is_one_notice(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert out.startswith("::notice title=gradcheck-bi verdict::VERDICT: all") and \
         out.count("\n") == 1
+
+
+def test_a_kernel_error_is_annotated_at_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """An error's annotation carries the file and line of the kernel's innermost frame, the
+    place its message names; a wrong gradient has no line to point at, only the file."""
+    source = "tests/kernels/user_rmsnorm.py"
+    code = cli.main(["run", "--kernel", f"{source}:RaisesInBackward", "--kernel",
+                     f"{source}:DxDoubleWeight", "--check", "dx", "--shape", "2,16",
+                     "--zcg", "off", "--layout", "contiguous", "--format", "github"])
+    out = capsys.readouterr().out
+    assert code == 1
+    lines = Path(source).read_text().splitlines()
+    raised = next(n for n, text in enumerate(lines, 1) if "raise ValueError" in text)
+    errors = [line for line in out.splitlines() if line.startswith("::error file=")]
+    assert len(errors) == 2, out
+    at = f"::error file={source},line={raised},title=gradcheck-bi%3A "
+    assert any(e.startswith(at) and f"(at {source}:{raised} in backward)" in e
+               for e in errors), out
+    assert any(e.startswith(f"::error file={source},title=") and "DxDoubleWeight" in e
+               for e in errors), out

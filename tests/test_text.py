@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.report.text import display_names, glyph, plain, table_lines
+from gradcheck_bi.report.text import LEGEND, display_names, glyph, plain, table_lines
 from gradcheck_bi.vocab import Result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +98,11 @@ def _result(status: str, expected: str, err: float | None = 1.0) -> Result:
 
 def test_glyphs_tell_expected_from_unexpected_without_colour() -> None:
     assert glyph(_result("pass", "pass"))[0] == "✓"
-    assert glyph(_result("fail", "fail"))[0] == "✗"
+    # An expected failure (a declared defect shown) shares no mark with an unexpected one,
+    # and the legend says what each means.
+    assert glyph(_result("fail", "fail"))[0] == "x"
     assert glyph(_result("fail", "pass"))[0] == "✗!"
+    assert "x expected failure" in LEGEND and "✗! unexpected failure" in LEGEND, LEGEND
     assert glyph(_result("pass", "fail"))[0] == "✓!"
     assert glyph(_result("error", "pass", None))[0] == "ERROR!"
     assert glyph(_result("fail", "fail"))[1] != glyph(_result("pass", "pass"))[1]

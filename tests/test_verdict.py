@@ -64,6 +64,20 @@ def test_a_kernel_without_zcg_run_at_zcg_on_checks_nothing(
     assert "absent" in verdict  # why: zero_centered_gamma is absent
 
 
+@pytest.mark.parametrize(("kernel", "extra", "code"), [
+    ("after", (), 3), ("after", ("--strict",), 1), ("after", ("--bisect",), 125),
+    ("torch", (), 3)])  # torch: without zcg, which is not why dz ran nothing
+def test_a_check_of_another_op_checks_nothing_and_says_so(
+        capsys: pytest.CaptureFixture[str], kernel: str, extra: tuple[str, ...], code: int
+) -> None:
+    got, out, err = run(capsys, "run", "--kernel", kernel, "--check", "dz", *extra)
+    assert got == code, (out, err)
+    verdict = out.rstrip().splitlines()[-1]
+    assert "NOTHING CHECKED" in verdict, verdict
+    assert "check dz does not apply to rms_norm, whose gradients are dx, dw" in verdict, verdict
+    assert "zero_centered_gamma" not in verdict, verdict
+
+
 def test_junit_and_json_of_a_run_that_checked_nothing(capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
     code, out, _ = run(capsys, *NO_ZCG, "--format", "junit")

@@ -32,9 +32,10 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def command(kind: str, title: str, message: str, file: str | None = None) -> str:
-    props = ([f"file={escape_property(file)}"] if file else []) + [
-        f"title={escape_property(title)}"]
+def command(kind: str, title: str, message: str, file: str | None = None,
+            line: int | None = None) -> str:
+    props = ([f"file={escape_property(file)}"] if file else []) + (
+        [f"line={line}"] if file and line else []) + [f"title={escape_property(title)}"]
     return f"::{kind} {','.join(props)}::{escape_data(message)}"
 
 
@@ -42,6 +43,24 @@ def _file(kernel: str) -> str | None:
     """The kernel's source file when it was given by path (for an annotation in the diff)."""
     path, sep, _ = kernel.rpartition(":")
     return path if sep and path.endswith(".py") else None
+
+
+def _where(r: Result) -> tuple[str | None, int | None]:
+    """Where a result's annotation goes: for a kernel that raised, the innermost frame of
+    its own code (``details.traceback``: ``path.py:LINE in func``, as its message says);
+    otherwise the kernel's file when it was given by path, without a line.
+
+    >>> r = Result("k.py:Fn", "dx", "cpu", "fp64", [2, 8], 1e-6, 0, "randn", False, None,
+    ...            None, "error", "pass", False,
+    ...            details={"traceback": ["k.py:9 in backward", "helpers.py:4 in scale"]})
+    >>> _where(r)
+    ('helpers.py', 4)
+    """
+    for frame in reversed(r.details.get("traceback") or []):
+        path, _, line = frame.rsplit(" in ", 1)[0].rpartition(":")
+        if path and line.isdigit():
+            return path, int(line)
+    return _file(r.kernel), None
 
 
 def to_github(results: list[Result], drifts: list[Drift], verbose: bool = False,
@@ -52,7 +71,7 @@ def to_github(results: list[Result], drifts: list[Drift], verbose: bool = False,
     lines = [command("warning", "gradcheck-bi: not run", note) for note in notes or []]
     for r, group in ranked(results, verbose, strict):
         title = f"gradcheck-bi: {short_name(r.kernel)} {r.check} not as expected"
-        lines.append(command("error", title, failure_line(r, group), _file(r.kernel)))
+        lines.append(command("error", title, failure_line(r, group), *_where(r)))
     summary = summarize(results, strict, unchecked, drifted_results(drifts))
     seen: set[tuple[str, str]] = set()
     for r in summary.unsupported:

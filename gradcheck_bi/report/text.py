@@ -5,7 +5,7 @@ that cannot fit the width as a grid falls back to one result per line. The grid,
 (check, zcg) table, one block of lines per kernel × device/dtype row::
 
     kernel  device dtype  γ=randn      γ=ones (control)  γ=zeros
-    before  cpu fp64      1.118e+00 ✗  1.480e-12 ✓       0 ✓
+    before  cpu fp64      1.118e+00 x  1.480e-12 ✓       0 ✓
             tol           3.216e-11    3.216e-11         0
             worst at      [0,5,70]     [1,0,188]         —
             randn/ones    7.56e+11
@@ -14,7 +14,8 @@ bf16/fp16 cells are in ulps of the output dtype (``0.4998 ulp``), and the gradie
 add the method: which precision the kernel's own forward was lifted to for the reference.
 
 A cell shows its worst result (one not as expected first, then the largest error): the
-error with a status glyph, below it that result's tolerance and worst element. Long kernel
+error with a status mark (``x``: a declared defect shown, as expected; ``✗!``: a
+failure not expected), below it that result's tolerance and worst element. Long kernel
 refs are shortened in the rows and given whole in a footnote. A line is a list of
 ``(text, style)`` segments: :func:`plain` joins them, the Rich renderer colours them.
 """
@@ -46,8 +47,12 @@ Line = list[Segment]
 
 NAME_MAX = 16  # longer kernel names get an alias in the rows and a footnote
 GAP = "  "
-LEGEND = ("✓ pass · ✗ fail, a declared defect (expected) · ! not as expected (exit 1) · "
-          "a cell is its worst result: max |err|, its tol and worst element · randn/ones: "
+# ✗ is kept for what is wrong (here and in the closing block). A declared defect shown where
+# it must show is a good thing: pytest's mark for an expected failure, one column wide as ✓.
+EXPECTED_FAIL = "x"
+LEGEND = (f"✓ pass · {EXPECTED_FAIL} expected failure (a declared defect shown) · ✗! "
+          "unexpected failure · ✓! declared defect missed · any ! is not as expected (exit 1) "
+          "· a cell is its worst result: max |err|, its tol and worst element · randn/ones: "
           "discrimination ratio (γ=randn error / γ=ones error)")
 
 
@@ -57,10 +62,9 @@ def glyph(r: Result) -> Segment:
         return ("unsupported", "yellow")
     if r.status == "error":
         return ("error", "red") if r.as_expected else ("ERROR!", "bold red")
-    mark = "✓" if r.status == "pass" else "✗"
     if not r.as_expected:
-        return (mark + "!", "bold red")
-    return (mark, "green" if r.status == "pass" else "yellow")
+        return ("✓!" if r.status == "pass" else "✗!", "bold red")
+    return ("✓", "green") if r.status == "pass" else (EXPECTED_FAIL, "cyan")
 
 
 def _cell_lines(cell: Cell) -> tuple[Line, str, str]:
