@@ -167,18 +167,19 @@ def breakdown(run_args: list[str], top: int = 0, warm_run: bool = False) -> None
     t_torch = time.perf_counter() - t0
     import gradcheck_bi.cli as cli
     import gradcheck_bi.fd.estimate
+    from gradcheck_bi.runner import measured_here
     with contextlib.suppress(ImportError):
         import liger_kernel.ops.rms_norm  # noqa: F401
     t_import = time.perf_counter() - t0
     if warm_run:  # one uncounted run first: lazy imports and first calls out of the numbers
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), measured_here():
             cli.main(["run", "--no-progress", "--format", "json", *run_args])
     clock = Clock(torch.cuda.synchronize if torch.cuda.is_available() else lambda: None)
     instrument(clock)
     sink = io.StringIO()
     t1 = time.perf_counter()
     prof = cProfile.Profile() if top else None
-    with contextlib.redirect_stdout(sink):
+    with contextlib.redirect_stdout(sink), measured_here():  # profiled in this process
         if prof:
             prof.enable()
         code = cli.main(["run", "--no-progress", "--format", "json", *run_args])

@@ -92,7 +92,9 @@ def count(run_args: list[str]) -> tuple[dict[str, int], collections.Counter[tupl
             return func(*args, **(kwargs or {}))
 
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), Mode():
+    from gradcheck_bi.runner import measured_here
+
+    with contextlib.redirect_stdout(sink), Mode(), measured_here():  # the ops run here
         cli.main(["run", "--no-progress", "--format", "json", *run_args])
     import json
     n_results = len(json.loads(sink.getvalue())["results"])

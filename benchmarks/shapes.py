@@ -122,9 +122,11 @@ def record(args: list[str], gpu_elements: int | None = None) -> tuple[int, Count
     """Run ``gradcheck-bi run ARGS`` in this process; its exit code and what the kernels
     received."""
     from gradcheck_bi.cli import main
+    from gradcheck_bi.runner import measured_here
 
     seen: Counter[Key] = Counter()
-    with tempfile.TemporaryDirectory() as tmp, recording(seen), gpu_sized(gpu_elements):
+    with (tempfile.TemporaryDirectory() as tmp, recording(seen), gpu_sized(gpu_elements),
+          measured_here()):  # the kernels are watched in this process
         out = os.path.join(tmp, "report.json")
         code = main(["run", *args, "--format", "json", "--output", out])
     return code, seen

@@ -123,7 +123,7 @@ class Report:
 # files' names); device, dtype and zcg are its own arguments. A crossed axis takes a list.
 _LISTS = (*(key for key, axis in BY_KEY.items() if axis.plural and key != "zcg"),
           "allow_mutation")
-_SETTINGS = (*(key for key, axis in BY_KEY.items() if not axis.plural), "expect")
+_SETTINGS = (*(key for key, axis in BY_KEY.items() if not axis.plural), "expect", "timeout")
 _ZCG = {"off": [False], "on": [True], "both": [False, True]}
 
 
@@ -234,7 +234,8 @@ def check(
     or a list of bools; ``dtype`` the CLI's names, torch's (``"bfloat16"``) or a
     ``torch.dtype``. ``expect="fail"`` states that every result must fail. ``sweep_options``
     are the case files' other keys (``atol``, ``rtol``, ``stencil``, ``step_rel``,
-    ``max_memory``, ``mode``, ``directions``, ``layouts``, ``allow_mutation``; for the
+    ``max_memory``, ``mode``, ``directions``, ``layouts``, ``allow_mutation``, ``timeout``
+    — seconds a point may run before it is an ``error``, none by default; for the
     other ops ``biases``, ``group_sizes``, ``norm_before_gate``). Every argument is
     validated before any kernel runs, with the case files' rules: a bad value is a
     ``ValueError`` naming it, an unknown keyword a ``TypeError``.

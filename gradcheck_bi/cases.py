@@ -52,8 +52,8 @@ else:  # pragma: no cover - Python 3.10
 
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.point import AXIS, CASE_KEYS, BadValue, boolean, choice, list_of
-from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.point import AXIS, CASE_KEYS, BadValue, boolean, choice, list_of, nonnegative
+from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep
 from gradcheck_bi.vocab import EXPECTED_STATUSES, Expectation, did_you_mean
 
 
@@ -103,6 +103,7 @@ SWEEP_KEYS: dict[str, Callable[[Any], Any]] = {
     **CASE_KEYS,
     "expect": choice(EXPECTED_STATUSES),
     "allow_mutation": list_of(choice(MUTABLE), "tensors (" + ", ".join(MUTABLE) + ")"),
+    "timeout": nonnegative,  # seconds a point may run; 0: no limit
 }
 # Keys that shape how a block becomes a sweep, not a Sweep field.
 BLOCK_KEYS: dict[str, Callable[[Any], Any]] = {
@@ -215,7 +216,8 @@ def parse_case(text: str, source: str) -> Case:
     for i, block in enumerate(blocks, 1):
         where = f"in [[sweep]] #{i}" + (f" ({block['name']})" if isinstance(
             block.get("name"), str) else "")
-        values = {**top, **_check_table(block, {**SWEEP_KEYS, **BLOCK_KEYS}, where, source)}
+        values = {"timeout": CASE_TIMEOUT_S, **top,
+                  **_check_table(block, {**SWEEP_KEYS, **BLOCK_KEYS}, where, source)}
         sweep, dropped = _to_sweep(values, source, where)
         sweep.expectations = list(expectations)
         sweep.kernel_args = dict(kernel_args)

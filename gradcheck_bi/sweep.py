@@ -29,6 +29,11 @@ from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
 DEFAULT_SHAPE = (2, 8, 256)
 # A strided input and a strided cotangent at γ = randn; cases/ci.toml sweeps every layout.
 DEFAULT_LAYOUTS = ("contiguous", "x-strided", "grad-strided")
+# A case file's points stop after this long unless it sets its own ``timeout``: a gate runs
+# unattended, and a hang must cost one point, not the CI job. Generous: the largest point of
+# the shipped cases takes seconds on a 2-core CPU. A one-off run has no limit (Ctrl-C is at
+# hand, and a large shape on CPU may rightly take minutes).
+CASE_TIMEOUT_S = 600.0
 
 
 def default_targets() -> list[tuple[str, str]]:
@@ -68,6 +73,9 @@ class Sweep:
     # Tensors the kernels may write into by design ("x", "weight", "grad_output"): a note,
     # not a failure (kernels/call.py compares each before and after).
     allow_mutation: list[str] = field(default_factory=list)
+    # Seconds a point may run before it is an ``error`` and its worker is killed
+    # (gradcheck_bi.workers); None or 0: no limit. Case files default to CASE_TIMEOUT_S.
+    timeout: float | None = None
     # Memory layouts (kernels/layout.py): every point runs contiguous; each other layout is
     # crossed with γ = randn and the checks it applies to (layout bugs do not hide behind γ).
     layouts: list[str] = field(default_factory=lambda: list(DEFAULT_LAYOUTS))

@@ -27,7 +27,8 @@ OTHER: dict[str, Any] = {
     "op": "layer_norm", "bias": "zeros", "group_size": 4, "norm_before_gate": False,
 }
 # Sweep fields that are no axis of a point: what runs, what it must show, how to call it.
-NOT_AXES = {"kernels", "targets", "expect", "expectations", "kernel_args", "allow_mutation"}
+NOT_AXES = {"kernels", "targets", "expect", "expectations", "kernel_args", "allow_mutation",
+            "timeout"}
 
 
 def untabled(config: type) -> list[str]:

@@ -1,4 +1,4 @@
-"""The runner: points measured in order, in one process or spread over worker processes."""
+"""The runner: points measured in order, in worker processes or here, one report either way."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
+from gradcheck_bi import workers
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.report.render import to_json
-from gradcheck_bi.runner import run_points, spread, visible_gpus
+from gradcheck_bi.runner import run_points, visible_gpus
 from gradcheck_bi.sweep import Sweep, grid
 
 
@@ -32,29 +33,40 @@ def _first_difference(a: str, b: str) -> str:
     return f"{len(la)} vs {len(lb)} lines"
 
 
-def test_spread_over_two_cpu_workers_gives_the_one_process_report() -> None:
-    # Two spawned workers share one queue of CPU points: the split, the worker loop and the
-    # merge are those a multi-GPU run uses; only the device each worker pins differs.
-    points = _points("cpu", "fp64", seeds=[3, 11])
+def _here(points: list, monkeypatch: pytest.MonkeyPatch) -> list:
+    with monkeypatch.context() as m:
+        m.setenv("GRADCHECK_BI_ISOLATE", "0")
+        return run_points(points, devices=[])
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_worker_process_gives_the_one_process_report(
+        start: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fork: the CPU worker of every Linux run; spawn: a CUDA worker's start (and the CPU
+    # worker's where fork is missing), loading the kernels by reference.
+    points = _points("cpu", "fp64", seeds=[3, 11] if start == "fork" else [3])
     seen: list[int] = []
-    one = run_points(points, devices=[])
-    two = spread(points, ["cpu", "cpu"], on_result=lambda r, n, total: seen.append(n))
-    assert [(r.kernel, r.check, r.seed, r.weight) for r in two] == \
-        [(r.kernel, r.check, r.seed, r.weight) for r in one], "results out of order"
-    a, b = _json(one), _json(two)
+    here = _here(points, monkeypatch)
+    there = workers.measure(points, lambda r, n, total: seen.append(n), cpu_start=start)
+    assert [(r.kernel, r.check, r.seed, r.weight) for r in there] == \
+        [(r.kernel, r.check, r.seed, r.weight) for r in here], "results out of order"
+    a, b = _json(here), _json(there)
     assert a == b, f"reports differ: {_first_difference(a, b)}"
     assert seen == list(range(1, len(points) + 1)), f"progress counts {seen}"
-    assert {r.status for r in one} >= {"pass", "fail"}, "the sweep should hold both verdicts"
+    assert {r.status for r in here} >= {"pass", "fail"}, "the sweep should hold both verdicts"
 
 
-def test_a_failed_worker_is_reported_and_its_points_run_here() -> None:
-    # A worker that cannot start (here: no such GPU) must neither hang the run nor lose
-    # points: it is named in a warning and this process measures what it left.
-    points = _points("cpu", "fp64", seeds=[0])[:6]
-    with pytest.warns(RuntimeWarning, match="cuda:99"):
-        results = spread(points, ["cpu", "cuda:99"])
-    a, b = _json(run_points(points, devices=[])), _json(results)
-    assert a == b, f"reports differ: {_first_difference(a, b)}"
+def test_a_worker_failing_on_its_own_is_gradcheck_bis_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not the kernel's doing (here: the worker's thread setup breaks before any point, as a
+    # missing GPU would): exit 4's exception with the worker's traceback, not a hang and not
+    # results blamed on the kernel. The forked worker inherits the patch.
+    def broken(threads: int | None) -> None:
+        raise OSError("no such device")
+
+    monkeypatch.setattr("gradcheck_bi.fd.threads.apply_policy", broken)
+    with pytest.raises(workers.WorkerFailure, match="worker on cpu: OSError: no such device"):
+        workers.measure(_points("cpu", "fp64", seeds=[0])[:2])
 
 
 def test_one_gpu_or_none_means_one_process() -> None:

@@ -41,6 +41,8 @@ import torch
 
 from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels import phase
+from gradcheck_bi.kernels.trace import stops_the_run
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported, first_line
 
 _NAMES_TARGET = re.compile(
@@ -91,6 +93,7 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
         cfg = Config(check="forward", device=device, dtype=dtype, shape=at.shape, op=spec.op,
                      group_size=at.group_size, norm_before_gate=at.norm_before_gate,
                      bias=at.bias)
+        phase.now("forward (probe)")
         with torch.no_grad():
             if spec.op != "rms_norm":  # the family's other ops: one call with every input
                 p = make_point(cfg)
@@ -100,9 +103,9 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
                 spec.fn.apply(x, w, 1e-6, min(spec.zcg))  # zcg off, unless only on is run
     except Unsupported as exc:  # e.g. a user kernel whose module could not be imported here
         return str(exc)
-    except (KeyboardInterrupt, MemoryError):
-        raise
-    except Exception as exc:  # a kernel may raise anything; only a refusal decides here
+    except BaseException as exc:  # a kernel may raise anything; only a refusal decides here
+        if stops_the_run(exc):
+            raise
         why = refusal(exc)
         return None if why is None else f"kernel refuses {device}/{dtype}: {why}"
     return None

@@ -18,6 +18,7 @@ import gc
 import sys
 from typing import Any
 
+from gradcheck_bi.cli import early
 from gradcheck_bi.cli.early import UsageError, preflight
 
 # As in gradcheck_bi.gate.verdict (which imports torch, not yet loaded here). `git bisect run`
@@ -41,6 +42,7 @@ def _err_line(text: str) -> None:  # one line, never wrapped to the terminal wid
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the Typer app and map every failure to one line and an exit code."""
+    early.running_as_program(argv is None)
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     # Imports (torch, the kernel's library) make little garbage but trigger many full

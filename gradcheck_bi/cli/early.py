@@ -94,3 +94,19 @@ def preflight(args: Sequence[str]) -> None:
         update_baseline="--update-baseline" in args,
         plot=plot if command == "run" else None,
     )
+
+
+# Whether main() runs as the program (its own process: the console script, python -m), not
+# as a function called inside someone else's process: only then is the process known never
+# to have run a parallel torch region (gradcheck_bi.fd.threads.start_serial).
+_as_program = False
+
+
+def running_as_program(yes: bool) -> None:
+    global _as_program
+    _as_program = yes
+
+
+def as_program() -> bool:
+    """Whether ``main`` was started as the program (see ``_as_program``)."""
+    return _as_program

@@ -8,6 +8,7 @@ works.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import typer
 from rich.console import Console
 
 from gradcheck_bi.cases import CaseError, load_case
+from gradcheck_bi.cli.early import as_program
 from gradcheck_bi.cli.emit import Report, emit
 from gradcheck_bi.cli.execute import environment, execute, print_tracebacks
 from gradcheck_bi.cli.options import (
@@ -43,7 +45,7 @@ from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.point import AXES, AXIS
 from gradcheck_bi.shard import ShardError, parse_shard
-from gradcheck_bi.sweep import Sweep, with_overrides
+from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep, with_overrides
 
 
 def _targets(device: str | None, dtype: str | None) -> list[tuple[str, str]] | None:
@@ -58,7 +60,9 @@ def set_threads(threads: int | None) -> None:
     """``--threads N``: the library's policy (:func:`gradcheck_bi.fd.threads.apply_policy`)."""
     if threads is not None and threads < 1:
         raise UsageError(f"--threads {threads}: must be >= 1")
-    fd_threads.apply_policy(threads)
+    # Before any torch op; as the program, forked workers may then use every thread.
+    fd_threads.start_serial(fresh=as_program())
+    fd_threads.pin_policy(threads)  # applied where the points are measured
 
 
 def run_command(
@@ -81,6 +85,11 @@ def run_command(
         "--allow-mutation", metavar="TENSOR,…", rich_help_panel=WHAT, show_default="none",
         help="Tensors your kernel writes into by design (x, weight, grad_output): a note, "
         "not a failure.")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        metavar="SECONDS", rich_help_panel=WHAT,
+        show_default=f"{CASE_TIMEOUT_S:g} with --case, else none",
+        help="A point still running after this long is an error (its worker process is "
+        "killed; the other points run). 0: no limit.")] = None,
     layout: Annotated[list[str] | None, typer.Option(
         "--layout", metavar="LAYOUT,…", rich_help_panel=WHAT,
         show_default="contiguous; x-, grad-strided at γ=randn",
@@ -227,6 +236,7 @@ def run_command(
         expectations=[] if expect else None,  # --expect outranks a case's rules
         kernel_args={**sweep.kernel_args, **extra} if extra else None,
         allow_mutation=many_of("--allow-mutation", allow_mutation, MUTABLE),
+        timeout=_timeout(timeout),
     ) for sweep in sweeps]
     try:
         done = execute(sweeps, progress, part)
@@ -246,6 +256,12 @@ def run_command(
         print_tracebacks(results)
     emit(report, fmt_name, output, plot, time.perf_counter() - started)
     return code
+
+
+def _timeout(seconds: float | None) -> float | None:
+    if seconds is not None and not (seconds >= 0 and math.isfinite(seconds)):
+        raise UsageError(f"--timeout {seconds:g}: must be a number of seconds >= 0")
+    return seconds
 
 
 def point_options(given: dict[str, Any]) -> dict[str, Any]:

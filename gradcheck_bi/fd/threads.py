@@ -50,6 +50,16 @@ PROBE_MARGIN = 1.25
 BUSY_FACTOR = 2.0
 _fixed: int | None = None
 _own: tuple[float, int] = (0.0, 1)  # (until when, threads) of our last parallel loop
+# GNU OpenMP's thread pool does not survive fork(): a forked child of a process that ran a
+# parallel region on two or more threads waits forever in its own first one (measured:
+# torch 2.13, libgomp; a child that sets one thread first is fine). So a forked worker runs
+# torch on several threads only where this process is known never to have had a pool: the
+# command line says so at its start (``_serial_so_far``, before any torch op) and no native
+# thread has appeared since this module was imported (a pool's threads are native); any
+# doubt — the API inside a user's process, a CUDA driver's threads — caps a forked worker
+# at ``_ceiling`` = 1 thread (its large loops can still spread over spawned processes).
+_serial_so_far = False
+_ceiling: int | None = None
 
 
 def fix_threads(n: int | None) -> None:
@@ -63,13 +73,64 @@ def fix_threads(n: int | None) -> None:
 def apply_policy(threads: int | None) -> None:
     """``threads`` (else ``OMP_NUM_THREADS``) for every torch op and the loop; with neither,
     one thread outside the loop and the loop's choice by work size."""
+    pin_policy(threads)
+    _set_torch_threads(_fixed or 1)
+
+
+def pin_policy(threads: int | None) -> None:
+    """Record :func:`apply_policy`'s pin (``threads``, else ``OMP_NUM_THREADS``) without
+    touching torch's thread count: for a process that hands its measurements to workers
+    (each applies ``apply_policy(fixed_threads())``) and stays on one thread itself."""
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     env = os.environ.get("OMP_NUM_THREADS", "")
     if threads is None and env.isdigit() and int(env) >= 1:
         threads = int(env)
     fix_threads(threads)
-    torch.set_num_threads(threads or 1)
+
+
+def start_serial(fresh: bool) -> None:
+    """At the command line's start, before any torch op: torch on one thread here; with
+    ``fresh`` (the program's own process, not a function called inside another one) this
+    process is taken never to have run a parallel region (:func:`fork_keeps_threads`)."""
+    global _serial_so_far
+    torch.set_num_threads(1)
+    _serial_so_far = fresh and _native_threads() <= _NATIVE_AT_IMPORT
+
+
+def _native_threads() -> int:
+    """This process's threads that Python did not start (a thread pool's, a driver's)."""
+    import threading
+
+    try:
+        return len(os.listdir("/proc/self/task")) - threading.active_count()
+    except OSError:  # no /proc: unknown, so as many as can be
+        return 1 << 30
+
+
+_NATIVE_AT_IMPORT = _native_threads()  # torch just imported: no pool yet in a fresh process
+
+
+def fork_keeps_threads() -> bool:
+    """Whether a child forked now may run torch on several threads (see ``_serial_so_far``)."""
+    return (_serial_so_far and torch.get_num_threads() == 1
+            and _native_threads() <= _NATIVE_AT_IMPORT)
+
+
+def limit_threads(n: int | None) -> None:
+    """Cap torch's thread count in this process at ``n`` (``None``: no cap)."""
+    global _ceiling
+    _ceiling = n
+    if n is not None and torch.get_num_threads() > n:
+        torch.set_num_threads(n)
+
+
+def _set_torch_threads(n: int) -> None:
+    global _serial_so_far
+    n = min(n, _ceiling or n)
+    if n > 1:
+        _serial_so_far = False
+    torch.set_num_threads(n)
 
 
 @contextlib.contextmanager
@@ -112,6 +173,11 @@ def usable_cores() -> int:
 def threads_for(chunk_elements: int) -> int:
     """Threads for a chunk of ``chunk_elements`` perturbed elements: the pinned number, else
     one below ``PARALLEL_MIN_ELEMENTS``, else every usable core."""
+    wanted = _wanted(chunk_elements)
+    return wanted if _ceiling is None else min(wanted, _ceiling)
+
+
+def _wanted(chunk_elements: int) -> int:
     if _fixed is not None:
         return _fixed
     if chunk_elements < PARALLEL_MIN_ELEMENTS:
@@ -126,7 +192,7 @@ def spread_processes(device: torch.device, chunk_elements: int) -> int:
     this process) or off CPU."""
     if device.type != "cpu" or _fixed is not None:
         return 1
-    n = min(MAX_PROCESSES, threads_for(chunk_elements))
+    n = min(MAX_PROCESSES, _wanted(chunk_elements))  # processes: no fork hazard, no cap
     _count_as_ours(n)
     return n
 
@@ -148,7 +214,7 @@ def cpu_threads(device: torch.device, chunk_elements: int) -> Iterator[int]:
     previous, wanted = torch.get_num_threads(), threads_for(chunk_elements)
     _count_as_ours(wanted)
     if wanted != previous:
-        torch.set_num_threads(wanted)
+        _set_torch_threads(wanted)
     try:
         yield wanted
     finally:
@@ -180,7 +246,7 @@ def run_steps(steps: Sequence[Callable[[], None]], device: torch.device) -> None
     try:
         for i, step in enumerate(steps):
             n = 1 if i == probe else wanted if i == probe + 1 else current
-            torch.set_num_threads(n)
+            _set_torch_threads(n)
             t0 = time.perf_counter()
             step()
             dt = time.perf_counter() - t0

@@ -58,7 +58,7 @@ def judge(
     )
 
 
-def judge_raised(kernel: str, expected: str, cfg: Config, exc: Exception) -> Result:
+def judge_raised(kernel: str, expected: str, cfg: Config, exc: BaseException) -> Result:
     """What a kernel's exception at a point means:
 
     * :class:`ContractViolation` — a wrong answer (a gradient that is None or of the wrong

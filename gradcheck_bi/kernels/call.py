@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels import phase
 from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.kernels.watch import first_call
 from gradcheck_bi.vocab import ContractViolation, first_line
@@ -32,6 +33,7 @@ def call_forward(fn: Any, x: torch.Tensor, w: torch.Tensor, eps: float,
     """``fn.apply(x, w, eps, zero_centered_gamma)``, refusing a result outside the contract
     (a first call at a shape that is slow — a compile, an autotune — is announced:
     :mod:`.watch`)."""
+    phase.now("forward")
     with first_call(fn, tuple(x.shape), str(x.dtype), x.device.type):
         y = fn.apply(x, w, eps, zero_centered_gamma)
     if not isinstance(y, torch.Tensor):
@@ -108,6 +110,7 @@ def analytic_grads(
         y.register_hook(keep)
     # Σ(y·g) backpropagates exactly g into the kernel's backward (1·g is exact) and, unlike
     # y.backward(g), does not make torch import sympy to check shapes (~0.3 s per process).
+    phase.now("backward")
     try:
         (y * g).sum().backward()
     except RuntimeError as exc:  # autograd's own check of what the backward returned

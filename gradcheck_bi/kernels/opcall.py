@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels import phase
 from gradcheck_bi.kernels.call import unchanged
 from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.ops import OPS
@@ -77,6 +78,7 @@ def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any
 
 def _called(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
             zcg: bool) -> Tensors:
+    phase.now("forward")
     return outputs_of(fn.op, fn.call(inputs, params, options, zcg), inputs["x"])
 
 
@@ -111,6 +113,7 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
         term = (y * g).sum()
         loss = term if loss is None else loss + term
     assert loss is not None
+    phase.now("backward")
     try:
         loss.backward()
     except RuntimeError as exc:

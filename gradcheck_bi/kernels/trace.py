@@ -87,6 +87,30 @@ def is_internal(exc: BaseException) -> bool:
     return bool(ours) and ours[-1] is tb[-1]
 
 
+# Set in a worker process, whose SIGINT is ignored (the user's Ctrl-C stops its parent,
+# which stops it): there a KeyboardInterrupt can only be the kernel's own doing.
+_ctrl_c_ignored = False
+
+
+def ignore_ctrl_c() -> None:
+    """In a worker process: SIGINT ignored, so every KeyboardInterrupt is the kernel's."""
+    global _ctrl_c_ignored
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _ctrl_c_ignored = True
+
+
+def stops_the_run(exc: BaseException) -> bool:
+    """Whether ``exc`` stops the whole run rather than being one point's ``error``: memory
+    exhausted, or the user's Ctrl-C (a ``KeyboardInterrupt`` where it cannot be the kernel's
+    own, i.e. outside a worker process). ``SystemExit``, ``GeneratorExit`` and every other
+    exception the kernel raises are its point's result."""
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, KeyboardInterrupt) and not _ctrl_c_ignored
+
+
 def located(exc: BaseException) -> str:
     """``"NameError: … (at my_norm.py:6 in forward)"``: the exception's first line and the
     innermost frame of the kernel's own code, where there is one."""

@@ -38,6 +38,11 @@ def listen(listener: Listener | None) -> None:
     _listener = listener
 
 
+def listener() -> Listener | None:
+    """The listener installed (for a worker process's messages, told here)."""
+    return _listener
+
+
 @contextmanager
 def first_call(fn: Any, shape: tuple[int, ...], dtype: str, device: str,
                slow_after_s: float | None = None) -> Iterator[None]:

@@ -1,0 +1,57 @@
+"""One point measured in this process: its check run, what the kernel raised judged.
+
+:func:`run_point` is the whole of what happens to a point wherever it runs — in the process
+that writes the report, or in a worker process (:mod:`gradcheck_bi.workers`);
+:class:`PointMeasurer` adds the probe each kernel gets once per (device, dtype).
+
+Anything the kernel raises is a result of that point: ``SystemExit``, ``GeneratorExit`` and
+a ``KeyboardInterrupt`` the kernel raised itself included (a gate must never take a kernel's
+``sys.exit(0)`` for a pass). What stops the run instead: gradcheck-bi's own slip (exit 4,
+:func:`~gradcheck_bi.kernels.trace.is_internal`), the user's Ctrl-C and memory exhausted
+(:func:`~gradcheck_bi.kernels.trace.stops_the_run`).
+"""
+
+from __future__ import annotations
+
+from gradcheck_bi.checks import run_check
+from gradcheck_bi.checks.probe import probe
+from gradcheck_bi.gate import expected, judge, judge_raised
+from gradcheck_bi.kernels.call import declared_mutations
+from gradcheck_bi.kernels.trace import is_internal, stops_the_run
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.vocab import Config, KernelSpec, Result
+
+
+def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) -> Result:
+    """Measure one point; what the kernel raised is judged by
+    :func:`~gradcheck_bi.gate.judge.judge_raised` (a refusal, a broken contract, a crash)."""
+    must = expected(spec, cfg, sweep)
+    if refused is not None:
+        return judge(spec.name, must, cfg, status="unsupported", message=refused)
+    try:
+        allowed = spec.allow_mutation | frozenset(sweep.allow_mutation)
+        with declared_mutations(allowed) as mutations:
+            measurement = run_check(spec.fn, cfg)
+    except BaseException as exc:  # the kernel's own failure, reported per result
+        if stops_the_run(exc) or is_internal(exc):
+            raise  # the user's Ctrl-C; gradcheck-bi's own bug: exit 4, never the kernel's
+        return judge_raised(spec.name, must, cfg, exc)
+    result = judge(spec.name, must, cfg, measurement)
+    if mutations:  # declared by the kernel: a note, never a pass in silence
+        note = "declared mutation: " + "; ".join(mutations)
+        result.message = f"{result.message}; {note}" if result.message else note
+        result.details["declared_mutation"] = list(mutations)
+    return result
+
+
+class PointMeasurer:
+    """:func:`run_point` with each kernel probed once per (device, dtype)."""
+
+    def __init__(self) -> None:
+        self.refusals: dict[tuple[str, str, str], str | None] = {}
+
+    def __call__(self, spec: KernelSpec, cfg: Config, sweep: Sweep) -> Result:
+        key = (spec.name, cfg.device, cfg.dtype)
+        if key not in self.refusals:
+            self.refusals[key] = probe(spec, cfg.device, cfg.dtype, cfg)
+        return run_point(spec, cfg, sweep, self.refusals[key])

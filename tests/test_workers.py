@@ -1,0 +1,124 @@
+"""Faults survived: a kernel that exits, dies or hangs at one shape costs those points only.
+
+Each fault of ``tests/kernels/faults.py`` strikes at D = 1025 only. Before points ran in
+worker processes, ``sys.exit(0)`` and ``os._exit(0)`` ended the run with exit 0 and no
+report, a segfault or an abort with 139 / 134 and no report, and a hang never ended.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.runner import run
+from gradcheck_bi.sweep import Sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = "tests/kernels/faults.py"
+SHAPES = [(3, 40), (2, 1025), (2, 24)]  # the faulty width between two healthy ones
+
+# fault class → what its error message must say (the rest of the run must not be touched)
+EXPECTED = {
+    "SysExitInBackward": "SystemExit: 0",
+    "OsExitInForward": "the kernel ended the process (exit code 0) in forward at shape "
+                       "(2, 1025)",
+    "SegfaultInForward": "the kernel killed the process with SIGSEGV in forward at shape "
+                         "(2, 1025)",
+    "AbortInForward": "the kernel killed the process with SIGABRT in forward at shape "
+                      "(2, 1025)",
+    "InterruptInForward": "KeyboardInterrupt: raised by the kernel",
+    "GeneratorExitInForward": "GeneratorExit",
+    "HangInBackward": "did not finish in 3 s: backward at shape (2, 1025)",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_a_fault_at_one_width_is_an_error_there_and_nothing_else(fault: str) -> None:
+    spec = resolve(f"{FAULTS}:{fault}")
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=SHAPES,
+                  weights=["randn"], zcg=[False], layouts=["contiguous"],
+                  checks=["forward", "dx", "dw", "batch_invariance"], timeout=3)
+    results = run(sweep, [spec])
+    assert len(results) == 12, f"{len(results)} results: a point was lost"
+    healthy = [r for r in results if r.shape != [2, 1025]]
+    assert all(r.status == "pass" for r in healthy), \
+        [f"{r.check} {r.shape}: {r.status} {r.message}" for r in healthy if r.status != "pass"]
+    struck = {r.check: r for r in results if r.shape == [2, 1025]}
+    # The forward check never runs a backward: a backward's fault leaves it a pass.
+    faulty = ["dx", "dw", "batch_invariance"] + (["forward"] if "Forward" in fault else [])
+    for check in faulty:
+        r = struck[check]
+        assert r.status == "error" and not r.as_expected, f"{check}: {r.status} {r.message}"
+        assert EXPECTED[fault] in r.message, f"{check}: {r.message!r}"
+    if "Forward" not in fault:
+        assert struck["forward"].status == "pass", struck["forward"].message
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gradcheck_bi", "run", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**_env(), "PYTHONPATH": str(ROOT)})
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "GRADCHECK_BI_ISOLATE"}
+
+
+def _case(tmp_path: Path) -> Path:
+    case = tmp_path / "gate.toml"
+    case.write_text('targets = ["cpu/fp64"]\nweights = ["randn"]\nzcg = [false]\n'
+                    'layouts = ["contiguous"]\nshapes = [[3, 40], [2, 1025]]\n')
+    return case
+
+
+@pytest.mark.parametrize("fault", ["SysExitInBackward", "SegfaultInForward"])
+def test_the_gate_goes_red_and_writes_its_report(fault: str, tmp_path: Path) -> None:
+    # sys.exit(0) in a backward gave exit 0 and no JUnit (CI read a pass); a segfault 139.
+    junit = tmp_path / "gate.xml"
+    done = _cli("--case", str(_case(tmp_path)), "--kernel", f"{FAULTS}:{fault}",
+                "--format", "junit", "--output", str(junit))
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    text = junit.read_text()
+    assert text.count("<testcase") == 8 and 'errors="' in text, text[:500]
+    assert EXPECTED[fault] in text, text
+
+
+def test_under_bisect_a_kernel_crash_is_a_bad_commit(tmp_path: Path) -> None:
+    done = _cli("--case", str(_case(tmp_path)), "--kernel", f"{FAULTS}:OsExitInForward",
+                "--bisect", "--format", "json")
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    report = json.loads(done.stdout)
+    errors = [r for r in report["results"] if r["status"] == "error"]
+    assert len(errors) == 4 and all(r["shape"] == [2, 1025] for r in errors), errors
+    assert all(r["details"]["phase"] == "forward" for r in errors), errors
+
+
+def test_timeout_ends_a_hang_from_the_command_line(tmp_path: Path) -> None:
+    done = _cli("--case", str(_case(tmp_path)), "--kernel", f"{FAULTS}:HangInBackward",
+                "--timeout", "2", "--format", "json", timeout=120)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    results = json.loads(done.stdout)["results"]
+    late = [r for r in results if r["status"] == "error"]
+    assert {r["check"] for r in late} == {"dx", "dw", "batch_invariance"}, late
+    assert all("did not finish in 2 s: backward" in r["message"] for r in late), late
+    assert sum(r["status"] == "pass" for r in results) == 5
+
+
+def test_a_case_file_sets_the_timeout_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    from gradcheck_bi.cases import CaseError, parse_case
+    from gradcheck_bi.sweep import CASE_TIMEOUT_S
+
+    assert parse_case("", "c.toml").sweeps[0].timeout == CASE_TIMEOUT_S
+    assert parse_case("timeout = 20", "c.toml").sweeps[0].timeout == 20
+    assert Sweep().timeout is None, "a one-off run has no limit"
+    with pytest.raises(CaseError, match="timeout"):
+        parse_case("timeout = -1", "c.toml")
+    done = _cli("--kernel", "after", "--timeout", "-3")
+    assert done.returncode == 2 and "--timeout" in done.stderr, done.stderr
