@@ -26,12 +26,9 @@ measured it or what ran there before: the report is the one a single process wri
 from __future__ import annotations
 
 import collections
-import faulthandler
-import os
 import signal
 import sys
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -42,14 +39,17 @@ import torch
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.fd.chunks import main_module_hidden
 from gradcheck_bi.gate import expected, judge
-from gradcheck_bi.kernels import phase, resolve, trace, watch
+from gradcheck_bi.kernels import phase, watch
 from gradcheck_bi.measure import PointMeasurer
-from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.vocab import Config, KernelSpec, Result
+from gradcheck_bi.serve import Point, serve
+from gradcheck_bi.vocab import Result
 
-Point = tuple[KernelSpec, Config, Sweep]
 OnResult = Callable[[Result, int, int], None]
 _STOP_WAIT_S = 10.0  # a worker told to stop (all points done) gets this long to exit
+# Points handed to a worker ahead of the one it measures: the next index already waits in
+# the pipe when a point ends (a round trip per point cost ~0.4 ms of idle worker, 3 % of
+# cases/ci.toml), while a worker that dies gives back what it had not started.
+DEPTH = 2
 
 
 class WorkerFailure(RuntimeError):
@@ -94,14 +94,15 @@ def measure(points: list[Point], on_result: OnResult | None = None,
     running: list[_Worker] = []
     try:
         while count < len(points):
-            for kind, lane in lanes.items():  # every idle worker (or free slot) gets a point
+            for kind, lane in lanes.items():  # every worker (or free slot) is topped up
                 for slot in lane.slots():
                     if not queue[kind]:
                         break
                     worker = lane.worker(slot, points, tasks)
                     if worker not in running:
                         running.append(worker)
-                    worker.give(queue[kind].popleft(), points)
+                    while queue[kind] and len(worker.assigned) < DEPTH:
+                        worker.give(queue[kind].popleft(), points)
             if queue["here"]:  # what no worker can load is measured here, between polls
                 i = queue["here"].popleft()
                 record(i, here(*points[i]))
@@ -109,6 +110,9 @@ def measure(points: list[Point], on_result: OnResult | None = None,
             if busy:
                 for worker, message in _next_messages(busy, block=not queue["here"]):
                     _take(worker, message, points, record)
+                    if not worker.alive:  # what it had not started goes back, in order
+                        queue[worker.lane.kind].extendleft(reversed(worker.assigned))
+                        worker.assigned.clear()
     finally:
         for worker in running:
             worker.stop()
@@ -123,9 +127,9 @@ class _Lane:
         self.workers: dict[int, _Worker] = {}
 
     def slots(self) -> list[int]:
-        """The slots whose worker is idle, dead or not started yet."""
-        return [s for s in range(len(self.devices))
-                if s not in self.workers or self.workers[s].point is None]
+        """The slots whose worker has room for a point, is dead or not started yet."""
+        return [s for s in range(len(self.devices)) if s not in self.workers
+                or not self.workers[s].alive or len(self.workers[s].assigned) < DEPTH]
 
     def worker(self, slot: int, points: list[Point], tasks: list[Any]) -> _Worker:
         w = self.workers.get(slot)
@@ -135,7 +139,8 @@ class _Lane:
 
 
 class _Worker:
-    """One worker process, the pipe to it and the point it measures now."""
+    """One worker process, the pipe to it and the points handed to it, in order: the first
+    (:attr:`point`) is the one it measures now, its clock started when it began."""
 
     def __init__(self, lane: _Lane, device: str | None, points: list[Point],
                  tasks: list[Any]) -> None:
@@ -149,7 +154,7 @@ class _Worker:
         args = (theirs, self.phase, lane.kind, device, fd_threads.fixed_threads(),
                 forked and fd_threads.fork_keeps_threads(), points if forked else None,
                 None if forked else tasks)
-        self.process = ctx.Process(target=_serve, args=args, daemon=True)
+        self.process = ctx.Process(target=serve, args=args, daemon=True)
         sys.stdout.flush()  # a forked child must not write this process's buffers again
         sys.stderr.flush()
         with warnings.catch_warnings():  # Python >= 3.12 warns of fork with threads alive
@@ -160,22 +165,35 @@ class _Worker:
                 with main_module_hidden():
                     self.process.start()
         theirs.close()
-        self.point: int | None = None
+        self.assigned: collections.deque[int] = collections.deque()
         self.deadline: float | None = None
         self.alive = True
+        self.timeouts = [sweep.timeout for _, _, sweep in points]
+
+    @property
+    def point(self) -> int | None:
+        return self.assigned[0] if self.assigned else None
 
     def give(self, i: int, points: list[Point]) -> None:
-        timeout = points[i][2].timeout
-        self.point = i
-        self.deadline = time.monotonic() + timeout if timeout else None  # 0: no limit
-        phase.clear(self.phase)
+        self.assigned.append(i)
+        if len(self.assigned) == 1:
+            self.started()
         try:
             self.conn.send(i)
         except (BrokenPipeError, OSError):  # died between points: seen on the next poll
             pass
 
+    def started(self) -> None:
+        """The first point handed over starts now: its deadline (0 or None: no limit)."""
+        timeout = self.timeouts[self.assigned[0]] if self.assigned else None
+        self.deadline = time.monotonic() + timeout if timeout else None
+
+    def finished(self) -> None:
+        self.assigned.popleft()
+        self.started()
+
     def stop(self) -> None:
-        if self.alive and self.point is None:
+        if self.alive and not self.assigned:
             try:
                 self.conn.send(None)
             except (BrokenPipeError, OSError):
@@ -223,7 +241,7 @@ def _take(worker: _Worker, message: Any, points: list[Point],
         _, result, caught, stopping = message
         for text, category in caught:
             warnings.warn(text, category, stacklevel=2)
-        worker.point = None
+        worker.finished()
         record(i, result)
         if stopping:  # its CUDA context is unusable: the next point gets a fresh worker
             worker.kill()
@@ -246,7 +264,7 @@ def _take(worker: _Worker, message: Any, points: list[Point],
                else f"ended the process (exit code {code})")
         why = f"the kernel {how} in {doing} at shape {cfg.shape}"
         details = {"exit": how, "phase": doing}
-    worker.point = None
+    worker.assigned.popleft()
     record(i, judge(spec.name, expected(spec, cfg, sweep), cfg, status="error",
                     message=why, details=details))
 
@@ -256,86 +274,3 @@ class _Named:
 
     def __init__(self, name: str) -> None:
         self.__name__ = name
-
-
-def _serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: int | None,
-           keeps_threads: bool, points: list[Point] | None,
-           tasks: list[tuple[str | None, Config, Sweep]] | None) -> None:
-    """A worker's life: measure each point index received until ``None`` or death."""
-    trace.ignore_ctrl_c()
-    faulthandler.disable()  # the parent names the death; no dump of our frames as well
-    phase.record_into(phase_buffer)
-    cuda = kind == "cuda"
-    try:
-        if device is not None and device.startswith("cuda"):
-            torch.cuda.set_device(device)
-        if points is not None and not keeps_threads:
-            fd_threads.limit_threads(1)  # see fd.threads: a forked child of a parallel parent
-        fd_threads.apply_policy(threads)
-        watch.listen(lambda fn, shape: _send(conn, ("slow", _name_of(fn), shape)))
-        measurer, specs = PointMeasurer(), {}
-        while (i := conn.recv()) is not None:
-            if points is not None:
-                point = points[i]
-            else:
-                assert tasks is not None
-                ref, cfg, sweep = tasks[i]
-                if ref not in specs:
-                    specs[ref] = resolve(ref, sweep.kernel_args)
-                point = (specs[ref], cfg, sweep)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                result = measurer(*point)
-            lost = _context_lost_by(result) if cuda else None
-            stopping = lost is not None
-            if lost is not None:
-                result = lost
-            _send(conn, ("result", result, [(str(w.message), w.category) for w in caught],
-                         stopping))
-            if stopping:
-                break
-    except BaseException as exc:  # gradcheck-bi's own failure: the parent stops (exit 4)
-        _send(conn, ("internal", f"{type(exc).__name__}: {exc}",
-                     "".join(traceback.format_exception(exc))))
-    finally:
-        os._exit(0)  # no atexit handlers, no buffers of the parent's flushed twice
-
-
-_SEND_LOCK: Any = None
-
-
-def _send(conn: Any, message: Any) -> None:
-    """Send from the worker (its main thread and the slow-call timer share the pipe)."""
-    global _SEND_LOCK
-    import threading
-
-    if _SEND_LOCK is None:
-        _SEND_LOCK = threading.Lock()
-    with _SEND_LOCK:
-        conn.send(message)
-
-
-def _name_of(fn: Any) -> str:
-    return str(getattr(fn, "__name__", None) or type(fn).__name__)
-
-
-def _context_lost_by(result: Result) -> Result | None:
-    """``None`` while this worker's CUDA context still runs work; else ``result`` as an
-    ``error`` (an illegal address or a failed device assert leaves the context refusing
-    everything, and may surface only at a later call: the point it surfaced after cannot
-    be trusted whatever it measured)."""
-    if not torch.cuda.is_initialized():
-        return None  # nothing ran on the GPU here
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
-        return None
-    except Exception as exc:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if result.status != "error":
-        result.status, result.as_expected = "error", False
-        result.message = (f"the CUDA context was unusable after this point ({why}; CUDA "
-                          "reports such errors asynchronously): this point's result cannot "
-                          "be trusted")
-    result.details = {**result.details, "cuda_context": f"lost ({why}); worker replaced"}
-    return result

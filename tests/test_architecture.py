@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("gradcheck_bi.checks", "gradcheck_bi.stepsweep"),
     ("gradcheck_bi.point", "gradcheck_bi.sweep", "gradcheck_bi.cases", "gradcheck_bi.shard"),
     ("gradcheck_bi.gate",),
-    ("gradcheck_bi.measure", "gradcheck_bi.workers", "gradcheck_bi.runner", "gradcheck_bi.upfront"),
+    ("gradcheck_bi.measure", "gradcheck_bi.serve", "gradcheck_bi.workers", "gradcheck_bi.runner",
+     "gradcheck_bi.upfront"),
     ("gradcheck_bi.report",),
     ("gradcheck_bi.api", "gradcheck_bi.cli", "gradcheck_bi.__main__"),
 ]

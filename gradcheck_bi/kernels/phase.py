@@ -36,11 +36,6 @@ def now(phase: str) -> None:
         _buffer[: len(data)] = data
 
 
-def clear(buffer: Any) -> None:
-    """Forget the phase in ``buffer`` (a new point starts)."""
-    buffer[:1] = b"\0"
-
-
 def read(buffer: Any) -> str:
     """The phase last written into ``buffer`` (``""`` if none)."""
     return bytes(buffer[:SIZE]).split(b"\0", 1)[0].decode(errors="replace")
