@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from gradcheck_bi import cli
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.family import exact_grads, make_point, reference
-from gradcheck_bi.checks.family.gradients import reach, step_scale
+from gradcheck_bi.checks.family.gradients import reach
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
 from gradcheck_bi.kernels import resolve
@@ -112,7 +112,7 @@ def test_finite_differences_of_the_reference_match_autograd(op: str) -> None:
                 out = p.op.reference(ins, p.effective, p.options)
                 return [out[o].reshape(t2.shape) for o in p.op.outputs]
 
-            h = pow2(2.0**-11 * step_scale(p, name))
+            h = pow2(2.0**-11 * p.op.step_scale(p, name))
             est = input_grad_outputs(forward, p.inputs[name], [p.cotangents[o] for o in
                                                                p.op.outputs], h,
                                      reach=reach(p, name, list(p.op.outputs)))

@@ -6,7 +6,8 @@ eps, zcg)``. A kernel recognised (:mod:`.recognise`) as another op is wrapped in
 
 * an input or parameter of the op (``x``, ``residual``, ``z``, ``weight``, ``bias``) with
   the point's tensor; ``eps``, ``group_size``, ``norm_before_gate`` with the point's options;
-* ``prenorm`` with ``True`` when the op has a ``residual_out`` (the kernel then returns it);
+* ``prenorm`` with ``True`` when the op asks for it (the fused add: the kernel then returns
+  ``residual_out``);
 * ``zero_centered_gamma`` / ``offset`` as for RMSNorm (both settings run); with neither,
   zcg is taken as absent (γ = w) unless ``--kernel-arg zcg=builtin`` says otherwise;
 * anything else by its default, or ``--kernel-arg``; an optional input the op does not need
@@ -28,7 +29,7 @@ import torch
 from gradcheck_bi.kernels.recognise import Recognition, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, ctor_slots, fill, parameters
 from gradcheck_bi.ops import OPS
-from gradcheck_bi.ops.names import ROLE_OF
+from gradcheck_bi.ops.names import ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
 ABSENT = "absent (γ = w)"
@@ -46,7 +47,7 @@ def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: di
             "device": x.device, "dtype": params["weight"].dtype,
             "group_size": options.get("group_size"),
             "norm_before_gate": options.get("norm_before_gate"),
-            "prenorm": "residual_out" in OPS[op].outputs, "none": None}
+            "prenorm": OPS[op].prenorm, "none": None}
 
 
 def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str,
@@ -54,8 +55,7 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
     """A slot per parameter: its role for ``op``, its default, a kernel arg, or ``None``."""
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    needed |= set(OPS[op].options) | ({"prenorm"} if "residual_out" in OPS[op].outputs
-                                      else set())
+    needed |= set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
     out = []
     for p in params:
         role = roles.get(p.name)
@@ -66,7 +66,7 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
         elif role not in needed:
             if p.default is not inspect.Parameter.empty:
                 role = "default"
-            elif role in ("residual", "z", "bias"):
+            elif role in TENSOR_ROLES:
                 role = "none"  # an input this op does not take
             else:
                 raise KernelLoadError(

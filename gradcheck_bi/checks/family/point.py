@@ -124,18 +124,21 @@ def lifted_point(point: OpPoint, dtype: torch.dtype) -> OpPoint:
                    point.options, point.zcg)
 
 
-def stored_sum(point: OpPoint) -> OpPoint:
-    """The fused add's point as a kernel that normalises its stored ``residual_out`` sees
-    it: ``x := round(x + residual)`` (correctly rounded to the point's dtype), ``residual
-    := 0``."""
-    s = lowp.round_to(point.inputs64["x"] + point.inputs64["residual"],
-                      point.inputs["x"].dtype)
-    return OpPoint(point.op, {"x": s, "residual": torch.zeros_like(s)}, point.params,
-                   point.cotangents, point.options, point.zcg)
+def stored(point: OpPoint) -> OpPoint:
+    """The point as a kernel that stores an intermediate sees it (``Op.stored``: the fused
+    add's ``x := round(x + residual)``, ``residual := 0``), each input correctly rounded to
+    the point's dtype."""
+    assert point.op.stored is not None
+    dtype = point.inputs["x"].dtype
+    ins = {n: lowp.round_to(t, dtype)
+           for n, t in point.op.stored.inputs(point.inputs64).items()}
+    return OpPoint(point.op, ins, point.params, point.cotangents, point.options, point.zcg)
 
 
 def returns_y_alone(point: OpPoint, returned: list[str]) -> dict[str, Any]:
-    """``{"note": …}`` where the op has a ``residual_out`` the kernel did not return."""
-    if "residual_out" in point.op.outputs and "residual_out" not in returned:
-        return {"note": "the kernel returns y alone: no residual_out to check"}
+    """``{"note": …}`` where the op has an output the kernel did not return."""
+    missing = [o for o in point.op.outputs if o not in returned]
+    if missing:
+        return {"note": f"the kernel returns {', '.join(returned)} alone: no "
+                        f"{', '.join(missing)} to check"}
     return {}
