@@ -105,6 +105,8 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 continue
             if check not in OPS[spec.op].checks:  # e.g. dz, asked of an RMSNorm
                 continue
+            if (control != sweep.weights[0] or zcg) and not OPS[spec.op].has("weight"):
+                continue  # no γ: its controls and zcg would repeat one point
             cfg = Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
@@ -150,9 +152,21 @@ def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
 
+def _unswept_controls(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
+    """The line for a kernel whose op has no weight, where a sweep asked for γ controls."""
+    asked = [s for s in _asking(sweeps, spec) if len(s.weights) > 1 or True in s.zcg]
+    if not asked or OPS[spec.op].has("weight"):
+        return []
+    return [f"{spec.name}: γ controls and zcg not swept — {spec.op} has no weight (one "
+            f"point a case, weight={asked[0].weights[0]}, zcg off)"]
+
+
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
-    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out."""
-    return [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
+    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out, and
+    one per kernel whose op has no weight to cross with the γ controls."""
+    return [line for spec in kernels
+            for line in _unswept_controls(sweeps, spec) or [
+                spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]]
 
 
 def _foreign_checks(sweep: Sweep, op_name: str) -> list[str]:

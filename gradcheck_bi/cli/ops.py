@@ -23,11 +23,13 @@ def _marked_by(op: Op) -> str:
 def rules() -> str:
     """How a kernel's op is read from its parameter names, from each op's marks."""
     marked = "; ".join(f"{_marked_by(op)} → {op.name}" for op in OPS.values() if op.marks)
+    unmarked = [op.name for op in OPS.values() if not op.marks and op.name != DEFAULT_OP]
+    only = f" ({', '.join(unmarked)}: by --op only)" if unmarked else ""
     return "\n".join(_wrap(
         f"A kernel's op is read from its parameter names: {marked}; none of these → "
         f"{DEFAULT_OP}. An optional parameter the op does not need (bias=None, "
-        "residual=None, prenorm=False) keeps its default. --op NAME says the op instead.",
-        "", "")) + "\n"
+        f"residual=None, prenorm=False) keeps its default. --op NAME says the op "
+        f"instead{only}.", "", "")) + "\n"
 
 
 def _wrap(text: str, first: str, rest: str) -> list[str]:
@@ -45,8 +47,9 @@ def ops_command() -> int:
                            f"{p.name} (β controls {'/'.join(p.controls)})" for p in op.params)
         out += [op.name]
         out += _wrap(op.summary, "  ", "  ")
-        out += _wrap(f"inputs {', '.join(op.inputs)}; parameters {params}; options "
-                     f"{', '.join(op.options)}; outputs {', '.join(op.outputs)}", "  ", "    ")
+        out += _wrap(f"inputs {', '.join(op.inputs)}; parameters {params or 'none'}; "
+                     f"options {', '.join(op.options) or 'none'}; outputs "
+                     f"{', '.join(op.outputs)}", "  ", "    ")
         out += _wrap(f"checks {', '.join(op.checks)}", "  ", "    ")
         out += [""]
     out += ["Parameter names, by role (case-insensitive):"]

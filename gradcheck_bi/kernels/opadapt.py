@@ -41,10 +41,10 @@ _PROBE_D = 8
 
 def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: dict[str, Any],
             zcg: bool) -> dict[str, Any]:
-    x = inputs["x"]
+    x = inputs[OPS[op].inputs[0]]
     return {**inputs, **params, "eps": options["eps"], "zcg": bool(zcg),
             "offset": 1.0 if zcg else 0.0, "shape": (x.shape[-1],), "size": x.shape[-1],
-            "device": x.device, "dtype": params["weight"].dtype,
+            "device": x.device, "dtype": next(iter(params.values()), x).dtype,
             "group_size": options.get("group_size"),
             "norm_before_gate": options.get("norm_before_gate"),
             "prenorm": OPS[op].prenorm, "none": None}
@@ -131,7 +131,7 @@ class _ModuleCall:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
             fwd = parameters(module.forward, f"{self.name}.forward")
-            slots = _slots(fwd, roles_of(fwd), self.op, self.kernel_args, self.name)
+            slots = _slots(fwd, roles_of(fwd, self.op), self.op, self.kernel_args, self.name)
             if len(self._built) >= _MODULES_KEPT:
                 self._built.pop(next(iter(self._built)))
             self._built[key] = (module, tensors, slots)

@@ -77,7 +77,8 @@ def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any
 
 def _called(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
             zcg: bool) -> Tensors:
-    return outputs_of(fn.op, fn.call(inputs, params, options, zcg), inputs["x"])
+    lead = inputs[OPS[fn.op].inputs[0]]
+    return outputs_of(fn.op, fn.call(inputs, params, options, zcg), lead)
 
 
 def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,

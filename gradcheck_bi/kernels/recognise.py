@@ -55,10 +55,13 @@ def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]
     return params[1:] if skip_first else params
 
 
-def roles_of(params: list[inspect.Parameter]) -> dict[str, str | None]:
-    """Each parameter's role by its name; with no parameter named as an input, the first
-    is ``x`` (the RMSNorm convention)."""
-    roles: dict[str, str | None] = {p.name: ROLE_OF.get(p.name.lower()) for p in params}
+def roles_of(params: list[inspect.Parameter], op: str | None = None
+             ) -> dict[str, str | None]:
+    """Each parameter's role by its name (``op``'s own names first); with no parameter
+    named as an input, the first is ``x`` (the RMSNorm convention)."""
+    own = {n: role for role, names in (OPS[op].names if op else {}).items() for n in names}
+    roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
+                                    for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
         roles[params[0].name] = "x"
     return roles
@@ -82,7 +85,8 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     if forced is not None:
         if forced not in OPS:
             raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
-        return Recognition(forced, roles, f"op {forced} (given by --op) for {what}{listing}")
+        return Recognition(forced, roles_of(params, forced),
+                           f"op {forced} (given by --op) for {what}{listing}")
     required = {ROLE_OF.get(p.name.lower()) for p in every
                 if p.default is inspect.Parameter.empty}
     present = {ROLE_OF.get(p.name.lower()) for p in every}

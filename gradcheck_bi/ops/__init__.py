@@ -30,7 +30,12 @@ others by the family engine (:mod:`gradcheck_bi.checks.family`); both read this 
 
 from __future__ import annotations
 
-from gradcheck_bi.ops import fused_add_rms_norm, layer_norm, rms_norm, rms_norm_gated
+from gradcheck_bi.ops import (
+    fused_add_rms_norm,
+    layer_norm,
+    rms_norm,
+    rms_norm_gated,
+)
 from gradcheck_bi.ops.record import BIAS_CONTROLS, Op, Param
 
 # The op a kernel computes when nothing in its signature marks another.

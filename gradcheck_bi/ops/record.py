@@ -12,7 +12,7 @@ that compute it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -87,11 +87,11 @@ class Stored:
 
 
 def _whole_row(point: Point, name: str, output: str) -> int:
-    return int(point.inputs["x"].shape[-1])
+    return int(point.inputs[name].shape[-1])
 
 
 def _row_terms(point: Point) -> int:
-    return int(point.inputs["x"].shape[-1])
+    return int(point.inputs[point.op.inputs[0]].shape[-1])
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,9 @@ class Op:
     marks: tuple[str, ...] = ()
     # Marks that select the op even when the parameter has a default (group_size).
     optional_marks: tuple[str, ...] = ()
+    # Parameter names of the op's own roles (``a``, ``b``), over the shared ones of
+    # :mod:`.names` (where ``b`` is a bias), for a kernel given as this op.
+    names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Inputs not scaled by a point's input_scale (a gate is not a signal).
     unscaled: tuple[str, ...] = ()
     # Per input and output: how many elements of the output one element of the input

@@ -50,7 +50,7 @@ def inaccuracy(fn: Any, point: OpPoint, margin: float = 0.0) -> str | None:
     with torch.no_grad():
         outs = op_forward(fn, point.inputs, point.params, point.options, point.zcg)
     ref = reference(point)
-    dtype = point.inputs["x"].dtype
+    dtype = point.lead.dtype
     tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
                               unit_roundoff(torch.promote_types(dtype, torch.float32)))
     for name, y in outs.items():
@@ -85,7 +85,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     if cfg.dtype in HALF_DTYPES:
         return check_op_forward_ulp(fn, cfg, point, outs)
     ref = reference(point)
-    dtype = point.inputs["x"].dtype
+    dtype = point.lead.dtype
     tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
                               unit_roundoff(torch.promote_types(dtype, torch.float32)))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}

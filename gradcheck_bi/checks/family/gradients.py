@@ -46,9 +46,9 @@ def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
     """The op's outputs as a function of input ``name`` alone: at the point's own shape, or
     as ``(N, D)`` rows (the perturbed copies, then padding), row ``i`` holding the other
     inputs' row ``i mod R``."""
-    d = point.inputs["x"].shape[-1]
+    d = point.lead.shape[-1]
     others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
-    n_rows = point.inputs["x"].numel() // d
+    n_rows = point.lead.numel() // d
 
     def forward(t2: torch.Tensor) -> list[torch.Tensor]:
         if t2.shape == point.inputs[name].shape:
@@ -82,7 +82,7 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
     ``step_rel``: the relative step (``gradcheck-bi plot`` sweeps it); by default run's,
     ``cfg.step_rel`` or the dtype's for an input, ``WEIGHT_STEP_REL`` for a parameter."""
     stencil = fd.STENCILS[cfg.stencil]
-    x = point.inputs["x"]
+    x = point.lead
     if name in point.op.inputs:
         rel = input_step_rel(x.dtype, cfg.step_rel if step_rel is None else step_rel)
         h = pow2(rel * point.op.step_scale(point, name))
@@ -108,7 +108,7 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
                            point.zcg)
     returned = list(outs)
-    x = point.inputs["x"]
+    x = point.lead
     est = estimate(fn, point, name, returned, cfg)
     analytic = grads[name]
     err = (analytic.to(torch.float64) - est.grad).abs()

@@ -62,7 +62,7 @@ def param_terms(point: OpPoint, name: str) -> torch.Tensor:
     """``g ∂y/∂p`` per row, ``(R, D)`` fp64, from the reference (``y`` is linear in γ and
     β): the terms of a parameter's gradient where no finite difference measured them."""
     eff = point.effective
-    d = point.inputs["x"].shape[-1]
+    d = point.lead.shape[-1]
     y0 = reference(point)["y"]
     y1 = point.op.reference(point.inputs64, {**eff, name: eff[name] + 1.0},
                             point.options)["y"]
@@ -103,7 +103,7 @@ def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str
         except Exception:  # only a diagnosis: the verdict stands without it
             return None
         return higher_verdict(grads[name], est.grad, floor, magnitude, cfg.torch_dtype,
-                              lp.inputs["x"].dtype)
+                              lp.lead.dtype)
 
     return judge_lifted(analytic, est.grad, floor, magnitude, lift, cfg, cfg.check,
                         {**fd_extra(est), **extra}, higher)

@@ -6,7 +6,8 @@ writes the family section of docs/mutants.md).
 ``fast`` is one point where the ``primary`` check must fail; ``blind`` lists points where
 the defect is invisible by construction — a γ control (γ = ones hides a defect multiplied
 by γ − 1), an option (group_size = D hides a backward that ignores the groups;
-norm_before_gate = True one that ignores the mode) or a check the defect does not touch.
+norm_before_gate = True one that ignores the mode), a shape (a single row hides a backward
+that mixes rows up) or a check the defect does not touch.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ class Point:
     group_size: int | None = None
     norm_before_gate: bool | None = None
     dtype: str = "fp64"
+    shape: tuple[int, ...] = SHAPE
 
     def label(self) -> str:
         extra = [self.dtype if self.dtype != "fp64" else "",
+                 "×".join(map(str, self.shape)) if self.shape != SHAPE else "",
                  f"β={self.bias}" if self.bias else "",
                  f"group_size={self.group_size}" if self.group_size else "",
                  "" if self.norm_before_gate is None else
@@ -46,6 +49,9 @@ class OpMutant:
     op: str
     fast: Point
     blind: tuple[Point, ...] = field(default=())
+    # Recognised from its parameter names; else named with --op (recognising the ops
+    # beyond norms by name is issue 30's).
+    by_name: bool = True
 
     @property
     def primary(self) -> str:
@@ -101,17 +107,19 @@ CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/l
            GATED: "tests/kernels/rms_norm_gated.py"}
 
 
-def run_points(ref: str, points: list[Point], device: str = "cpu") -> list[Any]:
-    """Run each point (zcg off, the catalogue's shape) through the library (on CPU by
-    default)."""
+def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | None = None
+               ) -> list[Any]:
+    """Run each point (zcg off, at its shape) through the library (on CPU by default), the
+    kernel read as ``op`` (``None``: from its parameter names)."""
     from gradcheck_bi.kernels import resolve
     from gradcheck_bi.runner import run
     from gradcheck_bi.sweep import Sweep
 
-    spec = resolve(ref)
+    spec = resolve(ref, {"op": op} if op else None)
     results = []
     for p in points:
-        sweep = Sweep(kernels=[], targets=[(device, p.dtype)], shapes=[SHAPE], checks=[p.check],
+        sweep = Sweep(kernels=[], targets=[(device, p.dtype)], shapes=[p.shape],
+                      checks=[p.check],
                       weights=[p.weight], zcg=[False],
                       biases=[p.bias] if p.bias else ["randn"],
                       group_sizes=[p.group_size] if p.group_size else [None],
