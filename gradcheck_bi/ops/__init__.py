@@ -4,17 +4,8 @@ An op's module (``gradcheck_bi/ops/<name>.py``) holds everything that differs be
 the roles of its inputs, parameters, options and outputs, its fp64 reference, what each
 output element depends on, its step scales, its rounding models, the marks that recognise
 it — as one :class:`~gradcheck_bi.ops.record.Op` named ``OP``; :mod:`.record` says what each
-field means. Every check, the sweep, the report and the CLI are written once against it.
-
-======================  ==========================================  =====================
-op                      call                                        outputs
-======================  ==========================================  =====================
-rms_norm                (x, weight, eps[, zcg])                     y
-fused_add_rms_norm      (x, residual, weight, eps[, zcg])           (y, residual_out)
-layer_norm              (x, weight, bias, eps[, zcg])               y
-rms_norm_gated          (x, z, weight, eps, group_size,             y
-                        norm_before_gate[, zcg])
-======================  ==========================================  =====================
+field means. Every check, the sweep, the report and the CLI are written once against it. A
+new op is a new module and its line in :data:`OPS`; ``gradcheck-bi ops`` prints the records.
 
 Controls mean the same in every op: the γ control (randn | ones | zeros) is on the
 *effective* weight (under zero_centered_gamma the stored parameter is γ − 1), so γ = ones is
