@@ -1,7 +1,7 @@
-"""The family's mutant catalogue: single-defect kernels of fused add + RMSNorm, LayerNorm and
-gated RMSNorm (tests/mutants/ops/), each a copy of the correct kernel in tests/kernels/ with
-one defect marked ``# MUTANT``; shared by tests/test_op_mutants.py and make_table.py (which
-writes the family section of docs/mutants.md).
+"""The family's mutant catalogue: single-defect kernels of fused add + RMSNorm, LayerNorm,
+gated RMSNorm and the ops beyond norms (tests/mutants/ops/), each a copy of the correct kernel
+in tests/kernels/ with one defect marked ``# MUTANT``; shared by tests/test_op_mutants.py and
+make_table.py (which writes the family section of docs/mutants.md).
 
 ``fast`` is one point where the ``primary`` check must fail; ``blind`` lists points where
 the defect is invisible by construction — a γ control (γ = ones hides a defect multiplied
@@ -72,6 +72,8 @@ class OpMutant:
 
 
 FUSED, LAYER, GATED = "fused_add_rms_norm", "layer_norm", "rms_norm_gated"
+LOG = "log_softmax"
+ROW = (1, 32)  # a single row: a backward that mixes rows up is right there
 MUTANTS: list[OpMutant] = [
     # A None gradient fails every gradient check (the contract is broken at each call).
     OpMutant("fa01_no_residual_gradient", FUSED, Point("dresidual"), (Point("forward"),)),
@@ -101,10 +103,16 @@ MUTANTS: list[OpMutant] = [
                                                     Point("dz", norm_before_gate=True))),
     OpMutant("gn05_lowp_dw_accumulated_in_input_dtype", GATED, Point("dw", dtype="bf16"),
              (Point("dw"), Point("forward", dtype="bf16"), Point("dx", dtype="bf16"))),
+    # Beyond norms: no parameter, so no γ control; the row mix-ups are blind on one row.
+    OpMutant("ls01_backward_without_row_sum", LOG, Point("dx"), (Point("forward"),), False),
+    OpMutant("ls02_cotangent_of_the_first_row", LOG, Point("dx"),
+             (Point("dx", shape=ROW), Point("forward")), False),
+    OpMutant("ls03_gradient_stored_in_row_zero", LOG, Point("dx"), (Point("dx", shape=ROW),),
+             False),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
-           GATED: "tests/kernels/rms_norm_gated.py"}
+           GATED: "tests/kernels/rms_norm_gated.py", LOG: "tests/kernels/log_softmax.py"}
 
 
 def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | None = None
