@@ -39,7 +39,7 @@ from gradcheck_bi.stepsweep import STEP_EXPONENTS, plot_op, step_sweep, to_json
 from gradcheck_bi.vocab import CONTROLS, DEVICES, Unsupported
 
 DEFAULT_SHAPE = "4,256"
-# Every gradient check of any op (dx, dresidual, dz, dw, dbias).
+# Every gradient check of any op (dx, dresidual, dz, dw, dbias, …).
 GRADIENT_CHECKS = tuple(c for c in ALL_CHECKS if c.startswith("d"))
 
 
@@ -63,8 +63,9 @@ def plot_command(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
         help="γ controls.")] = None,
     check: Annotated[str, typer.Option(
-        metavar=choices(GRADIENT_CHECKS), rich_help_panel=WHAT,
-        help="The gradient to plot; any the kernels' op has.")] = "dx",
+        metavar="CHECK", rich_help_panel=WHAT,
+        help="The gradient to plot (dx, dw, …): any the kernels' op has (`gradcheck-bi "
+        "ops` lists each op's).")] = "dx",
     zcg: Annotated[str, typer.Option(
         metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, help="zero_centered_gamma.")
     ] = "off",
