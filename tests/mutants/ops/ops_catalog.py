@@ -72,7 +72,7 @@ class OpMutant:
 
 
 FUSED, LAYER, GATED = "fused_add_rms_norm", "layer_norm", "rms_norm_gated"
-LOG = "log_softmax"
+LOG, SWI = "log_softmax", "swiglu"
 ROW = (1, 32)  # a single row: a backward that mixes rows up is right there
 MUTANTS: list[OpMutant] = [
     # A None gradient fails every gradient check (the contract is broken at each call).
@@ -109,10 +109,17 @@ MUTANTS: list[OpMutant] = [
              (Point("dx", shape=ROW), Point("forward")), False),
     OpMutant("ls03_gradient_stored_in_row_zero", LOG, Point("dx"), (Point("dx", shape=ROW),),
              False),
+    OpMutant("sw01_silu_derivative_missing_its_product_term", SWI, Point("da"),
+             (Point("db"), Point("forward")), False),
+    OpMutant("sw02_gradient_stored_in_row_zero", SWI, Point("da"),
+             (Point("da", shape=ROW), Point("db", shape=ROW)), False),
+    OpMutant("sw03_cotangent_of_the_first_row", SWI, Point("db"),
+             (Point("db", shape=ROW), Point("da", shape=ROW)), False),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
-           GATED: "tests/kernels/rms_norm_gated.py", LOG: "tests/kernels/log_softmax.py"}
+           GATED: "tests/kernels/rms_norm_gated.py", LOG: "tests/kernels/log_softmax.py",
+           SWI: "tests/kernels/swiglu.py"}
 
 
 def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | None = None
