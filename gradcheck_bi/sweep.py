@@ -115,7 +115,7 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
             if spec.op == "rms_norm":
                 yield spec, cfg
             else:
-                yield from ((spec, c) for c in op_points(spec.op, cfg, sweep))
+                yield from ((spec, c) for c in op_points(spec, cfg, sweep))
 
 
 def settings(sweep: Sweep) -> dict[str, Any]:
@@ -123,16 +123,21 @@ def settings(sweep: Sweep) -> dict[str, Any]:
     return {a.field: getattr(sweep, a.key) for a in AXES if a.key and not a.plural}
 
 
-def op_points(op_name: str, cfg: Config, sweep: Sweep) -> Iterator[Config]:
-    """``cfg`` at every value of the axes the op has: β control, group size, mode."""
-    op = OPS[op_name]
+def op_points(spec: KernelSpec, cfg: Config, sweep: Sweep) -> Iterator[Config]:
+    """``cfg`` at every value of the axes the kernel's op has: β control, group size, mode;
+    an option the kernel fixes (``spec.fixed``) at its value alone (a group of None: D)."""
+    op, fixed = OPS[spec.op], dict(spec.fixed)
     biases: list[str | None] = list(sweep.biases) if op.has("bias") else [None]
     gated = op.has("group_size")
     groups: list[int | None] = (list(sweep.group_sizes_for(cfg.shape[-1])) if gated
                                 else [None])
+    if "group_size" in fixed:
+        groups = [fixed["group_size"] or cfg.shape[-1]]
     modes: list[bool | None] = list(sweep.norm_before_gate) if gated else [None]
+    if "norm_before_gate" in fixed:
+        modes = [fixed["norm_before_gate"]]
     for bias, group, mode in itertools.product(biases, groups, modes):
-        yield replace(cfg, op=op_name, bias=bias, group_size=group, norm_before_gate=mode)
+        yield replace(cfg, op=spec.op, bias=bias, group_size=group, norm_before_gate=mode)
 
 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
@@ -165,8 +170,9 @@ def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
     """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out, and
     one per kernel whose op has no weight to cross with the γ controls."""
     return [line for spec in kernels
-            for line in _unswept_controls(sweeps, spec) or [
-                spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]]
+            for line in (_unswept_controls(sweeps, spec) or [
+                spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)])
+            + [f"{spec.name}: {how}" for how in spec.fixed_how if _asking(sweeps, spec)]]
 
 
 def _foreign_checks(sweep: Sweep, op_name: str) -> list[str]:

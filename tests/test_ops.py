@@ -362,3 +362,20 @@ def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.Monkey
                  max_memory=held + column // 2)
     with pytest.raises(Unsupported, match="raise --max-memory"):
         run_check(resolve(KERNELS["layer_norm"]).fn, cfg)
+
+
+@pytest.mark.parametrize(("attr", "before"), [("before", True), ("after", False)])
+def test_gated_kernel_without_group_size_or_order_runs_no_point_at_an_absent_axis(
+        attr: str, before: bool) -> None:
+    """``(x, z, weight, eps)``: the group is the row and the gate order the one its forward
+    matches; every gradient it has is checked, each absent axis dropped with one note."""
+    spec = resolve(f"tests/kernels/gated_fixed.py:{attr}", {"op": "rms_norm_gated"})
+    assert dict(spec.fixed) == {"group_size": None, "norm_before_gate": before}
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)])
+    results = run(sweep, [spec])
+    assert {r.check for r in results} == set(OPS["rms_norm_gated"].checks)
+    assert {(r.group_size, r.norm_before_gate) for r in results} == {(32, before)}
+    assert all(r.status == "pass" for r in results), [
+        (r.check, r.message) for r in results if r.status != "pass"]
+    notes = [n for n in not_run([sweep], [spec]) if "not swept" in n]
+    assert len(notes) == 2 and "group_size" in notes[0] and "norm_before_gate" in notes[1]

@@ -204,6 +204,55 @@ def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]
     return frozenset({False}), ABSENT
 
 
+def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
+                   candidates: tuple[Any, ...]) -> Any:
+    """The candidate value of ``option`` whose fp64 reference the kernel's forward matches
+    best, from one call at a small random point (fp64, else fp32, on CPU)."""
+    record = OPS[op]
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float64, torch.float32):
+        draw = {n: torch.randn(2, _PROBE_D, generator=gen, dtype=torch.float64)
+                for n in (*record.inputs, *(p.name for p in record.params))}
+        inputs = {n: draw[n].to(dtype) for n in record.inputs}
+        params = {p.name: draw[p.name][0].to(dtype) for p in record.params}
+        try:
+            with torch.no_grad():
+                raw = call(_values(op, inputs, params, {"eps": 1e-6}, False))
+        except Exception:  # refused here (a CUDA-only kernel): try the next, else assume
+            continue
+        y = (raw[0] if isinstance(raw, (tuple, list)) else raw).to(torch.float64)
+        p64 = {n: t.to(torch.float64) for n, t in params.items()}
+        i64 = {n: t.to(torch.float64) for n, t in inputs.items()}
+        errors = [float((y - record.reference(i64, p64, {"eps": 1e-6, option: c})[
+            record.outputs[0]]).abs().max()) for c in candidates]
+        return candidates[errors.index(min(errors))]
+    return None
+
+
+def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
+           kernel_args: dict[str, Any]) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """The options of ``op`` the kernel does not take (no parameter fills their role), the
+    value each is fixed at, and one line each saying how."""
+    fixed, how = [], []
+    for option, candidates in OPS[op].fixable.items():
+        if option in roles:
+            continue
+        if option in kernel_args:
+            value, why = kernel_args[option], f"given by --kernel-arg {option}"
+        elif len(candidates) == 1:
+            value = candidates[0]
+            why = f"the kernel takes no {option} (run as {option}={value})"
+        else:
+            value = _probe_forward(op, call, option, candidates)
+            why = (f"the kernel takes no {option} and its forward matches {option}={value}"
+                   if value is not None else
+                   f"the kernel takes no {option}; no forward here, so {candidates[0]} assumed")
+            value = candidates[0] if value is None else value
+        fixed.append((option, value))
+        how.append(f"{option} not swept — {why}")
+    return tuple(fixed), tuple(how)
+
+
 def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              kernel_args: dict[str, Any], override: str | None, description: str,
              skip_first: bool = False) -> KernelSpec:
@@ -222,5 +271,11 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         extra = ", ".join(repr(e) for e in sorted(set(kernel_args) - used))
         raise KernelLoadError(f"kernel {name} takes no parameter {extra}")
     zcg, how = _zcg(slots, override)
+    roles = {s.role for s in slots}
+    if kind == "module":  # its forward's parameters may take an option too
+        forward = roles_of(parameters(getattr(obj, "forward", obj), name)).values()
+        roles |= {r for r in forward if r is not None}
+    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how), (), description, source=source,
-                      zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note)
+                      zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,
+                      fixed_how=fixed_how)

@@ -140,6 +140,10 @@ class Op:
     stored: Stored | None = None
     # A kernel returns its extra outputs when asked by a ``prenorm`` flag.
     prenorm: bool = False
+    # Options a kernel may fix instead of taking them (the gated norm's group_size: the
+    # whole row; norm_before_gate: whichever order its forward matches), each with the
+    # values it may be fixed at (one forward probe picks among several).
+    fixable: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     @property
     def checks(self) -> tuple[str, ...]:

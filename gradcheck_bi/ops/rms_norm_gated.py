@@ -143,4 +143,5 @@ OP = Op(
     input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("x", "z", "weight", "eps"), marks=("z",),
     optional_marks=("group_size", "norm_before_gate"), unscaled=("z",), reach=reach,
-    forward_terms=forward_terms, forward_extra=OPS_GATE + 1.0)
+    forward_terms=forward_terms, forward_extra=OPS_GATE + 1.0,
+    fixable={"group_size": (None,), "norm_before_gate": (True, False)})
