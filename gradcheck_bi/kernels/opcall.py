@@ -50,6 +50,7 @@ def _lay(tensors: Tensors, role: str) -> Tensors:
 def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
     """``{output name: tensor}`` for what the kernel returned, checked against the contract."""
     names = OPS[op].outputs
+    shape = (*x.shape[:-1], OPS[op].out_width(x.shape[-1]))
     items = list(raw) if isinstance(raw, (tuple, list)) else [raw]
     if not items:
         raise TypeError("forward returned an empty tuple, expected y")
@@ -59,9 +60,9 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
             break  # e.g. (y, None): no residual_out
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"forward returned {type(t).__name__} for {name}, expected a tensor")
-        if t.shape != x.shape:
+        if t.shape != shape:
             raise ValueError(f"forward returned {name} of shape {tuple(t.shape)} for x of "
-                             f"{tuple(x.shape)}")
+                             f"{tuple(x.shape)}, expected {shape}")
         if t.dtype != x.dtype:
             raise TypeError(f"forward returned {name} in {t.dtype} for x of {x.dtype}; "
                             f"expected {name} in x.dtype")

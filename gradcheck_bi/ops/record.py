@@ -87,7 +87,11 @@ class Stored:
 
 
 def _whole_row(point: Point, name: str, output: str) -> int:
-    return int(point.inputs[name].shape[-1])
+    return point.op.out_width(int(point.inputs[name].shape[-1]))
+
+
+def _same_width(d: int) -> int:
+    return d
 
 
 def _row_terms(point: Point) -> int:
@@ -138,6 +142,8 @@ class Op:
     shift: Callable[[Point, float, Sums], float] | None = None
     shared: Callable[[Point, Sums], torch.Tensor | None] | None = None
     stored: Stored | None = None
+    # The width of the outputs' last axis for inputs of width d (silu_and_mul: d / 2).
+    out_width: Callable[[int], int] = _same_width
     # A kernel returns its extra outputs when asked by a ``prenorm`` flag.
     prenorm: bool = False
     # Options a kernel may fix instead of taking them (the gated norm's group_size: the

@@ -51,12 +51,14 @@ def elementwise(point: Point, name: str, output: str) -> int:
     return 1
 
 
+def terms(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The sizes of the terms of ``da`` and ``db`` (fp64): ``|g b| S(a)``, ``|g silu(a)|``."""
+    return (g * b).abs() * silu_grad_size(a), (g * torch.nn.functional.silu(a)).abs()
+
+
 def _terms(point: Point, name: str) -> torch.Tensor:
-    a, b = point.inputs64["a"], point.inputs64["b"]
-    g = point.cotangents["y"].to(torch.float64)
-    if name == "a":
-        return (g * b).abs() * silu_grad_size(a)
-    return (g * torch.nn.functional.silu(a)).abs()
+    ins, g = point.inputs64, point.cotangents["y"].to(torch.float64)
+    return terms(ins["a"], ins["b"], g)[0 if name == "a" else 1]
 
 
 def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:

@@ -42,7 +42,7 @@ def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
     point = make_point(cfg)
     d = cfg.shape[-1]
     ins = {n: t.reshape(-1, d) for n, t in point.inputs.items()}
-    cots = {n: t.reshape(-1, d) for n, t in point.cotangents.items()}
+    cots = {n: t.reshape(-1, t.shape[-1]) for n, t in point.cotangents.items()}
     lead = ins[point.op.inputs[0]]
     n_rows = lead.shape[0]
     probes = sorted({0, n_rows // 2, n_rows - 1})
@@ -71,7 +71,9 @@ def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
     for size, fill in zip(batch_sizes(d), _fillers(cfg.seed, d, cfg.input_scale, names,
                                                    scaled), strict=True):
         positions = [size - 1, size // 2, 0][: len(probes)]
-        batch = {n: fill[n].to(lead.device, lead.dtype, copy=True) for n in names}
+        widths = {n: t.shape[-1] for n, t in {**ins, **cots}.items()}
+        batch = {n: fill[n][:, :widths[n]].to(lead.device, lead.dtype, copy=True)
+                 for n in names}
         for p, at in zip(probes, positions, strict=True):
             for n in ins:
                 batch[n][at] = ins[n][p]

@@ -101,7 +101,9 @@ def make_point(cfg: Config) -> OpPoint:
     if op.has("bias"):
         b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
         params["bias"] = b.to(dev, dt)
-    cots = dict(zip(op.outputs, [g, g_res.to(dev, dt)], strict=False))
+    width = op.out_width(cfg.shape[-1])  # an output narrower than x: its first columns
+    cots = {n: t if t.shape[-1] == width else t[..., :width].contiguous()
+            for n, t in zip(op.outputs, [g, g_res.to(dev, dt)], strict=False)}
     return OpPoint(op, inputs, params, cots, options_of(cfg), cfg.zero_centered_gamma)
 
 
