@@ -1,6 +1,6 @@
-"""The ops beyond norms (gradcheck_bi/ops/log_softmax.py, swiglu.py): each added as one op
-module, checked against formulas written here and through its correct kernel
-(tests/kernels/) in every dtype, layout and awkward shape; its mutants are in
+"""The ops beyond norms (gradcheck_bi/ops/log_softmax.py, swiglu.py, silu_and_mul.py): each
+added as one op module, checked against formulas written here and through its correct
+kernel (tests/kernels/) in every dtype, layout and awkward shape; its mutants are in
 tests/test_op_mutants.py.
 """
 
@@ -15,10 +15,12 @@ from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, grid, not_run
 
 KERNELS = {"log_softmax": "tests/kernels/log_softmax.py",
-           "swiglu": "tests/kernels/swiglu.py"}
+           "swiglu": "tests/kernels/swiglu.py",
+           "silu_and_mul": "tests/kernels/silu_and_mul.py"}
 # log-softmax at logits of 1e3; silu at 30 (at |a| ≈ 560 silu's outputs are ~1e-240, and
 # the finite differences' noise model, which squares them, underflows to a tolerance of 0).
-SCALES = {"log_softmax": [1e-4, 1.0, 1e3], "swiglu": [1e-4, 1.0, 30.0]}
+SCALES = {"log_softmax": [1e-4, 1.0, 1e3], "swiglu": [1e-4, 1.0, 30.0],
+          "silu_and_mul": [1e-4, 1.0, 30.0]}
 LAYOUTS = ["contiguous", "x-strided", "x-transposed", "x-offset", "grad-strided",
            "grad-transposed", "grad-offset"]
 
@@ -34,6 +36,8 @@ def test_references_match_formulas_written_here() -> None:
     assert torch.allclose(OPS["log_softmax"].reference({"x": x}, {}, {})["y"], x - lse)
     silu = x / (1 + torch.exp(-x))
     assert torch.allclose(OPS["swiglu"].reference({"a": x, "b": b}, {}, {})["y"], silu * b)
+    both = torch.cat([x, b], dim=-1)
+    assert torch.allclose(OPS["silu_and_mul"].reference({"x": both}, {}, {})["y"], silu * b)
 
 
 @pytest.mark.parametrize("op", list(KERNELS))

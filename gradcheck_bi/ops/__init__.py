@@ -27,6 +27,7 @@ from gradcheck_bi.ops import (
     log_softmax,
     rms_norm,
     rms_norm_gated,
+    silu_and_mul,
     swiglu,
 )
 from gradcheck_bi.ops.record import BIAS_CONTROLS, Op, Param
@@ -34,7 +35,8 @@ from gradcheck_bi.ops.record import BIAS_CONTROLS, Op, Param
 # The op a kernel computes when nothing in its signature marks another.
 DEFAULT_OP = rms_norm.OP.name
 OPS: dict[str, Op] = {m.OP.name: m.OP for m in (rms_norm, fused_add_rms_norm, layer_norm,
-                                                 rms_norm_gated, log_softmax, swiglu)}
+                                                 rms_norm_gated, log_softmax, swiglu,
+                                                 silu_and_mul)}
 # Every check name any op has, in the order tables list them: the inputs', then the
 # parameters'.
 ALL_CHECKS = ("forward",

@@ -72,7 +72,7 @@ class OpMutant:
 
 
 FUSED, LAYER, GATED = "fused_add_rms_norm", "layer_norm", "rms_norm_gated"
-LOG, SWI = "log_softmax", "swiglu"
+LOG, SWI, SAM = "log_softmax", "swiglu", "silu_and_mul"
 ROW = (1, 32)  # a single row: a backward that mixes rows up is right there
 MUTANTS: list[OpMutant] = [
     # A None gradient fails every gradient check (the contract is broken at each call).
@@ -115,11 +115,17 @@ MUTANTS: list[OpMutant] = [
              (Point("da", shape=ROW), Point("db", shape=ROW)), False),
     OpMutant("sw03_cotangent_of_the_first_row", SWI, Point("db"),
              (Point("db", shape=ROW), Point("da", shape=ROW)), False),
+    OpMutant("sm01_silu_derivative_missing_its_product_term", SAM, Point("dx"),
+             (Point("forward"),), False),
+    OpMutant("sm02_gradient_stored_in_row_zero", SAM, Point("dx"), (Point("dx", shape=ROW),),
+             False),
+    OpMutant("sm03_cotangent_of_the_first_row", SAM, Point("dx"), (Point("dx", shape=ROW),),
+             False),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
            GATED: "tests/kernels/rms_norm_gated.py", LOG: "tests/kernels/log_softmax.py",
-           SWI: "tests/kernels/swiglu.py"}
+           SWI: "tests/kernels/swiglu.py", SAM: "tests/kernels/silu_and_mul.py"}
 
 
 def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | None = None
