@@ -6,6 +6,8 @@ tests/test_op_mutants.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -76,3 +78,12 @@ def test_no_weight_no_control_and_no_zcg_one_note(op: str) -> None:
     assert {(c.control, c.zero_centered_gamma) for c in cfgs} == {("randn", False)}
     notes = not_run([sweep], [spec])
     assert len(notes) == 1 and f"{op} has no weight" in notes[0], notes
+
+
+def test_plot_takes_the_op(tmp_path: Path) -> None:
+    from gradcheck_bi.cli import main
+
+    out = tmp_path / "p.json"
+    code = main(["plot", "--kernel", KERNELS["swiglu"], "--op", "swiglu", "--check", "db",
+                 "--shape", "2,16", "--steps", "-12:-8", "--output", str(out)])
+    assert code == 0 and out.exists()

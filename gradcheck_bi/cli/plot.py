@@ -59,6 +59,9 @@ def plot_command(
     kernel: Annotated[list[str] | None, typer.Option(
         "--kernel", metavar="KERNEL,…", rich_help_panel=WHAT,
         show_default="before,after", help="The kernels to sweep, as run's --kernel.")] = None,
+    op: Annotated[str | None, typer.Option(
+        metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
+        help="The op the kernels compute, as run's --op.")] = None,
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
         help="γ controls.")] = None,
@@ -114,7 +117,8 @@ def plot_command(
     if output is not None:
         check_paths(output=output)
     check_name = one_of("--check", check, GRADIENT_CHECKS) or "dx"
-    specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"])
+    specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"],
+                            {"op": op} if op is not None else None)
     try:
         plot_op(specs, check_name)
     except ValueError as exc:  # another op's kernel, a gradient the op has not
