@@ -379,3 +379,31 @@ def test_gated_kernel_without_group_size_or_order_runs_no_point_at_an_absent_axi
         (r.check, r.message) for r in results if r.status != "pass"]
     notes = [n for n in not_run([sweep], [spec]) if "not swept" in n]
     assert len(notes) == 2 and "group_size" in notes[0] and "norm_before_gate" in notes[1]
+
+
+@pytest.mark.parametrize(("attr", "op", "absent"), [
+    ("layer_norm_plain", "layer_norm", {"weight", "bias"}),
+    ("layer_norm_weight", "layer_norm", {"bias"}),
+    ("gated_plain", "rms_norm_gated", {"weight"})])
+def test_kernel_without_a_parameter_is_run_at_its_identity_and_not_swept(
+        attr: str, op: str, absent: set[str]) -> None:
+    """A weight or bias the kernel does not take is absent: run at γ = 1 / β = 0, its
+    gradient and its controls not asked, one note each (zcg goes with the weight)."""
+    spec = resolve(f"tests/kernels/no_affine.py:{attr}", {"op": op})
+    assert {n for n, _ in spec.fixed} == absent
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)],
+                  layouts=["contiguous", "weight-strided"])
+    results = run(sweep, [spec])
+    gone = {OPS[op].param(n).check for n in absent}
+    assert {r.check for r in results} == set(OPS[op].checks) - gone
+    assert all(r.status == "pass" for r in results), [
+        (r.check, r.message) for r in results if r.status != "pass"]
+    if "weight" in absent:
+        assert {(r.weight, r.zero_centered_gamma, r.layout) for r in results} == {
+            ("ones", False, "contiguous")}
+    if "bias" in absent:
+        assert {r.bias for r in results} == {"zeros"}
+    notes = not_run([sweep], [spec])
+    assert sorted(n.split(": ")[1].split(" ")[0] for n in notes if "absent —" in n) == sorted(
+        absent), notes
+    assert ("weight" in absent) == (not any("zcg" in n for n in notes)), notes

@@ -148,8 +148,9 @@ class OpAdapted:
     """A kernel of ``op`` behind ``call(inputs, params, options, zcg)`` → what it returns."""
 
     def __init__(self, op: str, call: Callable[[dict[str, Any]], Any], zcg: frozenset[bool],
-                 how: str) -> None:
+                 how: str, absent: frozenset[str] = frozenset()) -> None:
         self.op, self._call, self.zcg, self.how = op, call, zcg, how
+        self.absent = absent  # parameters of the op the kernel does not take
 
     def call(self, inputs: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
              options: dict[str, Any], zcg: bool) -> Any:
@@ -230,10 +231,18 @@ def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
 
 
 def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
-           kernel_args: dict[str, Any]) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
-    """The options of ``op`` the kernel does not take (no parameter fills their role), the
-    value each is fixed at, and one line each saying how."""
-    fixed, how = [], []
+           kernel_args: dict[str, Any], params_named: bool
+           ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """The parameters (``params_named``: read from the call's names, not a module's) and
+    options of ``op`` the kernel does not take (no parameter fills their role), the value
+    each is fixed at (a parameter: ``None``, absent), and one line each saying how."""
+    fixed: list[tuple[str, Any]] = []
+    how = []
+    for p in OPS[op].params if params_named else ():
+        if p.name not in roles:
+            fixed.append((p.name, None))
+            how.append(f"{p.name} absent — the kernel takes none: no {p.check}, run as "
+                       f"{p.name}={p.identity}")
     for option, candidates in OPS[op].fixable.items():
         if option in roles:
             continue
@@ -275,7 +284,9 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
     if kind == "module":  # its forward's parameters may take an option too
         forward = roles_of(parameters(getattr(obj, "forward", obj), name)).values()
         roles |= {r for r in forward if r is not None}
-    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args)
-    return KernelSpec(name, OpAdapted(rec.op, call, zcg, how), (), description, source=source,
+    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, kind != "module")
+    absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable)
+    return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
+                      source=source,
                       zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,
                       fixed_how=fixed_how)

@@ -92,8 +92,10 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     :func:`gradcheck_bi.kernels.call.analytic_grads`).
     """
     layout = _LAYOUT.get()
+    absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take
     leaves = {n: lay_out(t.detach().clone(), layout, "x" if n in inputs else "weight"
-                         ).requires_grad_(True) for n, t in {**inputs, **params}.items()}
+                         ).requires_grad_(n not in absent)
+              for n, t in {**inputs, **params}.items()}
     owned = {n: (leaves[n], t) for n, t in {**inputs, **params}.items()}
     outs = _called(fn, {n: leaves[n] for n in inputs}, {n: leaves[n] for n in params},
                    options, zcg)
@@ -123,6 +125,8 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     unchanged("backward", owned)
     grads: Tensors = {}
     for name, leaf in leaves.items():
+        if name in absent:
+            continue
         if leaf.grad is None:
             raise ContractViolation(f"backward returned None for d{_short(name)} (its input "
                                     "requires grad)")

@@ -62,15 +62,18 @@ class Param:
     """A ``(D,)`` parameter: its name, the name of its gradient check and its controls.
 
     ``offset``: under zero_centered_gamma the stored parameter is ``effective − 1``.
+    ``identity``: the control that a kernel without the parameter computes (γ = ones, β =
+    zeros).
     """
 
     name: str
     check: str
     controls: tuple[str, ...]
     offset: bool = False
+    identity: str = "zeros"
 
 
-WEIGHT = Param("weight", "dw", CONTROLS, offset=True)
+WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones")
 BIAS = Param("bias", "dbias", BIAS_CONTROLS)
 
 
