@@ -145,8 +145,8 @@ def op_points(spec: KernelSpec, cfg: Config, sweep: Sweep) -> Iterator[Config]:
     an option the kernel fixes (``spec.fixed``) at its value alone (a group of None: D)."""
     op, fixed = OPS[spec.op], dict(spec.fixed)
     biases: list[str | None] = list(sweep.biases) if op.has("bias") else [None]
-    if op.has("bias") and not takes(spec, "bias"):
-        biases = [op.param("bias").identity]  # β ≡ 0
+    if op.has("bias") and not takes(spec, "bias"):  # β ≡ 0; an optional one: no β
+        biases = [None if op.param("bias").optional else op.param("bias").identity]
     gated = op.has("group_size")
     groups: list[int | None] = (list(sweep.group_sizes_for(cfg.shape[-1])) if gated
                                 else [None])

@@ -26,7 +26,7 @@ from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.opcall import op_grads
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, grid, not_run
+from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
 from gradcheck_bi.vocab import Config, KernelLoadError, Unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def test_correct_kernels_named_by_path_pass_every_check(op: str, dtype: str) -> 
     assert spec.op == op and spec.recognised.startswith(f"recognised {op}")
     sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[(2, 3, 32)])
     results = run(sweep, [spec])
-    assert {r.check for r in results} == set(OPS[op].checks)
+    assert {r.check for r in results} == set(checks_of(spec))  # the gated norm: no dbias
     bad = [(r.check, r.weight, r.bias, r.group_size, r.norm_before_gate, r.message,
             r.max_abs_err, r.tolerance) for r in results if r.status != "pass"]
     assert not bad
@@ -370,10 +370,10 @@ def test_gated_kernel_without_group_size_or_order_runs_no_point_at_an_absent_axi
     """``(x, z, weight, eps)``: the group is the row and the gate order the one its forward
     matches; every gradient it has is checked, each absent axis dropped with one note."""
     spec = resolve(f"tests/kernels/gated_fixed.py:{attr}", {"op": "rms_norm_gated"})
-    assert dict(spec.fixed) == {"group_size": None, "norm_before_gate": before}
+    assert dict(spec.fixed) == {"bias": None, "group_size": None, "norm_before_gate": before}
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)])
     results = run(sweep, [spec])
-    assert {r.check for r in results} == set(OPS["rms_norm_gated"].checks)
+    assert {r.check for r in results} == set(checks_of(spec))
     assert {(r.group_size, r.norm_before_gate) for r in results} == {(32, before)}
     assert all(r.status == "pass" for r in results), [
         (r.check, r.message) for r in results if r.status != "pass"]
@@ -390,12 +390,12 @@ def test_kernel_without_a_parameter_is_run_at_its_identity_and_not_swept(
     """A weight or bias the kernel does not take is absent: run at γ = 1 / β = 0, its
     gradient and its controls not asked, one note each (zcg goes with the weight)."""
     spec = resolve(f"tests/kernels/no_affine.py:{attr}", {"op": op})
-    assert {n for n, _ in spec.fixed} == absent
+    assert absent <= {n for n, _ in spec.fixed}  # and the gated norm's optional bias
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)],
                   layouts=["contiguous", "weight-strided"])
     results = run(sweep, [spec])
     gone = {OPS[op].param(n).check for n in absent}
-    assert {r.check for r in results} == set(OPS[op].checks) - gone
+    assert {r.check for r in results} == set(checks_of(spec)) and not gone & set(checks_of(spec))
     assert all(r.status == "pass" for r in results), [
         (r.check, r.message) for r in results if r.status != "pass"]
     if "weight" in absent:
@@ -407,3 +407,20 @@ def test_kernel_without_a_parameter_is_run_at_its_identity_and_not_swept(
     assert sorted(n.split(": ")[1].split(" ")[0] for n in notes if "absent —" in n) == sorted(
         absent), notes
     assert ("weight" in absent) == (not any("zcg" in n for n in notes)), notes
+
+
+def test_gated_norm_with_a_bias_has_its_optional_part_checked() -> None:
+    """The gated norm's bias is optional: absent (no dbias, no β axis, no note) for a kernel
+    without one, swept and checked for a kernel with one."""
+    spec = resolve("tests/kernels/no_affine.py:gated_bias", {"op": "rms_norm_gated"})
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64"), ("cpu", "bf16")],
+                  shapes=[(2, 3, 32)], weights=["randn"], layouts=["contiguous"])
+    results = run(sweep, [spec])
+    assert {r.check for r in results} == set(OPS["rms_norm_gated"].checks)
+    assert {r.bias for r in results} == {"randn", "zeros"}
+    assert all(r.status == "pass" for r in results), [
+        (r.check, r.dtype, r.message) for r in results if r.status != "pass"]
+    plain = resolve(KERNELS["rms_norm_gated"])
+    assert dict(plain.fixed) == {"bias": None} and not plain.fixed_how
+    cfgs = [c for _, c in grid(sweep, [plain])]
+    assert {c.bias for c in cfgs} == {None} and "dbias" not in {c.check for c in cfgs}

@@ -42,9 +42,9 @@ def ops_command() -> int:
     that recognise them."""
     out: list[str] = []
     for op in OPS.values():
-        params = ", ".join(f"{p.name} (γ controls {'/'.join(p.controls)})"
-                           if p.name == "weight" else
-                           f"{p.name} (β controls {'/'.join(p.controls)})" for p in op.params)
+        params = ", ".join(f"{p.name} ({'optional, ' if p.optional else ''}"
+                           f"{'γ' if p.name == 'weight' else 'β'} controls "
+                           f"{'/'.join(p.controls)})" for p in op.params)
         out += [op.name]
         out += _wrap(op.summary, "  ", "  ")
         out += _wrap(f"inputs {', '.join(op.inputs)}; parameters {params or 'none'}; "

@@ -126,7 +126,8 @@ class _ModuleCall:
                 raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
             module = module.to(values["device"])
             tensors = module_tensors(module, values["size"])
-            missing = [p.name for p in OPS[self.op].params if p.name not in tensors]
+            missing = [p.name for p in OPS[self.op].params
+                       if p.name not in tensors and not p.optional]
             if missing:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
@@ -233,16 +234,18 @@ def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
 def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
            kernel_args: dict[str, Any], params_named: bool
            ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
-    """The parameters (``params_named``: read from the call's names, not a module's) and
-    options of ``op`` the kernel does not take (no parameter fills their role), the value
-    each is fixed at (a parameter: ``None``, absent), and one line each saying how."""
+    """The parameters and options of ``op`` the kernel does not take (no parameter fills
+    their role), the value each is fixed at (a parameter: ``None``, absent), and one line
+    each saying how. A module's required parameters are bound when it is built
+    (``params_named`` false): only an optional one it lacks is absent."""
     fixed: list[tuple[str, Any]] = []
     how = []
-    for p in OPS[op].params if params_named else ():
-        if p.name not in roles:
+    for p in OPS[op].params:
+        if p.name not in roles and (params_named or p.optional):
             fixed.append((p.name, None))
-            how.append(f"{p.name} absent — the kernel takes none: no {p.check}, run as "
-                       f"{p.name}={p.identity}")
+            if not p.optional:  # an optional one is absent by default: nothing to say
+                    how.append(f"{p.name} absent — the kernel takes none: no {p.check}, run "
+                           f"as {p.name}={p.identity}")
     for option, candidates in OPS[op].fixable.items():
         if option in roles:
             continue
@@ -281,9 +284,10 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         raise KernelLoadError(f"kernel {name} takes no parameter {extra}")
     zcg, how = _zcg(slots, override)
     roles = {s.role for s in slots}
-    if kind == "module":  # its forward's parameters may take an option too
-        forward = roles_of(parameters(getattr(obj, "forward", obj), name)).values()
-        roles |= {r for r in forward if r is not None}
+    if kind == "module":  # its forward's parameters, its (D,) tensors, may fill a role too
+        forward, marks = probe_module(obj, name, kernel_args)
+        roles |= {r for r in roles_of(forward).values() if r is not None}
+        roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF}
     fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, kind != "module")
     absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,

@@ -63,7 +63,8 @@ class Param:
 
     ``offset``: under zero_centered_gamma the stored parameter is ``effective − 1``.
     ``identity``: the control that a kernel without the parameter computes (γ = ones, β =
-    zeros).
+    zeros). ``optional``: absent unless the kernel takes it (a gated norm's bias): then
+    neither swept nor noted.
     """
 
     name: str
@@ -71,10 +72,12 @@ class Param:
     controls: tuple[str, ...]
     offset: bool = False
     identity: str = "zeros"
+    optional: bool = False
 
 
 WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones")
 BIAS = Param("bias", "dbias", BIAS_CONTROLS)
+OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, optional=True)
 
 
 @dataclass(frozen=True)

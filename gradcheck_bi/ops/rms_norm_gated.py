@@ -30,7 +30,7 @@ from gradcheck_bi.ops.norms import (
     silu_grad,
     silu_grad_size,
 )
-from gradcheck_bi.ops.record import WEIGHT, Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
 
 # silu(z) = z / (1 + exp(-z)) and silu'(z): exp (not always correctly rounded), an add, a
 # division and the products around them.
@@ -45,7 +45,7 @@ def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tens
         y = rms(grouped(x, g), options["eps"]).reshape(x.shape) * params["weight"] * gate
     else:
         y = rms(grouped(x * gate, g), options["eps"]).reshape(x.shape) * params["weight"]
-    return {"y": y}
+    return {"y": y + params["bias"] if "bias" in params else y}
 
 
 def step_scale(point: Point, name: str) -> torch.Tensor:
@@ -138,7 +138,8 @@ OP = Op(
     "rms_norm_gated",
     "statistic over groups of group_size features; norm_before_gate: y = norm(x)·γ·silu(z), "
     "else y = norm(x·silu(z))·γ",
-    inputs=("x", "z"), params=(WEIGHT,), options=("eps", "group_size", "norm_before_gate"),
+    inputs=("x", "z"), params=(WEIGHT, OPTIONAL_BIAS),
+    options=("eps", "group_size", "norm_before_gate"),
     outputs=("y",), reference=reference, step_scale=step_scale,
     input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("x", "z", "weight", "eps"), marks=("z",),

@@ -3,7 +3,8 @@ with the identity in place of what it does not take (γ = 1, β = 0).
 
 ``layer_norm_plain(x, eps)`` and ``layer_norm_weight(x, weight, eps)`` with ``--op
 layer_norm``; ``gated_plain(x, z, eps, group_size, norm_before_gate)`` with ``--op
-rms_norm_gated``: each is checked with every gradient it has, at the identity of what it
+rms_norm_gated``; ``gated_bias`` (a gated norm with a bias, which the op has as an
+optional part): each is checked with every gradient it has, at the identity of what it
 lacks, no γ or β control swept.
 """
 
@@ -34,3 +35,14 @@ def layer_norm_weight(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torc
 def gated_plain(x: torch.Tensor, z: torch.Tensor, eps: float, group_size: int | None = None,
                 norm_before_gate: bool = True) -> torch.Tensor:
     return RMSNormGated.apply(x, z, _ones(x), eps, group_size, norm_before_gate)
+
+
+def gated_bias(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float, group_size: int | None = None, norm_before_gate: bool = True
+               ) -> torch.Tensor:
+    """A gated norm with a bias, added last in the compute dtype: ``y = gated(x, z) + β``,
+    rounded once (adding β to the rounded norm rounds twice: the bf16 audit fails it)."""
+    cdt = torch.promote_types(x.dtype, torch.float32)
+    y = RMSNormGated.apply(x.to(cdt), z.to(cdt), weight.to(cdt), eps, group_size,
+                           norm_before_gate)
+    return (y + bias.to(cdt)).to(x.dtype)

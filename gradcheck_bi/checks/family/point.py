@@ -98,7 +98,7 @@ def make_point(cfg: Config) -> OpPoint:
     params = {}
     if op.has("weight"):
         params["weight"] = w
-    if op.has("bias"):
+    if op.has("bias") and not (op.param("bias").optional and cfg.bias is None):
         b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
         params["bias"] = b.to(dev, dt)
     width = op.out_width(cfg.shape[-1])  # an output narrower than x: its first columns
