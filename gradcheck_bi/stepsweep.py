@@ -16,7 +16,7 @@ sits on a plateau: the error is the defect, and no step moves it.
 The abscissa is the *relative* step ``h/ℓ``, the ``step_rel`` that run's estimator takes:
 for RMSNorm's ``dx`` ``ℓ = sqrt(Σx² + D·eps)`` per row (:func:`gradcheck_bi.fd.input_grad`),
 for another op's input the length over which that input moves before the output bends
-(:func:`gradcheck_bi.checks.family.gradients.step_scale`), for a parameter ``max(1,
+(the op's ``step_scale``, :mod:`gradcheck_bi.ops`), for a parameter ``max(1,
 max|p|)`` (:func:`gradcheck_bi.fd.weight_grad`; ``y`` is linear in it: no truncation side).
 Steps go by powers of two: each row's step is rounded to one anyway, so finer sampling
 would only repeat points.
@@ -68,7 +68,7 @@ DOMINANCE = 10.0
 TRUNCATION_MAX_STEP = 2.0**-4
 MIN_FIT_POINTS = 3
 # What ℓ is, for the axis label: RMSNorm's dx (fd.row_steps), another op's input
-# (checks/family/gradients.step_scale), a parameter (fd.weight_step).
+# (the op's step_scale), a parameter (fd.weight_step).
 ROW_LENGTH = "√(Σx² + D·eps) per row"
 
 

@@ -111,8 +111,15 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 continue
             if layout != "contiguous" and (control != "randn" or not applies(layout, check)):
                 continue
-            if check not in OPS[spec.op].checks:  # e.g. dz, asked of an RMSNorm
+            if check not in checks_of(spec):  # e.g. dz asked of an RMSNorm, dw of no weight
                 continue
+            if (control != sweep.weights[0] or zcg) and not takes(spec, "weight"):
+                continue  # no γ: its controls and zcg would repeat one point
+            if layout.startswith("weight-") and not any(takes(spec, p.name)
+                                                        for p in OPS[spec.op].params):
+                continue
+            if OPS[spec.op].has("weight") and not takes(spec, "weight"):
+                control = OPS[spec.op].param("weight").identity  # γ ≡ 1: no affine
             cfg = Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
@@ -121,7 +128,19 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
             if spec.op == "rms_norm":
                 yield spec, cfg
             else:
-                yield from ((spec, c) for c in op_points(spec.op, cfg, sweep))
+                yield from ((spec, c) for c in op_points(spec, cfg, sweep))
+
+
+def takes(spec: KernelSpec, name: str) -> bool:
+    """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``)."""
+    return OPS[spec.op].has(name) and name not in dict(spec.fixed)
+
+
+def checks_of(spec: KernelSpec) -> tuple[str, ...]:
+    """Its op's checks, less those of the parameters it does not take."""
+    op = OPS[spec.op]
+    return tuple(c for c in op.checks
+                 if c not in {p.check for p in op.params if not takes(spec, p.name)})
 
 
 def settings(sweep: Sweep) -> dict[str, Any]:
@@ -129,16 +148,23 @@ def settings(sweep: Sweep) -> dict[str, Any]:
     return {a.field: getattr(sweep, a.key) for a in AXES if a.key and not a.plural}
 
 
-def op_points(op_name: str, cfg: Config, sweep: Sweep) -> Iterator[Config]:
-    """``cfg`` at every value of the axes the op has: β control, group size, mode."""
-    op = OPS[op_name]
+def op_points(spec: KernelSpec, cfg: Config, sweep: Sweep) -> Iterator[Config]:
+    """``cfg`` at every value of the axes the kernel's op has: β control, group size, mode;
+    an option the kernel fixes (``spec.fixed``) at its value alone (a group of None: D)."""
+    op, fixed = OPS[spec.op], dict(spec.fixed)
     biases: list[str | None] = list(sweep.biases) if op.has("bias") else [None]
+    if op.has("bias") and not takes(spec, "bias"):  # β ≡ 0; an optional one: no β
+        biases = [None if op.param("bias").optional else op.param("bias").identity]
     gated = op.has("group_size")
     groups: list[int | None] = (list(sweep.group_sizes_for(cfg.shape[-1])) if gated
                                 else [None])
+    if "group_size" in fixed:
+        groups = [fixed["group_size"] or cfg.shape[-1]]
     modes: list[bool | None] = list(sweep.norm_before_gate) if gated else [None]
+    if "norm_before_gate" in fixed:
+        modes = [fixed["norm_before_gate"]]
     for bias, group, mode in itertools.product(biases, groups, modes):
-        yield replace(cfg, op=op_name, bias=bias, group_size=group, norm_before_gate=mode)
+        yield replace(cfg, op=spec.op, bias=bias, group_size=group, norm_before_gate=mode)
 
 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
@@ -158,9 +184,32 @@ def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
 
+def _unswept_controls(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
+    """The line for a kernel whose op has no weight, where a sweep asked for γ controls."""
+    asked = [s for s in _asking(sweeps, spec) if len(s.weights) > 1 or True in s.zcg]
+    if not asked:
+        return []
+    return [f"{spec.name}: γ controls and zcg not swept — {spec.op} has no weight (one "
+            f"point a case, weight={asked[0].weights[0]}, zcg off)"]
+
+
+def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
+    """The zcg settings left out, or the line for an op without a weight (a kernel without
+    its op's weight: :attr:`KernelSpec.fixed_how` says so, and zcg goes with it)."""
+    if not OPS[spec.op].has("weight"):
+        return _unswept_controls(sweeps, spec)
+    if not takes(spec, "weight"):
+        return []
+    return [spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]
+
+
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
-    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out."""
-    return [spec.not_run(zcg) for spec in kernels for zcg in _dropped_zcg(sweeps, spec)]
+    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out, one
+    per kernel whose op has no weight to cross with the γ controls, and one per axis of its
+    op a kernel does not have (a parameter it does not take, an option it fixes)."""
+    return [line for spec in kernels
+            for line in _axes_not_run(sweeps, spec)
+            + [f"{spec.name}: {how}" for how in spec.fixed_how if _asking(sweeps, spec)]]
 
 
 def _foreign_checks(sweep: Sweep, op_name: str) -> list[str]:

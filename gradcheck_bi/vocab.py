@@ -218,6 +218,10 @@ class KernelSpec:
     # parameters, one line saying which op and from which names.
     op: str = "rms_norm"
     recognised: str = ""
+    # Options of its op the kernel fixes instead of taking (group_size, norm_before_gate),
+    # at their values, and one line each saying how (kernels/opadapt.py): not swept.
+    fixed: tuple[tuple[str, Any], ...] = ()
+    fixed_how: tuple[str, ...] = ()
 
     def not_run(self, zero_centered_gamma: bool) -> str:
         """The one line a report gives for the zcg setting this kernel is not run at."""

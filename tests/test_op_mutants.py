@@ -38,28 +38,29 @@ def test_catalog_is_the_files_and_the_published_table() -> None:
 
 
 def _blind_at_a_control(m: ops_catalog.OpMutant) -> bool:
-    """Its own check passes at another γ control or option value (ones, group_size = D…)."""
+    """Its own check passes at another γ control, option value or shape (ones, group_size =
+    D, a single row…)."""
     f = m.fast
-    return any(b.check == f.check and (b.weight, b.group_size, b.norm_before_gate)
-               != (f.weight, f.group_size, f.norm_before_gate) for b in m.blind)
+    return any(b.check == f.check and (b.weight, b.group_size, b.norm_before_gate, b.shape)
+               != (f.weight, f.group_size, f.norm_before_gate, f.shape) for b in m.blind)
 
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_op_mutant_caught_by_its_check(stem: str) -> None:
     m = ops_catalog.BY_STEM[stem]
-    results = ops_catalog.run_points(m.ref, [m.fast])
+    results = ops_catalog.run_points(m.ref, [m.fast], op=m.op)
     assert results and all(r.status == "fail" for r in results), _describe(results)
 
 
 @pytest.mark.parametrize("stem", [m.stem for m in ops_catalog.MUTANTS if m.blind])
 def test_op_mutant_hidden_at_its_blind_points(stem: str) -> None:
     m = ops_catalog.BY_STEM[stem]
-    results = ops_catalog.run_points(m.ref, list(m.blind))
+    results = ops_catalog.run_points(m.ref, list(m.blind), op=m.op)
     assert results and all(r.status == "pass" for r in results), _describe(results)
 
 
 @pytest.mark.parametrize("op", sorted(ops_catalog.CORRECT))
 def test_correct_kernel_passes_every_catalogue_point(op: str) -> None:
     points = [p for m in ops_catalog.MUTANTS if m.op == op for p in (m.fast, *m.blind)]
-    results = ops_catalog.run_points(ops_catalog.CORRECT[op], points)
+    results = ops_catalog.run_points(ops_catalog.CORRECT[op], points, op=op)
     assert results and all(r.status == "pass" for r in results), _describe(results)

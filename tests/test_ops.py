@@ -19,14 +19,14 @@ import torch.nn.functional as F
 from gradcheck_bi import cli
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.family import exact_grads, make_point, reference
-from gradcheck_bi.checks.family.gradients import reach, step_scale
+from gradcheck_bi.checks.family.gradients import reach
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.opcall import op_grads
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, grid, not_run
+from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
 from gradcheck_bi.vocab import Config, KernelLoadError, Unsupported
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_finite_differences_of_the_reference_match_autograd(op: str) -> None:
                 out = p.op.reference(ins, p.effective, p.options)
                 return [out[o].reshape(t2.shape) for o in p.op.outputs]
 
-            h = pow2(2.0**-11 * step_scale(p, name))
+            h = pow2(2.0**-11 * p.op.step_scale(p, name))
             est = input_grad_outputs(forward, p.inputs[name], [p.cotangents[o] for o in
                                                                p.op.outputs], h,
                                      reach=reach(p, name, list(p.op.outputs)))
@@ -127,7 +127,7 @@ def test_correct_kernels_named_by_path_pass_every_check(op: str, dtype: str) -> 
     assert spec.op == op and spec.recognised.startswith(f"recognised {op}")
     sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[(2, 3, 32)])
     results = run(sweep, [spec])
-    assert {r.check for r in results} == set(OPS[op].checks)
+    assert {r.check for r in results} == set(checks_of(spec))  # the gated norm: no dbias
     bad = [(r.check, r.weight, r.bias, r.group_size, r.norm_before_gate, r.message,
             r.max_abs_err, r.tolerance) for r in results if r.status != "pass"]
     assert not bad
@@ -362,3 +362,65 @@ def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.Monkey
                  max_memory=held + column // 2)
     with pytest.raises(Unsupported, match="raise --max-memory"):
         run_check(resolve(KERNELS["layer_norm"]).fn, cfg)
+
+
+@pytest.mark.parametrize(("attr", "before"), [("before", True), ("after", False)])
+def test_gated_kernel_without_group_size_or_order_runs_no_point_at_an_absent_axis(
+        attr: str, before: bool) -> None:
+    """``(x, z, weight, eps)``: the group is the row and the gate order the one its forward
+    matches; every gradient it has is checked, each absent axis dropped with one note."""
+    spec = resolve(f"tests/kernels/gated_fixed.py:{attr}", {"op": "rms_norm_gated"})
+    assert dict(spec.fixed) == {"bias": None, "group_size": None, "norm_before_gate": before}
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)])
+    results = run(sweep, [spec])
+    assert {r.check for r in results} == set(checks_of(spec))
+    assert {(r.group_size, r.norm_before_gate) for r in results} == {(32, before)}
+    assert all(r.status == "pass" for r in results), [
+        (r.check, r.message) for r in results if r.status != "pass"]
+    notes = [n for n in not_run([sweep], [spec]) if "not swept" in n]
+    assert len(notes) == 2 and "group_size" in notes[0] and "norm_before_gate" in notes[1]
+
+
+@pytest.mark.parametrize(("attr", "op", "absent"), [
+    ("layer_norm_plain", "layer_norm", {"weight", "bias"}),
+    ("layer_norm_weight", "layer_norm", {"bias"}),
+    ("gated_plain", "rms_norm_gated", {"weight"})])
+def test_kernel_without_a_parameter_is_run_at_its_identity_and_not_swept(
+        attr: str, op: str, absent: set[str]) -> None:
+    """A weight or bias the kernel does not take is absent: run at γ = 1 / β = 0, its
+    gradient and its controls not asked, one note each (zcg goes with the weight)."""
+    spec = resolve(f"tests/kernels/no_affine.py:{attr}", {"op": op})
+    assert absent <= {n for n, _ in spec.fixed}  # and the gated norm's optional bias
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)],
+                  layouts=["contiguous", "weight-strided"])
+    results = run(sweep, [spec])
+    gone = {OPS[op].param(n).check for n in absent}
+    assert {r.check for r in results} == set(checks_of(spec)) and not gone & set(checks_of(spec))
+    assert all(r.status == "pass" for r in results), [
+        (r.check, r.message) for r in results if r.status != "pass"]
+    if "weight" in absent:
+        assert {(r.weight, r.zero_centered_gamma, r.layout) for r in results} == {
+            ("ones", False, "contiguous")}
+    if "bias" in absent:
+        assert {r.bias for r in results} == {"zeros"}
+    notes = not_run([sweep], [spec])
+    assert sorted(n.split(": ")[1].split(" ")[0] for n in notes if "absent —" in n) == sorted(
+        absent), notes
+    assert ("weight" in absent) == (not any("zcg" in n for n in notes)), notes
+
+
+def test_gated_norm_with_a_bias_has_its_optional_part_checked() -> None:
+    """The gated norm's bias is optional: absent (no dbias, no β axis, no note) for a kernel
+    without one, swept and checked for a kernel with one."""
+    spec = resolve("tests/kernels/no_affine.py:gated_bias", {"op": "rms_norm_gated"})
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64"), ("cpu", "bf16")],
+                  shapes=[(2, 3, 32)], weights=["randn"], layouts=["contiguous"])
+    results = run(sweep, [spec])
+    assert {r.check for r in results} == set(OPS["rms_norm_gated"].checks)
+    assert {r.bias for r in results} == {"randn", "zeros"}
+    assert all(r.status == "pass" for r in results), [
+        (r.check, r.dtype, r.message) for r in results if r.status != "pass"]
+    plain = resolve(KERNELS["rms_norm_gated"])
+    assert dict(plain.fixed) == {"bias": None} and not plain.fixed_how
+    cfgs = [c for _, c in grid(sweep, [plain])]
+    assert {c.bias for c in cfgs} == {None} and "dbias" not in {c.check for c in cfgs}

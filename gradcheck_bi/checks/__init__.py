@@ -27,6 +27,7 @@ from gradcheck_bi.checks.batch_invariance import batch_sizes, check_batch_invari
 from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.checks.forward import check_forward
 from gradcheck_bi.checks.gradients import check_dw, check_dx
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 CHECK_FUNCTIONS: dict[str, Callable[[Any, Config], Measurement]] = {
@@ -46,11 +47,13 @@ TOLERANCE_SETTINGS: dict[str, tuple[str, ...]] = {
     "dx": ("atol", "rtol", "mode", "stencil", "step_rel"),
     "dw": ("atol", "rtol", "stencil"),
     "batch_invariance": (),  # bitwise: nothing loosens it
-    # The other ops' gradients (gradcheck_bi.checks.family): every element, no directions.
-    "dresidual": ("atol", "rtol", "stencil", "step_rel"),
-    "dz": ("atol", "rtol", "stencil", "step_rel"),
-    "dbias": ("atol", "rtol", "stencil"),
 }
+# The other ops' gradients (gradcheck_bi.checks.family): every element, no directions; an
+# input's step is relative, a parameter's fixed.
+for _op in OPS.values():
+    for _name, _t in _op.gradient_checks.items():
+        TOLERANCE_SETTINGS.setdefault(_name, ("atol", "rtol", "stencil", "step_rel")
+                                      if _t in _op.inputs else ("atol", "rtol", "stencil"))
 
 
 def run_check(fn: Any, cfg: Config) -> Measurement:

@@ -43,6 +43,7 @@ from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels import phase
 from gradcheck_bi.kernels.trace import stops_the_run
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported, first_line
 
 _NAMES_TARGET = re.compile(
@@ -89,7 +90,7 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
     try:
         if at is None:
             at = Config(check="forward", shape=(2, 8), op=spec.op,
-                        group_size=8 if spec.op == "rms_norm_gated" else None)
+                        group_size=8 if OPS[spec.op].has("group_size") else None)
         cfg = Config(check="forward", device=device, dtype=dtype, shape=at.shape, op=spec.op,
                      group_size=at.group_size, norm_before_gate=at.norm_before_gate,
                      bias=at.bias)

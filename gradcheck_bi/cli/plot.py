@@ -39,7 +39,7 @@ from gradcheck_bi.stepsweep import STEP_EXPONENTS, plot_op, step_sweep, to_json
 from gradcheck_bi.vocab import CONTROLS, DEVICES, Unsupported
 
 DEFAULT_SHAPE = "4,256"
-# Every gradient check of any op (dx, dresidual, dz, dw, dbias).
+# Every gradient check of any op (dx, dresidual, dz, dw, dbias, …).
 GRADIENT_CHECKS = tuple(c for c in ALL_CHECKS if c.startswith("d"))
 
 
@@ -59,12 +59,16 @@ def plot_command(
     kernel: Annotated[list[str] | None, typer.Option(
         "--kernel", metavar="KERNEL,…", rich_help_panel=WHAT,
         show_default="before,after", help="The kernels to sweep, as run's --kernel.")] = None,
+    op: Annotated[str | None, typer.Option(
+        metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
+        help="The op the kernels compute, as run's --op.")] = None,
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
         help="γ controls.")] = None,
     check: Annotated[str, typer.Option(
-        metavar=choices(GRADIENT_CHECKS), rich_help_panel=WHAT,
-        help="The gradient to plot; any the kernels' op has.")] = "dx",
+        metavar="CHECK", rich_help_panel=WHAT,
+        help="The gradient to plot (dx, dw, …): any the kernels' op has (`gradcheck-bi "
+        "ops` lists each op's).")] = "dx",
     zcg: Annotated[str, typer.Option(
         metavar=choices(tuple(ZCG)), rich_help_panel=WHAT, help="zero_centered_gamma.")
     ] = "off",
@@ -113,7 +117,8 @@ def plot_command(
     if output is not None:
         check_paths(output=output)
     check_name = one_of("--check", check, GRADIENT_CHECKS) or "dx"
-    specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"])
+    specs = resolve_kernels(many_of("--kernel", kernel) or ["before", "after"],
+                            {"op": op} if op is not None else None)
     try:
         plot_op(specs, check_name)
     except ValueError as exc:  # another op's kernel, a gradient the op has not

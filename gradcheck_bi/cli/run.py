@@ -43,6 +43,7 @@ from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.point import AXES, AXIS
 from gradcheck_bi.shard import ShardError, parse_shard
 from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep, with_overrides
@@ -79,8 +80,7 @@ def run_command(
         "argument, Liger's casting_mode; zcg=builtin|absent). Repeatable.")] = None,
     op: Annotated[str | None, typer.Option(
         metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
-        help="The op your kernels compute: rms_norm, fused_add_rms_norm, layer_norm, "
-        "rms_norm_gated (`gradcheck-bi ops`).")] = None,
+        help=f"The op your kernels compute: {', '.join(OPS)} (`gradcheck-bi ops`).")] = None,
     allow_mutation: Annotated[list[str] | None, typer.Option(
         "--allow-mutation", metavar="TENSOR,…", rich_help_panel=WHAT, show_default="none",
         help="Tensors your kernel writes into by design (x, weight, grad_output): a note, "

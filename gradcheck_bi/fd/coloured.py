@@ -11,7 +11,8 @@ The outputs are treated as one row of all their elements. The rounding model of 
 elements the perturbed element reaches: ``reach[k]`` is, for output ``k``, the size of the
 consecutive group of elements that column ``c`` moves (D: the whole row, as RMSNorm's
 shared ``r``; ``group_size`` for a grouped statistic; 1: only element ``c``, as the gate
-``z`` before the norm or ``residual_out``). An element out of reach is computed alike at
+``z`` before the norm or ``residual_out``; an output narrower than the input is reached at
+column ``c`` modulo its width, as silu_and_mul's). An element out of reach is computed alike at
 every level and adds no noise; one in reach adds its rounding even when its bits do not
 move (a staircase below one ulp). ``λ`` is measured from the residual as for RMSNorm; where
 some output does not reach the whole row, ``y0``'s own rounding is no longer shared by the
@@ -160,12 +161,13 @@ def input_grad_outputs(
     n_cols = t.shape[-1]
     t2 = t.detach().reshape(-1, n_cols)
     n_rows, dev = t2.shape[0], t.device
-    g2 = [g.detach().reshape(-1, n_cols).to(torch.float64) for g in gs]
+    g2 = [g.detach().reshape(-1, g.shape[-1]).to(torch.float64) for g in gs]
     with torch.no_grad():  # at t's own shape: no new shape for the kernel
-        y0 = [y.reshape(-1, n_cols).to(torch.float64) for y in forward(t.detach())]
+        y0 = [y.reshape(-1, y.shape[-1]).to(torch.float64) for y in forward(t.detach())]
     if len(y0) != len(g2):
         raise ValueError(f"forward returned {len(y0)} outputs for {len(g2)} cotangents")
-    reach = list(reach) if reach is not None else [n_cols] * len(g2)
+    widths = [y.shape[-1] for y in y0]  # an output may be narrower than t (silu_and_mul)
+    reach = list(reach) if reach is not None else widths
     n_lev = len(LEVELS)
     delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
@@ -195,22 +197,26 @@ def input_grad_outputs(
         # RMSNorm's sums, output by output (the padding's rows left out): one fused pass on
         # CUDA, each difference exact.
         rows = xs.numel() // n_cols
-        sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(xs.shape), y0[0], g2[0])
+        sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(*xs.shape[:-1], widths[0]), y0[0],
+                                    g2[0])
         for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
-            sums[:, c0:c1] += level_sums(y[:rows].reshape(xs.shape), y_ref, g)
+            sums[:, c0:c1] += level_sums(y[:rows].reshape(*xs.shape[:-1], y_ref.shape[-1]),
+                                         y_ref, g)
     odd, even = _steps_taken(sums, taken, h)
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
     even = even - (taken[:n_lev] + taken[n_lev:]) * grad.T[None]
     u = unit_roundoff(t.dtype)
-    coupled = all(k == n_cols for k in reach)  # y0's rounding shared by a row's columns
+    # y0's rounding shared by a row's columns
+    coupled = all(k == w for k, w in zip(reach, widths, strict=True))
     offs = list(offsets) if offsets is not None else [None] * len(y0)
     scaled = [y if o is None else y - o.to(y) for y, o in zip(y0, offs, strict=True)]
     if coupled:
         sigma_m = model_sigma(torch.cat(g2, -1), torch.cat(scaled, -1), u).expand(n_cols,
                                                                                  n_rows)
-    else:
+    else:  # column c reaches output column c mod its width (silu_and_mul's two halves)
         sigma_m = u * reached_sigma(g2, scaled, reach)
+        sigma_m = sigma_m.repeat(n_cols // sigma_m.shape[0], 1)
     extra = sum((((g * y) ** 2).sum(-1) for g, y, o in zip(g2, y0, offs, strict=True)
                  if o is not None), torch.zeros(n_rows, dtype=torch.float64, device=dev))
     if shared is not None:

@@ -6,7 +6,8 @@ eps, zcg)``. A kernel recognised (:mod:`.recognise`) as another op is wrapped in
 
 * an input or parameter of the op (``x``, ``residual``, ``z``, ``weight``, ``bias``) with
   the point's tensor; ``eps``, ``group_size``, ``norm_before_gate`` with the point's options;
-* ``prenorm`` with ``True`` when the op has a ``residual_out`` (the kernel then returns it);
+* ``prenorm`` with ``True`` when the op asks for it (the fused add: the kernel then returns
+  ``residual_out``);
 * ``zero_centered_gamma`` / ``offset`` as for RMSNorm (both settings run); with neither,
   zcg is taken as absent (γ = w) unless ``--kernel-arg zcg=builtin`` says otherwise;
 * anything else by its default, or ``--kernel-arg``; an optional input the op does not need
@@ -28,7 +29,7 @@ import torch
 from gradcheck_bi.kernels.recognise import Recognition, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, ctor_slots, fill, parameters
 from gradcheck_bi.ops import OPS
-from gradcheck_bi.ops.names import ROLE_OF
+from gradcheck_bi.ops.names import ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
 ABSENT = "absent (γ = w)"
@@ -40,13 +41,13 @@ _PROBE_D = 8
 
 def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: dict[str, Any],
             zcg: bool) -> dict[str, Any]:
-    x = inputs["x"]
+    x = inputs[OPS[op].inputs[0]]
     return {**inputs, **params, "eps": options["eps"], "zcg": bool(zcg),
             "offset": 1.0 if zcg else 0.0, "shape": (x.shape[-1],), "size": x.shape[-1],
-            "device": x.device, "dtype": params["weight"].dtype,
+            "device": x.device, "dtype": next(iter(params.values()), x).dtype,
             "group_size": options.get("group_size"),
             "norm_before_gate": options.get("norm_before_gate"),
-            "prenorm": "residual_out" in OPS[op].outputs, "none": None}
+            "prenorm": OPS[op].prenorm, "none": None}
 
 
 def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str,
@@ -54,8 +55,7 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
     """A slot per parameter: its role for ``op``, its default, a kernel arg, or ``None``."""
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    needed |= set(OPS[op].options) | ({"prenorm"} if "residual_out" in OPS[op].outputs
-                                      else set())
+    needed |= set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
     out = []
     for p in params:
         role = roles.get(p.name)
@@ -66,7 +66,7 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
         elif role not in needed:
             if p.default is not inspect.Parameter.empty:
                 role = "default"
-            elif role in ("residual", "z", "bias"):
+            elif role in TENSOR_ROLES:
                 role = "none"  # an input this op does not take
             else:
                 raise KernelLoadError(
@@ -126,12 +126,13 @@ class _ModuleCall:
                 raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
             module = module.to(values["device"])
             tensors = module_tensors(module, values["size"])
-            missing = [p.name for p in OPS[self.op].params if p.name not in tensors]
+            missing = [p.name for p in OPS[self.op].params
+                       if p.name not in tensors and not p.optional]
             if missing:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
             fwd = parameters(module.forward, f"{self.name}.forward")
-            slots = _slots(fwd, roles_of(fwd), self.op, self.kernel_args, self.name)
+            slots = _slots(fwd, roles_of(fwd, self.op), self.op, self.kernel_args, self.name)
             if len(self._built) >= _MODULES_KEPT:
                 self._built.pop(next(iter(self._built)))
             self._built[key] = (module, tensors, slots)
@@ -148,8 +149,9 @@ class OpAdapted:
     """A kernel of ``op`` behind ``call(inputs, params, options, zcg)`` → what it returns."""
 
     def __init__(self, op: str, call: Callable[[dict[str, Any]], Any], zcg: frozenset[bool],
-                 how: str) -> None:
+                 how: str, absent: frozenset[str] = frozenset()) -> None:
         self.op, self._call, self.zcg, self.how = op, call, zcg, how
+        self.absent = absent  # parameters of the op the kernel does not take
 
     def call(self, inputs: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
              options: dict[str, Any], zcg: bool) -> Any:
@@ -204,6 +206,65 @@ def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]
     return frozenset({False}), ABSENT
 
 
+def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
+                   candidates: tuple[Any, ...]) -> Any:
+    """The candidate value of ``option`` whose fp64 reference the kernel's forward matches
+    best, from one call at a small random point (fp64, else fp32, on CPU)."""
+    record = OPS[op]
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float64, torch.float32):
+        draw = {n: torch.randn(2, _PROBE_D, generator=gen, dtype=torch.float64)
+                for n in (*record.inputs, *(p.name for p in record.params))}
+        inputs = {n: draw[n].to(dtype) for n in record.inputs}
+        params = {p.name: draw[p.name][0].to(dtype) for p in record.params}
+        try:
+            with torch.no_grad():
+                raw = call(_values(op, inputs, params, {"eps": 1e-6}, False))
+        except Exception:  # refused here (a CUDA-only kernel): try the next, else assume
+            continue
+        y = (raw[0] if isinstance(raw, (tuple, list)) else raw).to(torch.float64)
+        p64 = {n: t.to(torch.float64) for n, t in params.items()}
+        i64 = {n: t.to(torch.float64) for n, t in inputs.items()}
+        errors = [float((y - record.reference(i64, p64, {"eps": 1e-6, option: c})[
+            record.outputs[0]]).abs().max()) for c in candidates]
+        return candidates[errors.index(min(errors))]
+    return None
+
+
+def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
+           kernel_args: dict[str, Any], params_named: bool
+           ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    """The parameters and options of ``op`` the kernel does not take (no parameter fills
+    their role), the value each is fixed at (a parameter: ``None``, absent), and one line
+    each saying how. A module's required parameters are bound when it is built
+    (``params_named`` false): only an optional one it lacks is absent."""
+    fixed: list[tuple[str, Any]] = []
+    how = []
+    for p in OPS[op].params:
+        if p.name not in roles and (params_named or p.optional):
+            fixed.append((p.name, None))
+            if not p.optional:  # an optional one is absent by default: nothing to say
+                    how.append(f"{p.name} absent — the kernel takes none: no {p.check}, run "
+                           f"as {p.name}={p.identity}")
+    for option, candidates in OPS[op].fixable.items():
+        if option in roles:
+            continue
+        if option in kernel_args:
+            value, why = kernel_args[option], f"given by --kernel-arg {option}"
+        elif len(candidates) == 1:
+            value = candidates[0]
+            why = f"the kernel takes no {option} (run as {option}={value})"
+        else:
+            value = _probe_forward(op, call, option, candidates)
+            why = (f"the kernel takes no {option} and its forward matches {option}={value}"
+                   if value is not None else
+                   f"the kernel takes no {option}; no forward here, so {candidates[0]} assumed")
+            value = candidates[0] if value is None else value
+        fixed.append((option, value))
+        how.append(f"{option} not swept — {why}")
+    return tuple(fixed), tuple(how)
+
+
 def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              kernel_args: dict[str, Any], override: str | None, description: str,
              skip_first: bool = False) -> KernelSpec:
@@ -222,5 +283,14 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         extra = ", ".join(repr(e) for e in sorted(set(kernel_args) - used))
         raise KernelLoadError(f"kernel {name} takes no parameter {extra}")
     zcg, how = _zcg(slots, override)
-    return KernelSpec(name, OpAdapted(rec.op, call, zcg, how), (), description, source=source,
-                      zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note)
+    roles = {s.role for s in slots}
+    if kind == "module":  # its forward's parameters, its (D,) tensors, may fill a role too
+        forward, marks = probe_module(obj, name, kernel_args)
+        roles |= {r for r in roles_of(forward).values() if r is not None}
+        roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF}
+    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, kind != "module")
+    absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable)
+    return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
+                      source=source,
+                      zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,
+                      fixed_how=fixed_how)

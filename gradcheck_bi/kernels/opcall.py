@@ -51,6 +51,7 @@ def _lay(tensors: Tensors, role: str) -> Tensors:
 def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
     """``{output name: tensor}`` for what the kernel returned, checked against the contract."""
     names = OPS[op].outputs
+    shape = (*x.shape[:-1], OPS[op].out_width(x.shape[-1]))
     items = list(raw) if isinstance(raw, (tuple, list)) else [raw]
     if not items:
         raise TypeError("forward returned an empty tuple, expected y")
@@ -60,9 +61,9 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
             break  # e.g. (y, None): no residual_out
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"forward returned {type(t).__name__} for {name}, expected a tensor")
-        if t.shape != x.shape:
+        if t.shape != shape:
             raise ValueError(f"forward returned {name} of shape {tuple(t.shape)} for x of "
-                             f"{tuple(x.shape)}")
+                             f"{tuple(x.shape)}, expected {shape}")
         if t.dtype != x.dtype:
             raise TypeError(f"forward returned {name} in {t.dtype} for x of {x.dtype}; "
                             f"expected {name} in x.dtype")
@@ -79,7 +80,8 @@ def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any
 def _called(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
             zcg: bool) -> Tensors:
     phase.now("forward")
-    return outputs_of(fn.op, fn.call(inputs, params, options, zcg), inputs["x"])
+    lead = inputs[OPS[fn.op].inputs[0]]
+    return outputs_of(fn.op, fn.call(inputs, params, options, zcg), lead)
 
 
 def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
@@ -92,8 +94,10 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     :func:`gradcheck_bi.kernels.call.analytic_grads`).
     """
     layout = _LAYOUT.get()
+    absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take
     leaves = {n: lay_out(t.detach().clone(), layout, "x" if n in inputs else "weight"
-                         ).requires_grad_(True) for n, t in {**inputs, **params}.items()}
+                         ).requires_grad_(n not in absent)
+              for n, t in {**inputs, **params}.items()}
     owned = {n: (leaves[n], t) for n, t in {**inputs, **params}.items()}
     outs = _called(fn, {n: leaves[n] for n in inputs}, {n: leaves[n] for n in params},
                    options, zcg)
@@ -124,6 +128,8 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     unchanged("backward", owned)
     grads: Tensors = {}
     for name, leaf in leaves.items():
+        if name in absent:
+            continue
         if leaf.grad is None:
             raise ContractViolation(f"backward returned None for d{_short(name)} (its input "
                                     "requires grad)")

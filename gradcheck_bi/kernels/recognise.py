@@ -30,13 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gradcheck_bi.ops import OPS
-from gradcheck_bi.ops.names import ROLE_OF
+from gradcheck_bi.ops import DEFAULT_OP, OPS
+from gradcheck_bi.ops.names import ROLE_OF, ROLE_WORDS
 from gradcheck_bi.vocab import KernelLoadError
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-_MARK_WORDS = {"residual": "a residual", "bias": "a bias", "z": "a gate",
-               "group_size": "a group size", "norm_before_gate": "norm_before_gate"}
 
 
 @dataclass(frozen=True)
@@ -57,10 +55,13 @@ def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]
     return params[1:] if skip_first else params
 
 
-def roles_of(params: list[inspect.Parameter]) -> dict[str, str | None]:
-    """Each parameter's role by its name; with no parameter named as an input, the first
-    is ``x`` (the RMSNorm convention)."""
-    roles: dict[str, str | None] = {p.name: ROLE_OF.get(p.name.lower()) for p in params}
+def roles_of(params: list[inspect.Parameter], op: str | None = None
+             ) -> dict[str, str | None]:
+    """Each parameter's role by its name (``op``'s own names first); with no parameter
+    named as an input, the first is ``x`` (the RMSNorm convention)."""
+    own = {n: role for role, names in (OPS[op].names if op else {}).items() for n in names}
+    roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
+                                    for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
         roles[params[0].name] = "x"
     return roles
@@ -84,7 +85,8 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     if forced is not None:
         if forced not in OPS:
             raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
-        return Recognition(forced, roles, f"op {forced} (given by --op) for {what}{listing}")
+        return Recognition(forced, roles_of(params, forced),
+                           f"op {forced} (given by --op) for {what}{listing}")
     required = {ROLE_OF.get(p.name.lower()) for p in every
                 if p.default is inspect.Parameter.empty}
     present = {ROLE_OF.get(p.name.lower()) for p in every}
@@ -95,16 +97,16 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         raise KernelLoadError(
             f"kernel {what}{listing}: its parameters fit {' and '.join(o.name for o in chosen)}"
             f"; say which with --op NAME (`gradcheck-bi ops` lists the ops)")
-    op = chosen[0] if chosen else OPS["rms_norm"]
-    if op.name == "rms_norm":
-        return Recognition("rms_norm", roles, f"recognised rms_norm from its parameters "
+    op = chosen[0] if chosen else OPS[DEFAULT_OP]
+    if op.name == DEFAULT_OP:
+        return Recognition(op.name, roles, f"recognised {op.name} from its parameters "
                            f"{listing}")
     missing = [r for r in op.needs if r not in present and r not in roles.values()]
     why = "; ".join(dict.fromkeys(
-        f"{p.name!r} is {_MARK_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
+        f"{p.name!r} is {ROLE_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
         if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))
     if missing:  # a mark among names that say nothing else (f(a, b, c, d)): RMSNorm's rules
-        return Recognition("rms_norm", roles, f"recognised rms_norm from its parameters "
+        return Recognition(DEFAULT_OP, roles, f"recognised {DEFAULT_OP} from its parameters "
                            f"{listing} (no {', '.join(missing)} for {op.name})")
     return Recognition(op.name, roles,
                        f"recognised {op.name} from its parameters {listing}: {why}")

@@ -25,6 +25,10 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "offset": ("offset",),
     "shape": ("normalized_shape",),
 }
+# What a role is, in a sentence that says why a kernel was read as an op ("'R' is a
+# residual").
+ROLE_WORDS = {"residual": "a residual", "bias": "a bias", "z": "a gate",
+              "group_size": "a group size", "norm_before_gate": "norm_before_gate"}
 ROLE_OF: dict[str, str] = {n: role for role, names in ROLE_NAMES.items() for n in names}
 # Roles filled with a tensor shaped like x or (D,): what a module's forward or a call takes.
 TENSOR_ROLES = ("x", "residual", "z", "weight", "bias")

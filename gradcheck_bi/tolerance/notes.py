@@ -8,6 +8,7 @@ True
 
 from __future__ import annotations
 
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, HALF_ULP, K_OPS, MAX_ULP_THRESHOLD
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
 from gradcheck_bi.tolerance.summation import OPS_RSQRT, OPS_SCALE, R_PER_TERM
@@ -27,7 +28,8 @@ NOTES = {
     "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
 }
 # The family's other ops (gradcheck_bi.checks.family): inputs as dx, parameters as dw.
-LIKE = {"dresidual": "dx", "dz": "dx", "dbias": "dw"}
+LIKE = {check: "dx" if name in op.inputs else "dw" for op in OPS.values()
+        for check, name in op.gradient_checks.items() if check not in NOTES}
 NOTES.update({check: NOTES[like] for check, like in LIKE.items()})
 
 _HALF_SUM = (f"+ fp32 rounding in any summation order ({K_SIGMA:g}σ) and {K_OPS:g} ulps × "
@@ -56,8 +58,7 @@ HALF_NOTES = {
 }
 # The family's other ops: each gradient in its own name; the forward of every output with
 # each element's fp32 arithmetic added to the threshold (gradcheck_bi.checks.family).
-HALF_NOTES.update({"dresidual": _half_gradient("dresidual"), "dz": _half_gradient("dz"),
-                   "dbias": _half_gradient("dbias")})
+HALF_NOTES.update({check: _half_gradient(check) for check in LIKE})
 FAMILY_HALF_FORWARD = (
     "ulps of the output dtype at the element shown (the JSON keeps absolute units); pass: "
     f"every element of every output within {MAX_ULP_THRESHOLD} ulp + its fp32 arithmetic "

@@ -22,17 +22,17 @@ Tensors = dict[str, torch.Tensor]
 
 
 @functools.lru_cache(maxsize=4)
-def _fillers(seed: int, n_cols: int, scale: float, names: tuple[str, ...]
-             ) -> list[dict[str, torch.Tensor]]:
-    """Per batch size, fp64 CPU rows for every name (inputs and cotangents); ``z`` and the
-    cotangents unscaled."""
+def _fillers(seed: int, n_cols: int, scale: float, names: tuple[str, ...],
+             scaled: tuple[str, ...]) -> list[dict[str, torch.Tensor]]:
+    """Per batch size, fp64 CPU rows for every name (inputs and cotangents); those not
+    ``scaled`` (a gate, the cotangents) unscaled."""
     gen = torch.Generator().manual_seed(seed + 1)
     out = []
     for size in batch_sizes(n_cols):
         rows = {}
         for n in names:
             t = torch.randn(size, n_cols, generator=gen, dtype=torch.float64)
-            rows[n] = t * scale if n in ("x", "residual") else t
+            rows[n] = t * scale if n in scaled else t
         out.append(rows)
     return out
 
@@ -42,8 +42,9 @@ def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
     point = make_point(cfg)
     d = cfg.shape[-1]
     ins = {n: t.reshape(-1, d) for n, t in point.inputs.items()}
-    cots = {n: t.reshape(-1, d) for n, t in point.cotangents.items()}
-    n_rows = ins["x"].shape[0]
+    cots = {n: t.reshape(-1, t.shape[-1]) for n, t in point.cotangents.items()}
+    lead = ins[point.op.inputs[0]]
+    n_rows = lead.shape[0]
     probes = sorted({0, n_rows // 2, n_rows - 1})
     log = BitwiseLog()
     compare = log.compare
@@ -66,10 +67,13 @@ def check_op_batch_invariance(fn: Any, cfg: Config) -> Measurement:
         for name, t in alone[p].items():
             compare(f"{name} row {p} alone vs in shape {cfg.shape}", t[0], rowwise[name][p], p)
     names = tuple(ins) + tuple(cots)
-    for size, fill in zip(batch_sizes(d), _fillers(cfg.seed, d, cfg.input_scale, names),
-                          strict=True):
+    scaled = tuple(n for n in ins if n not in point.op.unscaled)
+    for size, fill in zip(batch_sizes(d), _fillers(cfg.seed, d, cfg.input_scale, names,
+                                                   scaled), strict=True):
         positions = [size - 1, size // 2, 0][: len(probes)]
-        batch = {n: fill[n].to(ins["x"].device, ins["x"].dtype, copy=True) for n in names}
+        widths = {n: t.shape[-1] for n, t in {**ins, **cots}.items()}
+        batch = {n: fill[n][:, :widths[n]].to(lead.device, lead.dtype, copy=True)
+                 for n in names}
         for p, at in zip(probes, positions, strict=True):
             for n in ins:
                 batch[n][at] = ins[n][p]

@@ -24,7 +24,7 @@ from gradcheck_bi.checks.family.point import (
     make_point,
     reference,
     returns_y_alone,
-    stored_sum,
+    stored,
 )
 from gradcheck_bi.checks.lifted import LIFT_NAMES
 from gradcheck_bi.kernels.opcall import op_forward
@@ -50,7 +50,7 @@ def inaccuracy(fn: Any, point: OpPoint, margin: float = 0.0) -> str | None:
     with torch.no_grad():
         outs = op_forward(fn, point.inputs, point.params, point.options, point.zcg)
     ref = reference(point)
-    dtype = point.inputs["x"].dtype
+    dtype = point.lead.dtype
     tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
                               unit_roundoff(torch.promote_types(dtype, torch.float32)))
     for name, y in outs.items():
@@ -85,7 +85,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     if cfg.dtype in HALF_DTYPES:
         return check_op_forward_ulp(fn, cfg, point, outs)
     ref = reference(point)
-    dtype = point.inputs["x"].dtype
+    dtype = point.lead.dtype
     tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
                               unit_roundoff(torch.promote_types(dtype, torch.float32)))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}
@@ -100,8 +100,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
         details[f"max_abs_err_{name}"], details[f"tolerance_{name}"] = max_err, tol
         if ratio > worst_ratio:
             worst_name, worst_ratio, worst = name, ratio, (max_err, tol, where)
-    if "residual_out" in point.op.outputs and "residual_out" not in outs:
-        details["note"] = "the kernel returns y alone: no residual_out to check"
+    details.update(returns_y_alone(point, list(outs)))
     details["worst_output"] = worst_name
     notes = [nonfinite(n, y) for n, y in outs.items()] + [_training_note(fn, point, outs)]
     problems = [n for n in notes if n]
@@ -136,13 +135,13 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
     """bf16/fp16: every output audited in ulps against its exact fp64 reference (the
     inputs upcast exactly), RMSNorm's rule (:func:`gradcheck_bi.lowp.passes`) with each
     element's fp32 arithmetic (:func:`gradcheck_bi.tolerance.family.compute_bound`) added
-    to its ulp threshold. The fused add's ``y`` passes against ``s = x + residual`` exact or
-    as stored (``residual_out`` rounded once: what Liger and vLLM normalise)."""
+    to its ulp threshold. An op with a stored intermediate (``Op.stored``: the fused add's
+    ``residual_out``, rounded once, what Liger and vLLM normalise) passes ``y`` against either."""
     ref = reference(point)
     refs = {n: [("exact", ref[n])] for n in outs}
-    if point.op.name == "fused_add_rms_norm":
-        refs["y"].append((f"residual_out as stored (rounded to {cfg.dtype})",
-                          reference(stored_sum(point))["y"]))
+    if point.op.stored is not None:  # the fused add's y: s as stored
+        refs["y"].append((f"{point.op.stored.label} (rounded to {cfg.dtype})",
+                          reference(stored(point))["y"]))
     details: dict[str, Any] = {"method": "ulp audit", "reference": f"{REFERENCE}, exact",
                                "outputs": list(outs), **returns_y_alone(point, list(outs))}
     worst: Measurement | None = None
@@ -150,7 +149,7 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
     for name, y in outs.items():
         label = refs[name][0][0]
         m, audit = _audit(y, ref[name], compute_bound(point, name, ref[name], U_C), cfg)
-        for other, r in refs[name][1:]:  # the fused add's y: s as stored
+        for other, r in refs[name][1:]:
             if m.passed:
                 break
             label = other

@@ -9,9 +9,8 @@ at once (:func:`gradcheck_bi.fd.weight_grad`): output column j depends on parame
 j alone, and ``y`` is linear in γ and β, so one large step costs no truncation.
 
 Steps, per row: ``h_rel`` (as RMSNorm's, by dtype) times the length over which the output
-bends as one element moves (:func:`step_scale`): the statistic's row length ``sqrt(Σ v² +
-n·eps)`` of what is normalised (``x + residual``; ``x − μ``; ``x`` or ``x·silu(z)`` per
-group, the shortest group), and for the gate ``z`` the scale of silu, 1. A power of two.
+bends as one element moves (the op's ``step_scale``: the statistic's row length ``sqrt(Σ v²
++ n·eps)`` of what is normalised, the scale of silu for a gate). A power of two.
 Tolerance per element as for RMSNorm: the finite difference's measured noise floor and
 Richardson truncation, with the kernel's own rounding (:mod:`gradcheck_bi.tolerance.family`)
 in quadrature.
@@ -31,48 +30,15 @@ from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
-from gradcheck_bi.ops.references import grouped
 from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 
-def _row_length(v: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.sqrt((v * v).sum(-1) + v.shape[-1] * eps)
-
-
-def step_scale(point: OpPoint, name: str) -> torch.Tensor:
-    """Per row ``(R,)``, fp64: how far input ``name`` may move before the output bends."""
-    ins = {n: t.reshape(-1, t.shape[-1]) for n, t in point.inputs64.items()}
-    eps, x = point.options["eps"], ins["x"]
-    if point.op.name == "fused_add_rms_norm":
-        return _row_length(x + ins["residual"], eps)
-    if point.op.name == "layer_norm":
-        return _row_length(x - x.mean(-1, keepdim=True), eps)
-    gate = torch.nn.functional.silu(ins["z"])
-    before = point.options["norm_before_gate"]
-    v = x if before else x * gate
-    shortest = _row_length(grouped(v, point.options["group_size"]), eps).min(-1).values
-    if name == "x":
-        return shortest if before else shortest / gate.abs().amax(-1).clamp(min=1.0)
-    ones = torch.ones_like(shortest)
-    return ones if before else torch.minimum(ones, shortest / x.abs().amax(-1).clamp(
-        min=1e-300))
-
-
 def reach(point: OpPoint, name: str, returned: list[str]) -> list[int]:
-    """Per returned output, the group of elements one element of ``name`` moves: the row
-    (a shared statistic), the statistic's group (gated), or itself alone (``residual_out``;
-    the gate ``z`` applied after the norm)."""
-    d = point.inputs["x"].shape[-1]
-    group = point.options.get("group_size") or d
-    out = []
-    for o in returned:
-        if o == "residual_out" or (name == "z" and point.options.get("norm_before_gate")):
-            out.append(1)
-        else:
-            out.append(group)
-    return out
+    """Per returned output, the group of elements one element of ``name`` moves
+    (``Op.reach``: the row, the statistic's group, or itself alone)."""
+    return [point.op.reach(point, name, o) for o in returned]
 
 
 def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
@@ -80,9 +46,9 @@ def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
     """The op's outputs as a function of input ``name`` alone: at the point's own shape, or
     as ``(N, D)`` rows (the perturbed copies, then padding), row ``i`` holding the other
     inputs' row ``i mod R``."""
-    d = point.inputs["x"].shape[-1]
+    d = point.lead.shape[-1]
     others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
-    n_rows = point.inputs["x"].numel() // d
+    n_rows = point.lead.numel() // d
 
     def forward(t2: torch.Tensor) -> list[torch.Tensor]:
         if t2.shape == point.inputs[name].shape:
@@ -116,10 +82,10 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
     ``step_rel``: the relative step (``gradcheck-bi plot`` sweeps it); by default run's,
     ``cfg.step_rel`` or the dtype's for an input, ``WEIGHT_STEP_REL`` for a parameter."""
     stencil = fd.STENCILS[cfg.stencil]
-    x = point.inputs["x"]
+    x = point.lead
     if name in point.op.inputs:
         rel = input_step_rel(x.dtype, cfg.step_rel if step_rel is None else step_rel)
-        h = pow2(rel * step_scale(point, name))
+        h = pow2(rel * point.op.step_scale(point, name))
         try:
             return input_grad_outputs(
                 _input_forward(fn, point, name, returned), point.inputs[name],
@@ -142,7 +108,7 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
                            point.zcg)
     returned = list(outs)
-    x = point.inputs["x"]
+    x = point.lead
     est = estimate(fn, point, name, returned, cfg)
     analytic = grads[name]
     err = (analytic.to(torch.float64) - est.grad).abs()

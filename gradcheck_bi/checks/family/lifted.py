@@ -40,7 +40,7 @@ from gradcheck_bi.checks.family.point import (
     make_point,
     reference,
     returns_y_alone,
-    stored_sum,
+    stored,
 )
 from gradcheck_bi.checks.lifted import (
     Lift,
@@ -62,7 +62,7 @@ def param_terms(point: OpPoint, name: str) -> torch.Tensor:
     """``g ∂y/∂p`` per row, ``(R, D)`` fp64, from the reference (``y`` is linear in γ and
     β): the terms of a parameter's gradient where no finite difference measured them."""
     eff = point.effective
-    d = point.inputs["x"].shape[-1]
+    d = point.lead.shape[-1]
     y0 = reference(point)["y"]
     y1 = point.op.reference(point.inputs64, {**eff, name: eff[name] + 1.0},
                             point.options)["y"]
@@ -103,7 +103,7 @@ def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str
         except Exception:  # only a diagnosis: the verdict stands without it
             return None
         return higher_verdict(grads[name], est.grad, floor, magnitude, cfg.torch_dtype,
-                              lp.inputs["x"].dtype)
+                              lp.lead.dtype)
 
     return judge_lifted(analytic, est.grad, floor, magnitude, lift, cfg, cfg.check,
                         {**fd_extra(est), **extra}, higher)
@@ -118,13 +118,14 @@ def check_op_gradient_lifted(fn: Any, cfg: Config) -> Measurement:
                            point.zcg)
     returned, analytic = list(outs), grads[name]
     m = _against(fn, cfg, point, name, returned, analytic)
-    if point.op.name == "fused_add_rms_norm":
-        m.details["s"] = "x + residual as computed"
+    kept = point.op.stored
+    if kept is not None:  # the fused add: s as computed, else as stored
+        m.details[kept.key] = kept.computed
         if not m.passed:
-            stored = _against(fn, cfg, stored_sum(point), name, returned, analytic)
-            if stored.passed:
-                stored.details["s"] = f"residual_out as stored (rounded to {cfg.dtype})"
-                return stored
+            again = _against(fn, cfg, stored(point), name, returned, analytic)
+            if again.passed:
+                again.details[kept.key] = f"{kept.label} (rounded to {cfg.dtype})"
+                return again
     return m
 
 

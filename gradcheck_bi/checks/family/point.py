@@ -47,9 +47,14 @@ class OpPoint:
     def effective(self) -> Tensors:
         """The parameters as the op uses them, fp64: γ = stored (+ 1 under zcg), β."""
         out = {n: t.to(torch.float64) for n, t in self.params.items()}
-        if self.zcg:
+        if self.zcg and "weight" in out:
             out["weight"] = out["weight"] + 1.0
         return out
+
+    @property
+    def lead(self) -> torch.Tensor:
+        """The op's first input (``x``): its shape, dtype and device are the point's."""
+        return self.inputs[self.op.inputs[0]]
 
     @property
     def inputs64(self) -> Tensors:
@@ -82,16 +87,24 @@ def make_point(cfg: Config) -> OpPoint:
     x, w, g = make_inputs(cfg)
     residual, z, g_res, beta = _extras(cfg.seed, tuple(cfg.shape))
     dt, dev = cfg.torch_dtype, torch.device(cfg.device)
-    drawn = {"x": x, "residual": (residual * cfg.input_scale).to(dev, dt),
-             "z": z.to(dev, dt)}
-    params = {"weight": w}
-    if op.has("bias"):
+    # The first input is x; each other takes its own stream (residual, z), else the next
+    # one left; a gate is not scaled.
+    streams = {"residual": residual, "z": z}
+    left = [n for n in streams if n not in op.inputs]
+    inputs = {op.inputs[0]: x}
+    for n in op.inputs[1:]:
+        t = streams[n] if n in streams else streams[left.pop(0)]
+        inputs[n] = (t if n in op.unscaled else t * cfg.input_scale).to(dev, dt)
+    params = {}
+    if op.has("weight"):
+        params["weight"] = w
+    if op.has("bias") and not (op.param("bias").optional and cfg.bias is None):
         b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
         params["bias"] = b.to(dev, dt)
-    cots = {"y": g, "residual_out": g_res.to(dev, dt)}
-    return OpPoint(op, {n: drawn[n] for n in op.inputs}, params,
-                   {n: cots[n] for n in op.outputs}, options_of(cfg),
-                   cfg.zero_centered_gamma)
+    width = op.out_width(cfg.shape[-1])  # an output narrower than x: its first columns
+    cots = {n: t if t.shape[-1] == width else t[..., :width].contiguous()
+            for n, t in zip(op.outputs, [g, g_res.to(dev, dt)], strict=False)}
+    return OpPoint(op, inputs, params, cots, options_of(cfg), cfg.zero_centered_gamma)
 
 
 def reference(point: OpPoint) -> Tensors:
@@ -124,18 +137,21 @@ def lifted_point(point: OpPoint, dtype: torch.dtype) -> OpPoint:
                    point.options, point.zcg)
 
 
-def stored_sum(point: OpPoint) -> OpPoint:
-    """The fused add's point as a kernel that normalises its stored ``residual_out`` sees
-    it: ``x := round(x + residual)`` (correctly rounded to the point's dtype), ``residual
-    := 0``."""
-    s = lowp.round_to(point.inputs64["x"] + point.inputs64["residual"],
-                      point.inputs["x"].dtype)
-    return OpPoint(point.op, {"x": s, "residual": torch.zeros_like(s)}, point.params,
-                   point.cotangents, point.options, point.zcg)
+def stored(point: OpPoint) -> OpPoint:
+    """The point as a kernel that stores an intermediate sees it (``Op.stored``: the fused
+    add's ``x := round(x + residual)``, ``residual := 0``), each input correctly rounded to
+    the point's dtype."""
+    assert point.op.stored is not None
+    dtype = point.lead.dtype
+    ins = {n: lowp.round_to(t, dtype)
+           for n, t in point.op.stored.inputs(point.inputs64).items()}
+    return OpPoint(point.op, ins, point.params, point.cotangents, point.options, point.zcg)
 
 
 def returns_y_alone(point: OpPoint, returned: list[str]) -> dict[str, Any]:
-    """``{"note": …}`` where the op has a ``residual_out`` the kernel did not return."""
-    if "residual_out" in point.op.outputs and "residual_out" not in returned:
-        return {"note": "the kernel returns y alone: no residual_out to check"}
+    """``{"note": …}`` where the op has an output the kernel did not return."""
+    missing = [o for o in point.op.outputs if o not in returned]
+    if missing:
+        return {"note": f"the kernel returns {', '.join(returned)} alone: no "
+                        f"{', '.join(missing)} to check"}
     return {}

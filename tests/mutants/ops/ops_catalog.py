@@ -1,12 +1,13 @@
-"""The family's mutant catalogue: single-defect kernels of fused add + RMSNorm, LayerNorm and
-gated RMSNorm (tests/mutants/ops/), each a copy of the correct kernel in tests/kernels/ with
-one defect marked ``# MUTANT``; shared by tests/test_op_mutants.py and make_table.py (which
-writes the family section of docs/mutants.md).
+"""The family's mutant catalogue: single-defect kernels of fused add + RMSNorm, LayerNorm,
+gated RMSNorm and the ops beyond norms (tests/mutants/ops/), each a copy of the correct kernel
+in tests/kernels/ with one defect marked ``# MUTANT``; shared by tests/test_op_mutants.py and
+make_table.py (which writes the family section of docs/mutants.md).
 
 ``fast`` is one point where the ``primary`` check must fail; ``blind`` lists points where
 the defect is invisible by construction — a γ control (γ = ones hides a defect multiplied
 by γ − 1), an option (group_size = D hides a backward that ignores the groups;
-norm_before_gate = True one that ignores the mode) or a check the defect does not touch.
+norm_before_gate = True one that ignores the mode), a shape (a single row hides a backward
+that mixes rows up) or a check the defect does not touch.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ class Point:
     group_size: int | None = None
     norm_before_gate: bool | None = None
     dtype: str = "fp64"
+    shape: tuple[int, ...] = SHAPE
 
     def label(self) -> str:
         extra = [self.dtype if self.dtype != "fp64" else "",
+                 "×".join(map(str, self.shape)) if self.shape != SHAPE else "",
                  f"β={self.bias}" if self.bias else "",
                  f"group_size={self.group_size}" if self.group_size else "",
                  "" if self.norm_before_gate is None else
@@ -46,6 +49,9 @@ class OpMutant:
     op: str
     fast: Point
     blind: tuple[Point, ...] = field(default=())
+    # Recognised from its parameter names; else named with --op (recognising the ops
+    # beyond norms by name is issue 30's).
+    by_name: bool = True
 
     @property
     def primary(self) -> str:
@@ -66,6 +72,8 @@ class OpMutant:
 
 
 FUSED, LAYER, GATED = "fused_add_rms_norm", "layer_norm", "rms_norm_gated"
+LOG, SWI, SAM = "log_softmax", "swiglu", "silu_and_mul"
+ROW = (1, 32)  # a single row: a backward that mixes rows up is right there
 MUTANTS: list[OpMutant] = [
     # A None gradient fails every gradient check (the contract is broken at each call).
     OpMutant("fa01_no_residual_gradient", FUSED, Point("dresidual"), (Point("forward"),)),
@@ -95,23 +103,44 @@ MUTANTS: list[OpMutant] = [
                                                     Point("dz", norm_before_gate=True))),
     OpMutant("gn05_lowp_dw_accumulated_in_input_dtype", GATED, Point("dw", dtype="bf16"),
              (Point("dw"), Point("forward", dtype="bf16"), Point("dx", dtype="bf16"))),
+    # Beyond norms: no parameter, so no γ control; the row mix-ups are blind on one row.
+    OpMutant("ls01_backward_without_row_sum", LOG, Point("dx"), (Point("forward"),), False),
+    OpMutant("ls02_cotangent_of_the_first_row", LOG, Point("dx"),
+             (Point("dx", shape=ROW), Point("forward")), False),
+    OpMutant("ls03_gradient_stored_in_row_zero", LOG, Point("dx"), (Point("dx", shape=ROW),),
+             False),
+    OpMutant("sw01_silu_derivative_missing_its_product_term", SWI, Point("da"),
+             (Point("db"), Point("forward")), False),
+    OpMutant("sw02_gradient_stored_in_row_zero", SWI, Point("da"),
+             (Point("da", shape=ROW), Point("db", shape=ROW)), False),
+    OpMutant("sw03_cotangent_of_the_first_row", SWI, Point("db"),
+             (Point("db", shape=ROW), Point("da", shape=ROW)), False),
+    OpMutant("sm01_silu_derivative_missing_its_product_term", SAM, Point("dx"),
+             (Point("forward"),), False),
+    OpMutant("sm02_gradient_stored_in_row_zero", SAM, Point("dx"), (Point("dx", shape=ROW),),
+             False),
+    OpMutant("sm03_cotangent_of_the_first_row", SAM, Point("dx"), (Point("dx", shape=ROW),),
+             False),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
-           GATED: "tests/kernels/rms_norm_gated.py"}
+           GATED: "tests/kernels/rms_norm_gated.py", LOG: "tests/kernels/log_softmax.py",
+           SWI: "tests/kernels/swiglu.py", SAM: "tests/kernels/silu_and_mul.py"}
 
 
-def run_points(ref: str, points: list[Point], device: str = "cpu") -> list[Any]:
-    """Run each point (zcg off, the catalogue's shape) through the library (on CPU by
-    default)."""
+def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | None = None
+               ) -> list[Any]:
+    """Run each point (zcg off, at its shape) through the library (on CPU by default), the
+    kernel read as ``op`` (``None``: from its parameter names)."""
     from gradcheck_bi.kernels import resolve
     from gradcheck_bi.runner import run
     from gradcheck_bi.sweep import Sweep
 
-    spec = resolve(ref)
+    spec = resolve(ref, {"op": op} if op else None)
     results = []
     for p in points:
-        sweep = Sweep(kernels=[], targets=[(device, p.dtype)], shapes=[SHAPE], checks=[p.check],
+        sweep = Sweep(kernels=[], targets=[(device, p.dtype)], shapes=[p.shape],
+                      checks=[p.check],
                       weights=[p.weight], zcg=[False],
                       biases=[p.bias] if p.bias else ["randn"],
                       group_sizes=[p.group_size] if p.group_size else [None],

@@ -1,0 +1,180 @@
+"""The record of one op: what it takes and returns, and how each of its results is judged.
+
+An :class:`Op` holds data and small functions, in the spirit of PyTorch's OpInfo; every
+check, the finite differences, the tolerance, the sweep and the CLI are written once
+against it (each op is one module, :mod:`gradcheck_bi.ops`). The functions read a
+:class:`Point` (the tensors of one point, fp64 views included). The rounding models are
+written with the summation primitives that the tolerance layer hands them (:class:`Sums`,
+:mod:`gradcheck_bi.tolerance.summation`), so that an op's module stays below the kernels
+that compute it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from gradcheck_bi.vocab import CONTROLS
+
+Tensors = dict[str, torch.Tensor]
+BIAS_CONTROLS = ("randn", "zeros")
+
+
+class Point(Protocol):
+    """What an op's functions read of a point (:class:`gradcheck_bi.checks.family.OpPoint`)."""
+
+    @property
+    def op(self) -> Op: ...
+    @property
+    def inputs(self) -> Tensors: ...
+    @property
+    def inputs64(self) -> Tensors: ...
+    @property
+    def effective(self) -> Tensors: ...
+    @property
+    def cotangents(self) -> Tensors: ...
+    @property
+    def options(self) -> dict[str, Any]: ...
+
+
+class Sums(Protocol):
+    """The summation primitives a rounding model is written with (the module
+    :mod:`gradcheck_bi.tolerance.summation` is one)."""
+
+    OPS_DIRECT: float
+    OPS_TERM: float
+    OPS_VARIANCE: float
+
+    def row_sum(self, t: torch.Tensor, backend: str | None = None) -> torch.Tensor: ...
+    def any_order_var(self, terms: torch.Tensor) -> torch.Tensor: ...
+    def rsigma_var(self, x: torch.Tensor, eps: float) -> torch.Tensor: ...
+    def dx_sigma(self, x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor,
+                 eps: float) -> torch.Tensor: ...
+    def dx_magnitude(self, x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor,
+                     eps: float) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class Param:
+    """A ``(D,)`` parameter: its name, the name of its gradient check and its controls.
+
+    ``offset``: under zero_centered_gamma the stored parameter is ``effective − 1``.
+    ``identity``: the control that a kernel without the parameter computes (γ = ones, β =
+    zeros). ``optional``: absent unless the kernel takes it (a gated norm's bias): then
+    neither swept nor noted.
+    """
+
+    name: str
+    check: str
+    controls: tuple[str, ...]
+    offset: bool = False
+    identity: str = "zeros"
+    optional: bool = False
+
+
+WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones")
+BIAS = Param("bias", "dbias", BIAS_CONTROLS)
+OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, optional=True)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A second correct reference in low precision: the op's fp64 inputs as a kernel that
+    stores an intermediate (rounded once to the output dtype) sees them. ``inputs`` maps the
+    fp64 inputs to those to round; ``key`` names the detail that says which one passed."""
+
+    inputs: Callable[[Tensors], Tensors]
+    key: str
+    computed: str  # the detail's value against the exact inputs
+    label: str  # … against the stored ones, before " (rounded to DTYPE)"
+
+
+def _whole_row(point: Point, name: str, output: str) -> int:
+    return point.op.out_width(int(point.inputs[name].shape[-1]))
+
+
+def _same_width(d: int) -> int:
+    return d
+
+
+def _row_terms(point: Point) -> int:
+    return int(point.inputs[point.op.inputs[0]].shape[-1])
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op. ``reference(inputs, params, options)`` maps fp64 tensors by name (params
+    effective: γ, not γ − 1) to the fp64 outputs by name."""
+
+    name: str
+    summary: str
+    inputs: tuple[str, ...]
+    params: tuple[Param, ...]
+    options: tuple[str, ...]
+    outputs: tuple[str, ...]
+    reference: Callable[[Tensors, Tensors, dict[str, Any]], Tensors]
+    # Per row (R,), fp64: how far input ``name`` may move before the output bends (the
+    # finite difference's step is a fraction of it).
+    step_scale: Callable[[Point, str], torch.Tensor]
+    # Per element of d<input>, in u: the RMS of a correct kernel's own rounding
+    # (``exact``: the point's exact fp64 gradients), and the magnitude of the terms that
+    # make it (what a few ulps of rsqrt or division scale).
+    input_rounding: Callable[[Point, str, Tensors, Sums], torch.Tensor]
+    input_magnitude: Callable[[Point, str, Sums], torch.Tensor]
+    # Roles a kernel must have for this op, and roles whose presence selects it
+    # (kernels/recognise.py): a required ``residual`` means fused add, and so on.
+    needs: tuple[str, ...]
+    marks: tuple[str, ...] = ()
+    # Marks that select the op even when the parameter has a default (group_size).
+    optional_marks: tuple[str, ...] = ()
+    # Parameter names of the op's own roles (``a``, ``b``), over the shared ones of
+    # :mod:`.names` (where ``b`` is a bias), for a kernel given as this op.
+    names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Inputs not scaled by a point's input_scale (a gate is not a signal).
+    unscaled: tuple[str, ...] = ()
+    # Per input and output: how many elements of the output one element of the input
+    # moves (the row's statistic: D; a group; 1 for an elementwise path).
+    reach: Callable[[Point, str, str], int] = _whole_row
+    # The forward: the statistic's number of terms, the op's further roundings per
+    # element, outputs that are one addition of inputs, and a rounding every element of
+    # a row shares (``shift(point, k, sums)``: its bound times ``k``; per row in u for the
+    # finite differences' noise, ``shared``).
+    forward_terms: Callable[[Point], int] = _row_terms
+    forward_extra: float = 0.0
+    added: tuple[str, ...] = ()
+    shift: Callable[[Point, float, Sums], float] | None = None
+    shared: Callable[[Point, Sums], torch.Tensor | None] | None = None
+    stored: Stored | None = None
+    # The width of the outputs' last axis for inputs of width d (silu_and_mul: d / 2).
+    out_width: Callable[[int], int] = _same_width
+    # A kernel returns its extra outputs when asked by a ``prenorm`` flag.
+    prenorm: bool = False
+    # Options a kernel may fix instead of taking them (the gated norm's group_size: the
+    # whole row; norm_before_gate: whichever order its forward matches), each with the
+    # values it may be fixed at (one forward probe picks among several).
+    fixable: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """``forward``, ``d<input>`` per input, the parameters' checks, ``batch_invariance``."""
+        return ("forward", *(f"d{i}" for i in self.inputs),
+                *(p.check for p in self.params), "batch_invariance")
+
+    @property
+    def gradient_checks(self) -> dict[str, str]:
+        """``{check: tensor name}`` for every gradient check (``dx`` → ``x``, ``dw`` →
+        ``weight``)."""
+        out = {f"d{i}": i for i in self.inputs}
+        out.update({p.check: p.name for p in self.params})
+        return out
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    def has(self, name: str) -> bool:
+        """Whether the op takes a parameter or option of this name (``bias``,
+        ``group_size``)."""
+        return name in self.options or any(p.name == name for p in self.params)

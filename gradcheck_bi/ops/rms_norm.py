@@ -1,0 +1,46 @@
+"""``rms_norm``: ``y = x · rsqrt(mean(x²) + eps) · γ`` over the last axis.
+
+Checked by RMSNorm's own engine (:mod:`gradcheck_bi.checks`), which reads its reference
+here; the functions below describe it to the family's engine as well (the statistic over
+the row; RMSNorm's rounding models).
+
+>>> import torch
+>>> x = torch.tensor([[3.0, 4.0]], dtype=torch.float64)
+>>> OP.reference({"x": x}, {"weight": torch.ones(2, dtype=torch.float64)}, {"eps": 0.0})["y"]
+tensor([[0.8485, 1.1314]], dtype=torch.float64)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gradcheck_bi.ops.norms import rms, row_length
+from gradcheck_bi.ops.record import WEIGHT, Op, Point, Sums, Tensors
+
+
+def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
+    return {"y": rms(inputs["x"], options["eps"]) * params["weight"]}
+
+
+def step_scale(point: Point, name: str) -> torch.Tensor:
+    x = point.inputs64["x"]
+    return row_length(x.reshape(-1, x.shape[-1]), point.options["eps"])
+
+
+def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+    return sums.dx_sigma(point.inputs64["x"], point.effective["weight"],
+                         point.cotangents["y"].to(torch.float64), point.options["eps"])
+
+
+def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
+    return sums.dx_magnitude(point.inputs64["x"], point.effective["weight"],
+                             point.cotangents["y"].to(torch.float64), point.options["eps"])
+
+
+OP = Op(
+    "rms_norm", "y = x · rsqrt(mean(x²) + eps) · γ",
+    inputs=("x",), params=(WEIGHT,), options=("eps",), outputs=("y",),
+    reference=reference, step_scale=step_scale, input_rounding=input_rounding,
+    input_magnitude=input_magnitude, needs=("x", "weight", "eps"))

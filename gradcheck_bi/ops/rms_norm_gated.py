@@ -1,0 +1,148 @@
+"""``rms_norm_gated``: the mean square over each group of ``group_size`` consecutive features
+(``None`` = D); with ``norm_before_gate`` ``y = rms(x) · γ · silu(z)``, else ``y = rms(x ·
+silu(z)) · γ``.
+
+**Forward**: RMSNorm's bound over the group's terms with the gate's silu and product
+(``OPS_GATE + 1``) per element.
+
+**Rounding of d<input>** (``s = silu(z)``): before the gate, ``dx`` is the RMSNorm model per
+group with cotangent ``g s`` (+ ``OPS_GATE`` roundings of that product), ``dz = g n γ
+silu'(z)`` is elementwise (``v_r dz² + OPS_GATE (g n γ S)²``); after the gate (``u = x s``),
+``du`` is the RMSNorm model per group at ``u``, ``dx = du s`` and ``dz = du x silu'(z)``
+carry it, plus ``OPS_GATE`` roundings of each (``dz``'s of ``du x S``). ``S`` is the size of
+the terms of ``silu'`` (:func:`~gradcheck_bi.ops.norms.silu_grad_size`): its rounding is
+relative to them, not to ``silu'``, which cancels to 0 near ``z = −1.28`` (held relative to
+``silu'``, a correct bf16 kernel failed ``dz`` at 1.008 of its tolerance in 2 of 200 random
+configurations).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gradcheck_bi.ops.norms import (
+    grouped,
+    normed,
+    rms,
+    row_length,
+    silu_grad,
+    silu_grad_size,
+)
+from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
+
+# silu(z) = z / (1 + exp(-z)) and silu'(z): exp (not always correctly rounded), an add, a
+# division and the products around them.
+OPS_GATE = 8.0
+
+
+def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
+    x, z = inputs["x"], inputs["z"]
+    gate = torch.nn.functional.silu(z)
+    g = options.get("group_size")
+    if options.get("norm_before_gate", True):
+        y = rms(grouped(x, g), options["eps"]).reshape(x.shape) * params["weight"] * gate
+    else:
+        y = rms(grouped(x * gate, g), options["eps"]).reshape(x.shape) * params["weight"]
+    return {"y": y + params["bias"] if "bias" in params else y}
+
+
+def step_scale(point: Point, name: str) -> torch.Tensor:
+    """The shortest group's length of what is normalised (``x`` or ``x·silu(z)``); for the
+    gate ``z`` the scale of silu, 1, or less where ``x`` is long."""
+    ins = {n: t.reshape(-1, t.shape[-1]) for n, t in point.inputs64.items()}
+    eps, x = point.options["eps"], ins["x"]
+    gate = torch.nn.functional.silu(ins["z"])
+    before = point.options["norm_before_gate"]
+    v = x if before else x * gate
+    shortest = row_length(grouped(v, point.options["group_size"]), eps).min(-1).values
+    if name == "x":
+        return shortest if before else shortest / gate.abs().amax(-1).clamp(min=1.0)
+    ones = torch.ones_like(shortest)
+    return ones if before else torch.minimum(ones, shortest / x.abs().amax(-1).clamp(
+        min=1e-300))
+
+
+def reach(point: Point, name: str, output: str) -> int:
+    """The statistic's group; the gate ``z`` applied after the norm is elementwise."""
+    if name == "z" and point.options.get("norm_before_gate"):
+        return 1
+    return int(point.options.get("group_size") or point.inputs["x"].shape[-1])
+
+
+def forward_terms(point: Point) -> int:
+    return int(point.options.get("group_size") or point.inputs["x"].shape[-1])
+
+
+def _rms_grad(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
+              group: int | None) -> torch.Tensor:
+    """Exact ``d/dv Σ g·γ·rms(v)`` per group: ``gγr − v r³ mean(gγv)``."""
+    vg, gg = grouped(v, group), grouped(g * gamma, group)
+    r = torch.rsqrt((vg * vg).mean(-1, keepdim=True) + eps)
+    return (gg * r - vg * r**3 * (gg * vg).mean(-1, keepdim=True)).reshape(v.shape)
+
+
+def _grouped_dx_sigma(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
+                      group: int | None, sums: Sums) -> torch.Tensor:
+    """The RMSNorm ``dx`` model with the statistic over each group of the last axis."""
+    sig = sums.dx_sigma(grouped(v, group), grouped(gamma, group), grouped(g, group), eps)
+    return sig.reshape(v.shape)
+
+
+def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+    inputs, gamma = point.inputs64, point.effective["weight"]
+    x, z, gy = inputs["x"], inputs["z"], point.cotangents["y"].to(torch.float64)
+    eps, group = point.options["eps"], point.options["group_size"]
+    gate, dgate = torch.nn.functional.silu(z), silu_grad(z)
+    d = exact["x" if name == "x" else "z"]
+    if point.options["norm_before_gate"]:
+        if name == "x":
+            a = gy * gate * gamma * torch.rsqrt(
+                grouped(x * x, group).mean(-1, keepdim=True) + eps).expand(
+                grouped(x, group).shape).reshape(x.shape)
+            return (_grouped_dx_sigma(x, gamma, gy * gate, eps, group, sums) ** 2
+                    + OPS_GATE * a * a).sqrt()
+        v_r = sums.rsigma_var(grouped(x, group), eps).expand(grouped(x, group).shape)
+        size = gy * normed(x, eps, group) * gamma * silu_grad_size(z)
+        return (v_r.reshape(x.shape) * d * d + OPS_GATE * size * size).sqrt()
+    u = x * gate
+    sigma_du = _grouped_dx_sigma(u, gamma, gy, eps, group, sums)
+    carry = gate if name == "x" else x * dgate
+    size = d if name == "x" else _rms_grad(u, gamma, gy, eps, group) * x * silu_grad_size(z)
+    return (sigma_du**2 * carry * carry + OPS_GATE * size * size).sqrt()
+
+
+def _magnitude(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
+               group: int | None, sums: Sums) -> torch.Tensor:
+    """RMSNorm's ``dx`` magnitude with the statistic over each group of the last axis."""
+    m = sums.dx_magnitude(grouped(v, group), grouped(gamma, group), grouped(g, group), eps)
+    return m.reshape(v.shape)
+
+
+def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
+    """RMSNorm's per group, carried through the gate."""
+    inputs, gamma = point.inputs64, point.effective["weight"]
+    x, z, eps = inputs["x"], inputs["z"], point.options["eps"]
+    gy, group = point.cotangents["y"].to(torch.float64), point.options["group_size"]
+    gate = torch.nn.functional.silu(z)
+    if point.options["norm_before_gate"]:
+        if name == "x":
+            return _magnitude(x, gamma, gy * gate, eps, group, sums)
+        return (gy * normed(x, eps, group) * gamma).abs() * silu_grad_size(z)
+    m_u = _magnitude(x * gate, gamma, gy, eps, group, sums)
+    return m_u * (gate.abs() if name == "x" else x.abs() * silu_grad_size(z))
+
+
+OP = Op(
+    "rms_norm_gated",
+    "statistic over groups of group_size features; norm_before_gate: y = norm(x)·γ·silu(z), "
+    "else y = norm(x·silu(z))·γ",
+    inputs=("x", "z"), params=(WEIGHT, OPTIONAL_BIAS),
+    options=("eps", "group_size", "norm_before_gate"),
+    outputs=("y",), reference=reference, step_scale=step_scale,
+    input_rounding=input_rounding, input_magnitude=input_magnitude,
+    needs=("x", "z", "weight", "eps"), marks=("z",),
+    optional_marks=("group_size", "norm_before_gate"), unscaled=("z",), reach=reach,
+    forward_terms=forward_terms, forward_extra=OPS_GATE + 1.0,
+    fixable={"group_size": (None,), "norm_before_gate": (True, False)})

@@ -1,0 +1,47 @@
+"""A correct ``silu_and_mul`` (vLLM / TorchTitan): ``x (..., 2D) -> silu(x[..., :D]) ·
+x[..., D:]``, written with torch alone (elementwise on the halves, so batch-invariant).
+
+``gradcheck-bi run --op silu_and_mul --kernel tests/kernels/silu_and_mul.py``. With ``a``,
+``b`` the halves and ``σ = sigmoid(a)``::
+
+    y = a σ b,    dx[..., :D] = g b σ (1 + a (1 − σ)),    dx[..., D:] = g a σ
+
+Computes in ``promote(dtype, float32)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+LANES = 64  # pad rows to whole vector widths: torch's CPU transcendental functions round
+# an element differently in the vector loop and in its scalar tail, which moves with the
+# batch
+
+
+def lanes(fn: Any, t: torch.Tensor) -> torch.Tensor:
+    """``fn(t)`` elementwise, every element in the vector loop whatever the batch."""
+    n = t.shape[-1]
+    pad = -n % LANES
+    return fn(torch.nn.functional.pad(t, (0, pad)))[..., :n] if pad else fn(t)
+
+
+class SiluAndMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        cdt = torch.promote_types(x.dtype, torch.float32)
+        d = x.shape[-1] // 2
+        a, b = x[..., :d].to(cdt), x[..., d:].to(cdt)
+        ctx.save_for_backward(a, b)
+        ctx.dtype = x.dtype
+        return (a * lanes(torch.sigmoid, a) * b).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        a, b = ctx.saved_tensors
+        g = dy.to(a.dtype)
+        sig = lanes(torch.sigmoid, a)
+        da = g * b * sig * (1 + a * (1 - sig))
+        db = g * a * sig
+        return torch.cat([da, db], dim=-1).to(ctx.dtype)

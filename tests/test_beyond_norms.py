@@ -1,0 +1,89 @@
+"""The ops beyond norms (gradcheck_bi/ops/log_softmax.py, swiglu.py, silu_and_mul.py): each
+added as one op module, checked against formulas written here and through its correct
+kernel (tests/kernels/) in every dtype, layout and awkward shape; its mutants are in
+tests/test_op_mutants.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.ops import OPS
+from gradcheck_bi.runner import run
+from gradcheck_bi.sweep import Sweep, grid, not_run
+
+KERNELS = {"log_softmax": "tests/kernels/log_softmax.py",
+           "swiglu": "tests/kernels/swiglu.py",
+           "silu_and_mul": "tests/kernels/silu_and_mul.py"}
+# log-softmax at logits of 1e3; silu at 30 (at |a| ≈ 560 silu's outputs are ~1e-240, and
+# the finite differences' noise model, which squares them, underflows to a tolerance of 0).
+SCALES = {"log_softmax": [1e-4, 1.0, 1e3], "swiglu": [1e-4, 1.0, 30.0],
+          "silu_and_mul": [1e-4, 1.0, 30.0]}
+LAYOUTS = ["contiguous", "x-strided", "x-transposed", "x-offset", "grad-strided",
+           "grad-transposed", "grad-offset"]
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_references_match_formulas_written_here() -> None:
+    x = torch.randn(3, 7, generator=_gen(1), dtype=torch.float64)
+    b = torch.randn(3, 7, generator=_gen(2), dtype=torch.float64)
+    lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
+    assert torch.allclose(OPS["log_softmax"].reference({"x": x}, {}, {})["y"], x - lse)
+    silu = x / (1 + torch.exp(-x))
+    assert torch.allclose(OPS["swiglu"].reference({"a": x, "b": b}, {}, {})["y"], silu * b)
+    both = torch.cat([x, b], dim=-1)
+    assert torch.allclose(OPS["silu_and_mul"].reference({"x": both}, {}, {})["y"], silu * b)
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+@pytest.mark.parametrize("dtype", ["fp64", "fp32", "bf16", "fp16"])
+def test_correct_kernel_passes_every_check(op: str, dtype: str) -> None:
+    spec = resolve(KERNELS[op], {"op": op})
+    assert spec.op == op
+    sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[(2, 3, 32)], layouts=LAYOUTS)
+    results = run(sweep, [spec])
+    assert {r.check for r in results} == set(OPS[op].checks)
+    bad = [(r.check, r.layout, r.message, r.max_abs_err, r.tolerance) for r in results
+           if r.status != "pass"]
+    assert not bad
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+def test_correct_kernel_passes_awkward_shapes_and_scales(op: str) -> None:
+    spec = resolve(KERNELS[op], {"op": op})
+    sweep = Sweep(kernels=[], targets=[("cpu", "fp64"), ("cpu", "fp32")],
+                  shapes=[(3, 40), (2, 2, 3, 24), (1, 512), (2, 1032)], layouts=["contiguous"],
+                  input_scales=SCALES[op], seeds=[0, 1])
+    results = run(sweep, [spec])
+    bad = [(r.check, r.dtype, r.shape, r.input_scale, r.message, r.max_abs_err, r.tolerance)
+           for r in results if r.status != "pass"]
+    assert results and not bad
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+def test_no_weight_no_control_and_no_zcg_one_note(op: str) -> None:
+    """An op without a weight is one point per case, not three identical ones, and the
+    report says once why."""
+    spec = resolve(KERNELS[op], {"op": op})
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], layouts=["contiguous"])
+    cfgs = [c for _, c in grid(sweep, [spec])]
+    assert len(cfgs) == len(OPS[op].checks)
+    assert {(c.control, c.zero_centered_gamma) for c in cfgs} == {("randn", False)}
+    notes = not_run([sweep], [spec])
+    assert len(notes) == 1 and f"{op} has no weight" in notes[0], notes
+
+
+def test_plot_takes_the_op(tmp_path: Path) -> None:
+    from gradcheck_bi.cli import main
+
+    out = tmp_path / "p.json"
+    code = main(["plot", "--kernel", KERNELS["swiglu"], "--op", "swiglu", "--check", "db",
+                 "--shape", "2,16", "--steps", "-12:-8", "--output", str(out)])
+    assert code == 0 and out.exists()
