@@ -141,7 +141,7 @@ def run_points(fn: Any, name: str, points: list[Point], dtype: str = "fp64",
     from gradcheck_bi.sweep import Sweep
     from gradcheck_bi.vocab import KernelSpec
 
-    spec = KernelSpec(name, fn, source="test")
+    spec = KernelSpec(name, fn, source="api")  # an object loaded here, never by reference
     results = []
     for check, weight, zcg, shape in points:
         sweep = Sweep(kernels=[], targets=[(device, dtype)], shapes=[shape], checks=[check],
