@@ -13,7 +13,10 @@ a ``KeyboardInterrupt`` the kernel raised itself included (a gate must never tak
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gradcheck_bi.checks import run_check
+from gradcheck_bi.checks.precision import working_precision
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.gate import expected, judge, judge_raised
 from gradcheck_bi.kernels.call import declared_mutations
@@ -45,13 +48,30 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
 
 
 class PointMeasurer:
-    """:func:`run_point` with each kernel probed once per (device, dtype)."""
+    """:func:`run_point` with each kernel probed, and its working precision measured
+    (:mod:`gradcheck_bi.checks.precision`), once per (device, dtype)."""
 
     def __init__(self) -> None:
         self.refusals: dict[tuple[str, str, str], str | None] = {}
+        self.working: dict[tuple[str, str, str, str], str | None] = {}
 
     def __call__(self, spec: KernelSpec, cfg: Config, sweep: Sweep) -> Result:
         key = (spec.name, cfg.device, cfg.dtype)
         if key not in self.refusals:
             self.refusals[key] = probe(spec, cfg.device, cfg.dtype, cfg)
-        return run_point(spec, cfg, sweep, self.refusals[key])
+        if self.refusals[key] is None:
+            cfg = replace(cfg, working_precision=self._working(spec, cfg))
+        result = run_point(spec, cfg, sweep, self.refusals[key])
+        result.working_precision = cfg.working_precision
+        return result
+
+    def _working(self, spec: KernelSpec, cfg: Config) -> str | None:
+        key = (spec.name, cfg.device, cfg.dtype, cfg.precision)
+        if key not in self.working:
+            try:
+                self.working[key] = working_precision(spec, cfg)
+            except BaseException as exc:  # decides nothing: each point reports its own
+                if stops_the_run(exc) or is_internal(exc):
+                    raise
+                self.working[key] = None
+        return self.working[key]

@@ -41,7 +41,15 @@ from typing import Any
 from gradcheck_bi import fd
 from gradcheck_bi.kernels.layout import LAYOUTS
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
-from gradcheck_bi.vocab import CONTROLS, DEVICES, DTYPES, OP_FIELDS, Config, did_you_mean
+from gradcheck_bi.vocab import (
+    CONTROLS,
+    DEVICES,
+    DTYPES,
+    OP_FIELDS,
+    PRECISIONS,
+    Config,
+    did_you_mean,
+)
 
 MODES = ("full", "directional")
 
@@ -227,6 +235,10 @@ AXES: tuple[Axis, ...] = (
          json="op", cli="--group-size", word=lambda w: int(w) if w.isdigit() else w),
     Axis("norm_before_gate", boolean, "norm_before_gate", "booleans", json="op",
          cli="--norm-before-gate"),
+    # Not in the JSON as a point field: a result says the precision it was judged at
+    # (Result.working_precision) only where that is coarser than its dtype.
+    _chosen("precision", PRECISIONS, "precision", json="never", cli="--precision"),
+    _chosen("working_precision", tuple(DTYPES), None, json="never"),
 )
 AXIS = {a.field: a for a in AXES}
 BY_KEY = {a.key: a for a in AXES if a.key is not None}

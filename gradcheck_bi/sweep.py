@@ -65,6 +65,7 @@ class Sweep:
     max_memory: int | None = None  # None: the default budget (gradcheck_bi.fd.budget)
     mode: str = "full"  # dx: "full" (every element) or "directional" (random projections)
     directions: int = 8
+    precision: str = "measured"  # rounding judged at the measured working precision, or "exact"
     expect: str | None = None  # "fail": every result of every kernel is expected to fail
     # A case's [[expectation]] rules; the last match decides (see Expectation).
     expectations: list[Expectation] = field(default_factory=list)

@@ -40,6 +40,9 @@ HALF_DTYPES = ("bf16", "fp16")
 DTYPE_ALIASES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32",
                  "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 DEVICES = ("cpu", "cuda")
+# How rounding is judged (Config.precision): at the working precision measured from the
+# kernel's forward, or at the dtype's whatever the kernel computes in.
+PRECISIONS = ("measured", "exact")
 EXPECTED_STATUSES = ("pass", "fail")
 
 
@@ -87,6 +90,11 @@ class Config:
     bias: str | None = None
     group_size: int | None = None
     norm_before_gate: bool | None = None
+    # How rounding is judged: "measured" at the kernel's working precision (measured once per
+    # kernel, device and dtype: gradcheck_bi.checks.precision), "exact" at the dtype's. The
+    # measured one, where it is coarser than the dtype ("fp32" inside an fp64 call), or None.
+    precision: str = "measured"
+    working_precision: str | None = None
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -148,6 +156,9 @@ class Result:
     bias: str | None = None
     group_size: int | None = None
     norm_before_gate: bool | None = None
+    # The precision the kernel was judged at where it computes coarser than its dtype
+    # (Config.working_precision); in the JSON only then.
+    working_precision: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -161,6 +172,8 @@ class Result:
                 d[key] = str(v)  # JSON has no inf/nan literals
         if not d["message"]:
             del d["message"]
+        if d["working_precision"] is None:
+            del d["working_precision"]
         return d
 
 

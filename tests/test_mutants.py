@@ -56,7 +56,8 @@ def test_catalog_is_the_mutant_files_and_the_published_table() -> None:
 @pytest.mark.parametrize("stem", STEMS)
 def test_mutant_caught_by_its_check(stem: str) -> None:
     m = catalog.BY_STEM[stem]
-    results = catalog.run_points(catalog.load(stem), stem, [m.fast], m.dtype)
+    results = catalog.run_points(catalog.load(stem), stem, [m.fast], m.dtype,
+                                 precision=m.precision)
     assert all(r.status == "fail" for r in results), (
         f"{stem} escaped its {m.primary} check: {_describe(results)}")
 
@@ -65,7 +66,8 @@ def test_mutant_caught_by_its_check(stem: str) -> None:
 def test_mutant_hidden_at_its_blind_controls(stem: str) -> None:
     """A blind control passes a mutant whose defect vanishes there: the discriminator."""
     m = catalog.BY_STEM[stem]
-    results = catalog.run_points(catalog.load(stem), stem, list(m.blind), m.dtype)
+    results = catalog.run_points(catalog.load(stem), stem, list(m.blind), m.dtype,
+                                 precision=m.precision)
     assert all(r.status == "pass" for r in results), (
         f"{stem} was flagged where its defect cannot show: {_describe(results)}")
 
@@ -120,7 +122,7 @@ def test_ci_sweep_inputs_exist() -> None:
 def test_ci_sweep_catches_mutant(stem: str) -> None:
     _require_ci_inputs()
     m = catalog.BY_STEM[stem]
-    code, doc = catalog.run_ci(m.ref, dtype=m.dtype)
+    code, doc = catalog.run_ci(m.ref, ["--precision", m.precision], dtype=m.dtype)
     assert code == 1, f"{stem}: gradcheck-bi exited {code}, expected 1 (defect found)"
     caught = catalog.caught_by(doc["results"])
     assert m.primary in caught, f"{stem}: caught by {sorted(caught)}, not by {m.primary}"

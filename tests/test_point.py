@@ -25,6 +25,7 @@ OTHER: dict[str, Any] = {
     "layout": "x-strided", "atol": 1e-9, "rtol": 1e-7, "mode": "directional",
     "stencil": "central-2", "step_rel": 1e-3, "max_memory": 1 << 20, "directions": 3,
     "op": "layer_norm", "bias": "zeros", "group_size": 4, "norm_before_gate": False,
+    "precision": "exact", "working_precision": "fp32",
 }
 # Sweep fields that are no axis of a point: what runs, what it must show, how to call it.
 NOT_AXES = {"kernels", "targets", "expect", "expectations", "kernel_args", "allow_mutation",
@@ -133,6 +134,7 @@ CLI_TEXT: dict[str, Any] = {
     "seed": 7, "control": ["ones"], "zero_centered_gamma": "on", "layout": ["x-strided"],
     "atol": 1e-9, "rtol": 1e-7, "mode": "directional", "max_memory": "1M", "directions": 3,
     "op": "layer_norm", "bias": ["zeros"], "group_size": ["4"], "norm_before_gate": "off",
+    "precision": "exact",
 }
 
 

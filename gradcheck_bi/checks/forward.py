@@ -21,7 +21,7 @@ from gradcheck_bi.kernels.call import call_forward
 from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.kernels.rmsnorm import compute_dtype, reference_forward
 from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, MAX_ULP_THRESHOLD, higher_margin
-from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.noise import judged_roundoff, unit_roundoff
 from gradcheck_bi.tolerance.rules import forward_tolerance, overridden
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
@@ -53,8 +53,9 @@ def check_forward(fn: Any, cfg: Config) -> Measurement:
         return m
     err = (y.to(torch.float64) - ref).abs()
     scale = float(ref.abs().max())
-    tol = forward_tolerance(scale, unit_roundoff(y.dtype),
-                            unit_roundoff(compute_dtype(x.dtype)), cfg.shape[-1])
+    working = cfg.working_precision  # a kernel computing coarser inside: judged at that
+    tol = forward_tolerance(scale, judged_roundoff(y.dtype, working),
+                            judged_roundoff(compute_dtype(x.dtype), working), cfg.shape[-1])
     details = {"reference": REFERENCE, "max_abs_ref": scale,
                **delivered_precision(err, ref, y.dtype)}
     notes = [nonfinite("y", y), training_forward_note(fn, x, w, cfg, y)]

@@ -24,13 +24,14 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
 from gradcheck_bi.checks.lifted import check_dw_lifted, check_dx_lifted
+from gradcheck_bi.fd.step import input_step_rel
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, forward_in_w, forward_in_x
 from gradcheck_bi.kernels.reduction import row_sum
-from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC, unit_roundoff
+from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC, judged_roundoff, unit_roundoff
 from gradcheck_bi.tolerance.rules import fd_tolerance
 from gradcheck_bi.tolerance.summation import combined_floor, detectable, dw_sigma, dx_sigma
-from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
+from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, Measurement
 
 
 def check_dx(fn: Any, cfg: Config) -> Measurement:
@@ -47,11 +48,12 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
         raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
     est = fd.input_grad(
         forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout), x, g, cfg.eps, stencil,
-        cfg.step_rel, cfg.max_memory,
+        step_rel_of(cfg), cfg.max_memory,
     )
     err = (dx.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
-    rounding = rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
+    rounding = (rounding_scale(est, x, cfg.working_precision)
+                * dx_sigma(x, _gamma(w, cfg), g, cfg.eps))
     return fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 
@@ -63,12 +65,13 @@ def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Te
     """
     est = fd.directional_input_grad(
         forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout), x, g, cfg.eps,
-        cfg.directions, cfg.seed, stencil, cfg.step_rel, cfg.max_memory,
+        cfg.directions, cfg.seed, stencil, step_rel_of(cfg), cfg.max_memory,
     )
     analytic = row_sum(dx.to(torch.float64).unsqueeze(0) * est.directions)
     err = (analytic - est.projection).abs()
     # Each element's rounding, added along the direction without cancellation (a bound).
-    sigma_dx = rounding_scale(est, x) * dx_sigma(x, _gamma(w, cfg), g, cfg.eps)
+    sigma_dx = (rounding_scale(est, x, cfg.working_precision)
+                * dx_sigma(x, _gamma(w, cfg), g, cfg.eps))
     rounding = row_sum(est.directions.abs() * sigma_dx.unsqueeze(0))
     details = {
         "mode": "directional",
@@ -86,11 +89,23 @@ def _gamma(w: torch.Tensor, cfg: Config) -> torch.Tensor:
     return w.to(torch.float64) + (1.0 if cfg.zero_centered_gamma else 0.0)
 
 
-def rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor) -> float:
-    """``max(λ, 1) · u``: the kernel's backward rounds at least at its dtype's ``u``, and at
-    the forward's measured ``λ u`` where that is coarser (a kernel computing in fp32 inside
-    an fp64 interface)."""
-    return max(est.noise_scale, 1.0) * unit_roundoff(x.dtype)
+def step_rel_of(cfg: Config) -> float | None:
+    """An input's relative FD step: the config's; else, for a kernel computing coarser
+    inside than its dtype, its working precision's best step (a step fit for fp64 drowns
+    an fp32 forward's differences in its rounding); ``None``: the dtype's."""
+    if cfg.step_rel is not None or cfg.working_precision is None:
+        return cfg.step_rel
+    return input_step_rel(DTYPES[cfg.working_precision])
+
+
+def rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor,
+                   working: str | None = None) -> float:
+    """``max(λ u, u_w)``: the kernel's backward rounds at least at its dtype's ``u`` — or at
+    its measured working precision's ``u_w`` where that is coarser
+    (:mod:`gradcheck_bi.checks.precision`: it holds where the forward is exactly 0, at
+    γ = zeros, too) — and at the forward's measured ``λ u`` where that is coarser still."""
+    u = unit_roundoff(x.dtype)
+    return max(est.noise_scale * u, judged_roundoff(x.dtype, working))
 
 
 def fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
@@ -122,7 +137,8 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
     assert est.terms is not None
-    rounding = rounding_scale(est, x) * dw_sigma(est.terms)
+    rounding = (rounding_scale(est, x, cfg.working_precision)
+                * dw_sigma(est.terms))
     return fd_verdict(err, est, est.grad, rounding, cfg, notes)
 
 

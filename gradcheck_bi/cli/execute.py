@@ -128,9 +128,21 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
                     results = run_points(points, on_result)
             finally:
                 watch.listen(None)
+    working_notes(results)
     # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
     partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
     return Executed(results, not_run(sweeps, partly), idle, meta)
+
+
+def working_notes(results: list[Result]) -> None:
+    """One note per kernel and target judged at a measured working precision coarser than
+    its dtype (:mod:`gradcheck_bi.checks.precision`)."""
+    seen = dict.fromkeys((r.kernel, r.device, r.dtype, r.working_precision) for r in results
+                         if r.working_precision is not None)
+    for kernel, device, dtype, working in seen:
+        sys.stderr.write(f"gradcheck-bi: note: {kernel}: computes in {working} inside at "
+                         f"{dtype} ({device}); judged at {working} rounding "
+                         "(--precision exact: at the dtype's)\n")
 
 
 def _directional_note(sweeps: list[Sweep]) -> None:

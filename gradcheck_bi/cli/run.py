@@ -154,6 +154,11 @@ def run_command(
         help="Replace the derived tolerance with this absolute one.")] = None,
     rtol: Annotated[float | None, typer.Option(
         rich_help_panel=JUDGE, show_default="0", help="Add rtol × max|reference|.")] = None,
+    precision: Annotated[str | None, typer.Option(
+        metavar=choices(AXIS["precision"].choices), rich_help_panel=JUDGE,
+        show_default="measured",
+        help="Judge rounding at the precision the kernel computes in, measured from its "
+        "forward (fp32 inside an fp64 call: at fp32), or exact: at the dtype's.")] = None,
     expect: Annotated[str | None, typer.Option(
         metavar=choices(EXPECTS), rich_help_panel=JUDGE, show_default="pass",
         help="What kernels that declare no defects must do everywhere.")] = None,

@@ -40,6 +40,7 @@ import math
 import torch
 
 from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.vocab import DTYPES
 
 RESIDUAL = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over the levels (1, 2, 4)
 RESIDUAL_VAR = 2 * sum(c * c for c in RESIDUAL)  # Var R = 2 (64² + 20² + 1) σ²
@@ -57,6 +58,14 @@ NU_PRIOR = 8.0
 
 def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2
+
+
+def judged_roundoff(dtype: torch.dtype, working: str | None) -> float:
+    """The unit roundoff a check judges rounding at: ``dtype``'s, or the kernel's measured
+    working precision's (``"fp32"`` …) where that is coarser
+    (:mod:`gradcheck_bi.checks.precision`)."""
+    u = unit_roundoff(dtype)
+    return u if working is None else max(u, unit_roundoff(DTYPES[working]))
 
 
 def truncation(e_h: torch.Tensor, e_2h: torch.Tensor, order: int) -> torch.Tensor:

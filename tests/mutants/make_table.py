@@ -51,7 +51,8 @@ def _main() -> tuple[str, int]:
         correct.append(f"| {name} (correct) | exit {code} | {len(doc['results'])} results, "
                        f"{bad} not as expected |")
     for m in catalog.MUTANTS:
-        code, doc = catalog.run_ci(m.ref, dtype=m.dtype)  # m31-m35: bf16
+        # m31-m35: bf16; m13: strict precision
+        code, doc = catalog.run_ci(m.ref, ["--precision", m.precision], dtype=m.dtype)
         all_regimes |= {catalog.regime(r) for r in doc["results"]}
         caught = catalog.caught_by(doc["results"])
         fn = catalog.load(m.stem)

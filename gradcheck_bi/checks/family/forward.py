@@ -35,7 +35,7 @@ from gradcheck_bi.tolerance.half import (
     MIN_COUNT,
     higher_margin,
 )
-from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.noise import judged_roundoff, unit_roundoff
 from gradcheck_bi.tolerance.rules import fd_tolerance, overridden
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
@@ -85,9 +85,10 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     if cfg.dtype in HALF_DTYPES:
         return check_op_forward_ulp(fn, cfg, point, outs)
     ref = reference(point)
-    dtype = point.lead.dtype
-    tols = forward_tolerances(point, {n: ref[n] for n in outs}, unit_roundoff(dtype),
-                              unit_roundoff(torch.promote_types(dtype, torch.float32)))
+    dtype, working = point.lead.dtype, cfg.working_precision
+    tols = forward_tolerances(point, {n: ref[n] for n in outs}, judged_roundoff(dtype, working),
+                              judged_roundoff(torch.promote_types(dtype, torch.float32),
+                                              working))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}
     worst_name, worst_ratio = "y", -1.0
     for name, y in outs.items():

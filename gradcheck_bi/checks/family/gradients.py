@@ -26,7 +26,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
-from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale
+from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale, step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
@@ -84,7 +84,7 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
     stencil = fd.STENCILS[cfg.stencil]
     x = point.lead
     if name in point.op.inputs:
-        rel = input_step_rel(x.dtype, cfg.step_rel if step_rel is None else step_rel)
+        rel = input_step_rel(x.dtype, step_rel_of(cfg) if step_rel is None else step_rel)
         h = pow2(rel * point.op.step_scale(point, name))
         try:
             return input_grad_outputs(
@@ -115,9 +115,11 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
     if name in point.op.inputs:
-        rounding = rounding_scale(est, x) * kernel_sigma(point, name, exact_grads(point))
+        rounding = (rounding_scale(est, x, cfg.working_precision)
+                    * kernel_sigma(point, name, exact_grads(point)))
     else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
         assert est.terms is not None
-        rounding = rounding_scale(est, x) * dw_sigma(est.terms)
+        rounding = (rounding_scale(est, x, cfg.working_precision)
+                    * dw_sigma(est.terms))
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
     return fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)

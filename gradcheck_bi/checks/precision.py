@@ -1,0 +1,127 @@
+"""The kernel's working precision: measured once per (kernel, device, dtype) from its forward.
+
+A kernel called in fp64 may compute in fp32 inside (Hugging Face's ``hidden_states.to(
+torch.float32)``): its forward then errs by fp32 rounding against the fp64 reference, and
+every check held to fp64's rounding fails on rounding, not on a defect. One forward at a fresh
+random point (the run's first shape and seed, γ = randn, β = randn: never zeros) against the
+op's fp64 reference decides. The forward's error is **rounding at precision p** (fp32, fp16,
+bf16, the finest first, each coarser than the dtype) when
+
+* per element: ``|y_i - ref_i| ≤ u_p |ref_i| + compute_bound_i(u_p)`` — one rounding of the
+  output plus the forward check's model of a correct kernel's arithmetic in ``p``
+  (:func:`~gradcheck_bi.tolerance.family.compute_bound`; RMSNorm's ``forward_factor(D)``);
+* unbiased: the mean of the rows' mean relative errors is within ``BIAS_SE`` standard errors
+  of 0 (the rows' spread: a rounding of the row statistic is shared by a row) plus
+  ``BIAS_U · u_p`` — a scaled output, a wrong eps, a wrong mean are systematic and stay out;
+* for fp16/bf16, element-wise: the relative errors spread within each row (RMS) between
+  ``SPREAD_U`` of ``u_p`` and ``SPREAD_MAX`` ``u_p`` — an output that rounds at ``p`` rounds
+  every element a few times at ``u_p`` (RMS ``u_p/√3`` each); a smooth error far below
+  ``p``'s rounding (a wrong eps) does not, and is no licence for ``p``'s tolerance; a
+  coarser rounding (bf16 tried as fp16) spreads wider.
+
+A forward within its dtype's own tolerance, one that matches no precision (a defect: it fails
+as before), half-precision dtypes (audited in ulps) and ``--precision exact`` are judged at
+the dtype: :func:`working_precision` returns ``None``.
+
+>>> [u_name for u_name, _ in CANDIDATES]
+['fp32', 'fp16', 'bf16']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from gradcheck_bi.checks.family.point import make_point, reference
+from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.call import call_forward
+from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.kernels.rmsnorm import compute_dtype, reference_forward
+from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
+from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.rules import forward_tolerance
+from gradcheck_bi.tolerance.summation import forward_factor
+from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
+
+CANDIDATES = [(name, unit_roundoff(DTYPES[name])) for name in ("fp32", "fp16", "bf16")]
+BIAS_SE = 4.0  # standard errors of the rows' mean relative error
+BIAS_U = 0.5  # of u_p: a rounding's bias is far below half a unit
+SPREAD_U = 1 / 8  # of u_p: one rounding at p spreads relative errors by ~u_p/√3
+SPREAD_MAX = 2.0  # of u_p: a few roundings per element (x, γ, the product, the output)
+
+Tensors = dict[str, torch.Tensor]
+
+
+def working_precision(spec: KernelSpec, at: Config) -> str | None:
+    """The precision the kernel computes at, where its forward shows rounding coarser than
+    ``at.dtype``'s (``"fp32"``, ``"fp16"``, ``"bf16"``), else ``None``. Runs one forward at
+    ``at``'s shape and seed with γ (and β) = randn; a forward that raises propagates (the
+    caller decides)."""
+    if at.precision == "exact" or at.dtype in HALF_DTYPES:
+        return None
+    cfg = replace(at, check="forward", control="randn", working_precision=None,
+                  zero_centered_gamma=min(spec.zcg),
+                  bias="randn" if at.bias is not None else None)
+    outs, refs, own_tol, bound = _forward(spec, cfg)
+    if all(float((y - refs[n]).abs().max()) <= own_tol[n] for n, y in outs.items()):
+        return None  # within the dtype's own rounding
+    u_dtype = unit_roundoff(at.torch_dtype)
+    for name, u in CANDIDATES:
+        if u <= u_dtype:
+            continue
+        if all(_explained(y, refs[n], bound(n, u), u, spread=name in HALF_DTYPES)
+               for n, y in outs.items()):
+            return name
+    return None
+
+
+def _forward(spec: KernelSpec, cfg: Config) -> tuple[Tensors, Tensors, dict[str, float], Any]:
+    """(the kernel's outputs in fp64, the references, the dtype's own forward tolerance of
+    each, and ``bound(name, u)``: the per-element bound of a correct kernel at ``u``)."""
+    u_out = unit_roundoff(cfg.torch_dtype)
+    u_c = unit_roundoff(compute_dtype(cfg.torch_dtype))
+    with torch.no_grad():
+        if spec.op == "rms_norm":
+            x, w, _ = make_inputs(cfg)
+            y = call_forward(spec.fn, x, w, cfg.eps, cfg.zero_centered_gamma)
+            ref = reference_forward(x, w, cfg.eps, cfg.zero_centered_gamma)
+            factor = forward_factor(cfg.shape[-1])
+            own = {"y": forward_tolerance(float(ref.abs().max()), u_out, u_c, cfg.shape[-1])}
+            return ({"y": y.to(torch.float64)}, {"y": ref}, own,
+                    lambda _, u: u * (1 + factor) * ref.abs())
+        point = make_point(cfg)
+        outs = op_forward(spec.fn, point.inputs, point.params, point.options, point.zcg)
+        refs = reference(point)
+    refs = {n: refs[n] for n in outs}
+    own = forward_tolerances(point, refs, u_out, u_c)
+    return ({n: t.to(torch.float64) for n, t in outs.items()}, refs, own,
+            lambda n, u: u * refs[n].abs() + compute_bound(point, n, refs[n], u))
+
+
+def _explained(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, u: float,
+               spread: bool) -> bool:
+    """Whether ``y - ref`` is rounding at unit roundoff ``u`` (see the module)."""
+    err = y - ref
+    if not bool((err.abs() <= bound).all()):
+        return False
+    flat_err, flat_ref = err.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])
+    nonzero = flat_ref != 0
+    rel = torch.where(nonzero, flat_err / torch.where(nonzero, flat_ref, 1.0), 0.0)
+    counts = nonzero.sum(-1)
+    rows = counts > 0
+    if not bool(rows.any()):
+        return True  # an all-zero reference: nothing shows a bias
+    means = rel.sum(-1)[rows] / counts[rows]
+    n_rows = int(means.numel())
+    se = float(means.std()) / math.sqrt(n_rows) if n_rows > 1 else 0.0
+    if abs(float(means.mean())) > BIAS_SE * se + BIAS_U * u:
+        return False
+    if spread:
+        centred = torch.where(nonzero, rel - (rel.sum(-1, keepdim=True)
+                                              / counts.clamp(min=1).unsqueeze(-1)), 0.0)
+        rms = math.sqrt(float((centred * centred).sum()) / max(int(counts.sum()), 1))
+        return SPREAD_U * u <= rms <= SPREAD_MAX * u
+    return True
