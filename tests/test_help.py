@@ -132,3 +132,30 @@ def test_terminal_output_fits_80_columns(args: list[str]) -> None:
     out = _run(*args, columns=80)
     long = [ln for ln in out.splitlines() if len(ln) > 80]
     assert not long, f"{' '.join(args)}: {len(long)} lines over 80, e.g. {long[0]!r}"
+
+
+def test_no_option_is_named_after_its_metavar() -> None:
+    # typer 0.27 (the GPU image's) names an option declared without "--name" after its
+    # metavar when the metavar is the name upper-cased: `--op` was registered as `--OP`
+    # there, and `run --op log_softmax` failed with "No such option: --op".
+    import ast
+    from pathlib import Path
+
+    cli = Path(__file__).resolve().parent.parent / "gradcheck_bi" / "cli"
+    risky = []
+    for path in sorted(cli.glob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for arg in fn.args.args + fn.args.kwonlyargs:
+                for call in ast.walk(arg.annotation) if arg.annotation else ():
+                    if not (isinstance(call, ast.Call)
+                            and getattr(call.func, "attr", "") == "Option"):
+                        continue
+                    named = any(isinstance(a, ast.Constant) and str(a.value).startswith("-")
+                                for a in call.args)
+                    metavar = next((k.value.value for k in call.keywords if k.arg == "metavar"
+                                    and isinstance(k.value, ast.Constant)), None)
+                    if not named and metavar == arg.arg.upper():
+                        risky.append(f"{path.name}: {arg.arg} (metavar {metavar!r})")
+    assert not risky, f"give these options their name explicitly: {risky}"

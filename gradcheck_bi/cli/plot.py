@@ -60,13 +60,13 @@ def plot_command(
         "--kernel", metavar="KERNEL,…", rich_help_panel=WHAT,
         show_default="before,after", help="The kernels to sweep, as run's --kernel.")] = None,
     op: Annotated[str | None, typer.Option(
-        metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
+        "--op", metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
         help="The op the kernels compute, as run's --op.")] = None,
     weight: Annotated[list[str] | None, typer.Option(
         metavar=choices(CONTROLS, many=True), rich_help_panel=WHAT, show_default="randn,ones",
         help="γ controls.")] = None,
     check: Annotated[str, typer.Option(
-        metavar="CHECK", rich_help_panel=WHAT,
+        "--check", metavar="CHECK", rich_help_panel=WHAT,
         help="The gradient to plot (dx, dw, …): any the kernels' op has (`gradcheck-bi "
         "ops` lists each op's).")] = "dx",
     zcg: Annotated[str, typer.Option(

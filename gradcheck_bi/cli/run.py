@@ -79,7 +79,7 @@ def run_command(
         help="A parameter of your kernel the adapter cannot fill (a module's constructor "
         "argument, Liger's casting_mode; zcg=builtin|absent). Repeatable.")] = None,
     op: Annotated[str | None, typer.Option(
-        metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
+        "--op", metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
         help=f"The op your kernels compute: {', '.join(OPS)} (`gradcheck-bi ops`).")] = None,
     allow_mutation: Annotated[list[str] | None, typer.Option(
         "--allow-mutation", metavar="TENSOR,…", rich_help_panel=WHAT, show_default="none",
