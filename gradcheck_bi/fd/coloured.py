@@ -67,6 +67,7 @@ from gradcheck_bi.tolerance.noise import (
     noise_floor,
     noise_residual,
     noise_scale,
+    pow2_scale,
     reached_sigma,
     unit_roundoff,
 )
@@ -221,9 +222,14 @@ def input_grad_outputs(
                  if o is not None), torch.zeros(n_rows, dtype=torch.float64, device=dev))
     if shared is not None:
         extra = extra + shared.to(extra) ** 2
-    sigma_m = torch.sqrt(sigma_m**2 + u * u * extra)
+    # squared on a power of two per element: an output of 1e-240 (silu far below 0) keeps
+    # its rounding (:func:`~gradcheck_bi.tolerance.noise.pow2_scale`, the same bits elsewhere)
+    p2 = pow2_scale(torch.maximum(sigma_m, u * extra.sqrt()))
+    sigma_m = p2 * torch.sqrt((sigma_m / p2) ** 2 + u * u * extra / p2 / p2)
     resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
-    lam = noise_scale(noise_residual(even), resid_var * sigma_m**2, centre=coupled)
+    p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
+    lam = noise_scale(noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2,
+                      centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
         lam = max(lam, 1.0)
     sigma_e = lam * stencil.rss_weight * sigma_m / h
