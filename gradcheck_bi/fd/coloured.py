@@ -42,16 +42,18 @@ from collections.abc import Callable
 import torch
 
 from gradcheck_bi.fd.budget import (
+    CPU_CHUNK_ELEMENTS,
     batch_rows,
     budget,
     cuda_room,
+    keep_freed_memory,
     ladder_base,
     ladder_chunk,
     over_budget,
 )
 from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.estimate import FDEstimate
-from gradcheck_bi.fd.reduce import level_sums
+from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
@@ -67,6 +69,7 @@ from gradcheck_bi.tolerance.noise import (
     noise_floor,
     noise_residual,
     noise_scale,
+    pow2_scale,
     reached_sigma,
     unit_roundoff,
 )
@@ -88,7 +91,8 @@ def elements_per_call(device: torch.device, max_memory: int | None = None, held:
     what the memory budget (:func:`gradcheck_bi.fd.budget.budget` of ``max_memory``) leaves
     after the ``held`` bytes the check keeps throughout; a power of two, 0 if nothing fits."""
     if device.type != "cuda" or not torch.cuda.is_available():
-        most = MAX_ELEMENTS
+        # on CPU sized to stay in cache, as RMSNorm's chunks (fd.budget.CPU_CHUNK_ELEMENTS)
+        most = min(MAX_ELEMENTS, CPU_CHUNK_ELEMENTS) if device.type == "cpu" else MAX_ELEMENTS
     else:
         room = cuda_room(device, BYTES_PER_ELEMENT)
         most = max(MAX_ELEMENTS, min(CUDA_MAX_ELEMENTS, 1 << (room.bit_length() - 1)))
@@ -182,6 +186,10 @@ def input_grad_outputs(
     per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
     batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
     calls = 1
+    # RMSNorm's CPU machinery: the compiled one-pass sums (same bits) and freed chunks kept
+    native = native_worth(2 * n_lev * n_rows * n_cols * sum(widths), dev, t.dtype)
+    if dev.type == "cpu":
+        keep_freed_memory()
     for c0 in range(0, n_cols, per_call):
         c1 = min(n_cols, c0 + per_call)
         cols = torch.arange(c1 - c0, device=dev)
@@ -198,10 +206,10 @@ def input_grad_outputs(
         # CUDA, each difference exact.
         rows = xs.numel() // n_cols
         sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(*xs.shape[:-1], widths[0]), y0[0],
-                                    g2[0])
+                                    g2[0], native=native)
         for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
             sums[:, c0:c1] += level_sums(y[:rows].reshape(*xs.shape[:-1], y_ref.shape[-1]),
-                                         y_ref, g)
+                                         y_ref, g, native=native)
     odd, even = _steps_taken(sums, taken, h)
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
@@ -221,9 +229,14 @@ def input_grad_outputs(
                  if o is not None), torch.zeros(n_rows, dtype=torch.float64, device=dev))
     if shared is not None:
         extra = extra + shared.to(extra) ** 2
-    sigma_m = torch.sqrt(sigma_m**2 + u * u * extra)
+    # squared on a power of two per element: an output of 1e-240 (silu far below 0) keeps
+    # its rounding (:func:`~gradcheck_bi.tolerance.noise.pow2_scale`, the same bits elsewhere)
+    p2 = pow2_scale(torch.maximum(sigma_m, u * extra.sqrt()))
+    sigma_m = p2 * torch.sqrt((sigma_m / p2) ** 2 + u * u * extra / p2 / p2)
     resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
-    lam = noise_scale(noise_residual(even), resid_var * sigma_m**2, centre=coupled)
+    p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
+    lam = noise_scale(noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2,
+                      centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
         lam = max(lam, 1.0)
     sigma_e = lam * stencil.rss_weight * sigma_m / h

@@ -68,6 +68,23 @@ def judged_roundoff(dtype: torch.dtype, working: str | None) -> float:
     return u if working is None else max(u, unit_roundoff(DTYPES[working]))
 
 
+def pow2_scale(t: torch.Tensor) -> torch.Tensor:
+    """Per element the power of two at or below ``|t|`` (1 where ``t`` is 0 or not finite).
+
+    The noise model squares magnitudes: an output of 1e-240 (silu at -550) squares to 0 in
+    fp64 and its rounding would vanish from the tolerance. Dividing by a power of two and
+    multiplying back is exact, so sums of squares taken on ``t / pow2_scale(t)`` give the
+    same bits wherever the plain squares do not underflow or overflow.
+
+    >>> pow2_scale(torch.tensor([3.0, 0.0, -0.75])).tolist()
+    [2.0, 1.0, 0.5]
+    """
+    a = t.abs()
+    ok = (a > 0) & torch.isfinite(a)
+    exp = torch.frexp(torch.where(ok, a, torch.ones_like(a))).exponent - 1
+    return torch.where(ok, torch.ldexp(torch.ones_like(a), exp), torch.ones_like(a))
+
+
 def truncation(e_h: torch.Tensor, e_2h: torch.Tensor, order: int) -> torch.Tensor:
     """``|E(2h) - E(h)| / (2^p - 1)``: Richardson's estimate of the truncation error of
     ``E(h)``, from the same stencil at ``h`` and ``2h``, ``p`` its order."""
@@ -94,7 +111,14 @@ def model_sigma(g: torch.Tensor, y: torch.Tensor, u: float) -> torch.Tensor:
     factor ``r`` adds one error common to the whole row (``(Σ g y)²``).
     """
     gy = g * y
-    return u * torch.sqrt(row_sum(gy * gy) + row_sum(gy) ** 2)
+    s = pow2_scale(gy.abs().amax(-1, keepdim=True))  # no underflow (:func:`pow2_scale`)
+    gy = gy / s
+    return u * s[..., 0] * torch.sqrt(row_sum(gy * gy) + row_sum(gy) ** 2)
+
+
+def _spread(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A group's value ``(R, n, 1)`` on each of its elements, as ``(R, n k)``."""
+    return v.expand_as(like).reshape(like.shape[0], -1)
 
 
 def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[int]
@@ -103,13 +127,25 @@ def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[in
     elements column ``c`` reaches: its group of ``reach[k]`` consecutive elements in
     output ``k`` (1: itself only). :func:`model_sigma` in units of ``u``, where a column
     does not move the whole row (:mod:`gradcheck_bi.fd.coloured`)."""
-    sq = torch.zeros_like(y0[0])
-    lin = torch.zeros_like(y0[0])
+    # Each group's sums are taken on the group's own power of two, then brought to one per
+    # row and column, the largest its groups have (:func:`pow2_scale`: the same bits).
+    parts = []
     for g, y, k in zip(g2, y0, reach, strict=True):
         gy = (g * y).reshape(g.shape[0], -1, k)
-        sq = sq + (gy * gy).sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
-        lin = lin + gy.sum(-1, keepdim=True).expand_as(gy).reshape(g.shape)
-    return torch.sqrt(sq + lin * lin).T
+        t = pow2_scale(gy.abs().amax(-1, keepdim=True))
+        gy = gy / t
+        parts.append((_spread(t, gy), _spread((gy * gy).sum(-1, keepdim=True), gy),
+                      _spread(gy.sum(-1, keepdim=True), gy)))
+    s = parts[0][0]
+    for t, _, _ in parts[1:]:
+        s = torch.maximum(s, t)
+    sq = torch.zeros_like(y0[0])
+    lin = torch.zeros_like(y0[0])
+    for t, q, m in parts:
+        f = t / s
+        sq = sq + q * (f * f)
+        lin = lin + m * f
+    return (s * torch.sqrt(sq + lin * lin)).T
 
 
 def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:

@@ -74,7 +74,7 @@ import math
 import torch
 
 from gradcheck_bi.kernels.reduction import row_sum
-from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
+from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC, pow2_scale
 
 OPS_TERM = 2.0  # roundings in forming one product term: g·x·r, g·x·γ
 OPS_RSQRT = 2.0  # rsqrt / sqrt / division: not always correctly rounded (GPUs)
@@ -169,9 +169,11 @@ def dw_sigma(terms: torch.Tensor) -> torch.Tensor:
 def combined_floor(sigma_fd: torch.Tensor, truncation: torch.Tensor,
                    sigma_kernel: torch.Tensor) -> torch.Tensor:
     """``K_SIGMA · sqrt(σ_fd² + σ_kernel²) + K_TRUNC · T``: the finite difference's noise and
-    the kernel's own rounding are independent, so they add in quadrature."""
-    return K_SIGMA * torch.sqrt(sigma_fd * sigma_fd + sigma_kernel * sigma_kernel) \
-        + K_TRUNC * truncation
+    the kernel's own rounding are independent, so they add in quadrature (squared on a power
+    of two per element, :func:`~.noise.pow2_scale`: a σ of 1e-250 does not square to 0)."""
+    p2 = pow2_scale(torch.maximum(sigma_fd, sigma_kernel))
+    a, b = sigma_fd / p2, sigma_kernel / p2
+    return K_SIGMA * p2 * torch.sqrt(a * a + b * b) + K_TRUNC * truncation
 
 
 def detectable(tol: torch.Tensor, reference: torch.Tensor) -> float:
