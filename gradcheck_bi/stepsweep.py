@@ -99,9 +99,12 @@ class Curve:
     max_abs_dx: float
     rounding: Fit | None = None
     truncation: Fit | None = None
+    weighted: bool = True  # the op has a weight (else no γ control or zcg to name)
 
     @property
     def label(self) -> str:
+        if not self.weighted:
+            return self.kernel
         blind = " (blind control)" if self.control == "ones" else ""
         zcg = " zcg" if self.zero_centered_gamma else ""
         return f"{self.kernel} γ={self.control}{blind}{zcg}"
@@ -256,7 +259,7 @@ def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
     if op.gradient_checks[cfg.check] not in op.inputs:  # y is linear in γ and β: no truncation
         truncation = None
     return Curve(spec.name, cfg.control, cfg.zero_centered_gamma, list(steps), errs,
-                 float(grad.analytic.abs().max()), rounding, truncation)
+                 float(grad.analytic.abs().max()), rounding, truncation, op.has("weight"))
 
 
 def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
@@ -309,6 +312,8 @@ def step_sweep(
     if stencil not in fd.STENCILS:
         raise ValueError(f"unknown stencil {stencil!r}: expected one of {', '.join(fd.STENCILS)}")
     op = plot_op(kernels, check)
+    if not op.has("weight"):  # one point a case (as run): one curve per kernel, not one per γ
+        weights, zcg = list(weights)[:1], [False]
     st = fd.STENCILS[stencil]
     steps = list(steps) if steps is not None else default_steps(dtype)
     if not steps or any(not (math.isfinite(s) and s > 0) for s in steps):

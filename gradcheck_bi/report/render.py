@@ -16,7 +16,6 @@ from gradcheck_bi._version import __version__
 from gradcheck_bi.fd import CENTRAL4
 from gradcheck_bi.gate import Summary, verdict_line
 from gradcheck_bi.report.tables import (
-    COLUMN_TITLES,
     Row,
     Table,
     describe,
@@ -28,7 +27,7 @@ from gradcheck_bi.report.tables import (
     ulp_unit,
 )
 from gradcheck_bi.tolerance.notes import FAMILY_HALF_FORWARD, HALF_NOTES, LIKE, NOTES
-from gradcheck_bi.vocab import CONTROLS, Result
+from gradcheck_bi.vocab import Result
 
 # The default stencil's words, after the tolerance's (gradcheck_bi.tolerance.notes).
 _STENCIL = f"{CENTRAL4.order}th-order central stencil"
@@ -60,6 +59,9 @@ def method_line(table: Table) -> str:
 
 
 def ratio_line(table: Table) -> str:
+    """The discrimination ratio per row; empty for an op without a weight (no controls)."""
+    if not table.weighted:
+        return ""
     return "discrimination ratio (γ=randn error / γ=ones error): " + " · ".join(
         f"{row.kernel} {row.target} {format_ratio(row.ratio)}" for row in table.rows
         if row.cells["ones"].results  # a layout row runs γ = randn only: no ratio
@@ -92,20 +94,26 @@ def render_markdown(tables: list[Table], summary: Summary, plot: str | None = No
         out.append("")
         method = table.per_row_method
         sees = any(row.detectable_randn is not None for row in table.rows)
-        out.append("| kernel | device dtype | " + " | ".join(COLUMN_TITLES[w] for w in CONTROLS)
-                   + " | tolerance | worst γ=randn |" + (" method |" if method else "")
-                   + (" catches (rel., γ=randn) |" if sees else ""))
-        out.append("| --- | --- | " + " | ".join("---:" for _ in CONTROLS) + " | ---: | ---: |"
+        gamma = " γ=randn" if table.weighted else " at"
+        out.append("| kernel | device dtype | "
+                   + " | ".join(table.column_title(w) for w in table.controls)
+                   + f" | tolerance | worst{gamma} |" + (" method |" if method else "")
+                   + ((" catches (rel., γ=randn) |" if table.weighted else " catches (rel.) |")
+                      if sees else ""))
+        out.append("| --- | --- | " + " | ".join("---:" for _ in table.controls)
+                   + " | ---: | ---: |"
                    + (" --- |" if method else "") + (" ---: |" if sees else ""))
         for row in table.rows:
             out.append(f"| {row.kernel} | {row.target} | "
-                       + " | ".join(_md_cell(table, row, w) for w in CONTROLS)
+                       + " | ".join(_md_cell(table, row, w) for w in table.controls)
                        + f" | {_md_tolerance(row)} | {format_index(row.worst_randn)} |"
                        + (f" {'; '.join(row.methods)} |" if method else "")
                        + (f" {format_detectable(row.detectable_randn)} |" if sees else ""))
         out.append("")
-        out.append(ratio_line(table))
-        out.append("")
+        ratios = ratio_line(table)
+        if ratios:
+            out.append(ratios)
+            out.append("")
     if plot:
         out.append(f"![finite-difference error against step size]({plot})")
         out.append("")

@@ -47,6 +47,10 @@ OP_CHECK_TITLES = {
     "batch_invariance": "batch invariance: rows alone vs in batches, bitwise (every output "
     "and input gradient); run to run (every gradient)",
 }
+# An op without a weight (its record has no ``weight`` parameter) runs one point a case: its
+# tables have one column and no γ or zcg words.
+UNWEIGHTED_FORWARD_TITLE = "forward: every output vs the op's fp64 reference"
+UNWEIGHTED_COLUMN = "error"
 T = TypeVar("T")
 COLUMN_TITLES = {"randn": "γ=randn", "ones": "γ=ones (control)", "zeros": "γ=zeros"}
 
@@ -149,8 +153,27 @@ class Table:
     op: str = "rms_norm"
 
     @property
+    def weighted(self) -> bool:
+        """Whether the op has a weight: γ controls and zcg exist (its record says)."""
+        return OPS[self.op].has("weight")
+
+    @property
+    def controls(self) -> tuple[str, ...]:
+        """The γ controls the table has columns for: all three, or the one point an op
+        without a weight runs at (the results' own control)."""
+        if self.weighted:
+            return CONTROLS
+        return tuple(w for w in CONTROLS if any(row.cells[w].results for row in self.rows))
+
+    def column_title(self, w: str) -> str:
+        return COLUMN_TITLES[w] if self.weighted else UNWEIGHTED_COLUMN
+
+    @property
     def title(self) -> str:
         zcg = f"zero_centered_gamma={'on' if self.zcg else 'off'}"
+        if not self.weighted:
+            return f"{self.op} · " + (UNWEIGHTED_FORWARD_TITLE if self.check == "forward"
+                                      else OP_CHECK_TITLES[self.check])
         if self.op != "rms_norm":
             return f"{self.op} · {OP_CHECK_TITLES[self.check]} · {zcg}"
         titles = HALF_CHECK_TITLES if self.half else CHECK_TITLES

@@ -30,7 +30,6 @@ from rich.text import Text
 
 from gradcheck_bi.report.render import method_line
 from gradcheck_bi.report.tables import (
-    COLUMN_TITLES,
     Cell,
     Row,
     Table,
@@ -40,7 +39,7 @@ from gradcheck_bi.report.tables import (
     short_name,
     shown,
 )
-from gradcheck_bi.vocab import CONTROLS, Result
+from gradcheck_bi.vocab import Result
 
 Segment = tuple[str, str]  # (text, Rich style)
 Line = list[Segment]
@@ -54,6 +53,8 @@ LEGEND = (f"✓ pass · {EXPECTED_FAIL} expected failure (a declared defect show
           "unexpected failure · ✓! declared defect missed · any ! is not as expected (exit 1) "
           "· a cell is its worst result: max |err|, its tol and worst element · randn/ones: "
           "discrimination ratio (γ=randn error / γ=ones error)")
+# The legend where no table has γ controls (every op without a weight): no ratio.
+LEGEND_UNWEIGHTED = LEGEND.rpartition(" · randn/ones")[0]
 
 
 def glyph(r: Result) -> Segment:
@@ -114,9 +115,9 @@ def _row_ref(row: Row) -> str:
 def _grid(table: Table, names: dict[str, str]) -> list[list[Line]]:
     """The table as rows of cells (each a line of segments), before column widths."""
     grid: list[list[Line]] = [[[("kernel", "bold")], [("device dtype", "bold")]]
-                              + [[(COLUMN_TITLES[w], "bold")] for w in CONTROLS]]
+                              + [[(table.column_title(w), "bold")] for w in table.controls]]
     for row in table.rows:
-        cells = [_cell_lines(row.cells[w]) for w in CONTROLS]
+        cells = [_cell_lines(row.cells[w]) for w in table.controls]
         grid.append([[(names[_row_ref(row)], "bold")], [(row.target, "")]]
                     + [c[0] for c in cells])
         grid.append([[], [("tol", "dim")]] + [[(c[1], "")] for c in cells])
@@ -158,10 +159,11 @@ def _per_result(table: Table, names: dict[str, str]) -> list[Line]:
     """One line per result: the layout when even the compact grid does not fit."""
     lines: list[Line] = []
     for row in table.rows:
-        for w in CONTROLS:
+        for w in table.controls:
             for r in row.cells[w].results:
                 g = glyph(r)
-                line: Line = [(f"{names[r.kernel]} {row.target} γ={w}: ", "")]
+                gamma = f" γ={w}" if table.weighted else ""
+                line: Line = [(f"{names[r.kernel]} {row.target}{gamma}: ", "")]
                 if r.status in ("error", "unsupported"):
                     line.append(g)
                 else:
@@ -177,7 +179,8 @@ def table_lines(tables: list[Table], width: int = 80) -> list[Line]:
     refs = list(dict.fromkeys(r.kernel for t in tables for row in t.rows
                               for c in row.cells.values() for r in c.results))
     names = display_names(refs)
-    out: list[Line] = _wrap(LEGEND, width, "dim")
+    legend = LEGEND if not tables or any(t.weighted for t in tables) else LEGEND_UNWEIGHTED
+    out: list[Line] = _wrap(legend, width, "dim")
     for table in tables:
         out.append([("", "")])
         out += _wrap(table.title, width, "bold")
