@@ -118,8 +118,7 @@ def run(
 
 
 def _specs_for(sweep: Sweep, specs: list[KernelSpec]) -> list[KernelSpec]:
-    by_ref = dict(zip([s.source if s.source != "bundled" else s.name for s in specs], specs,
-                      strict=True))
+    by_ref = {s.ref: s for s in specs}
     return list({id(s): s for s in (by_ref[normal_ref(k)] for k in sweep.kernels)}.values())
 
 

@@ -59,10 +59,7 @@ def serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: 
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 result = measurer(*point)
-            lost = _context_lost_by(result) if cuda else None
-            stopping = lost is not None
-            if lost is not None:
-                result = lost
+            stopping = cuda and _context_lost_by(result)
             _send(conn, ("result", result, [(str(w.message), w.category) for w in caught],
                          stopping))
             if stopping:
@@ -86,17 +83,17 @@ def _name_of(fn: Any) -> str:
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
 
 
-def _context_lost_by(result: Result) -> Result | None:
-    """``None`` while this worker's CUDA context still runs work; else ``result`` as an
-    ``error`` (an illegal address or a failed device assert leaves the context refusing
-    everything, and may surface only at a later call: the point it surfaced after cannot
-    be trusted whatever it measured)."""
+def _context_lost_by(result: Result) -> bool:
+    """Whether this worker's CUDA context stopped running work after ``result``'s point (an
+    illegal address or a failed device assert leaves it refusing everything, and may
+    surface only at a later call); if so ``result`` is made an ``error`` in place: the point
+    it surfaced after cannot be trusted whatever it measured."""
     if not torch.cuda.is_initialized():
-        return None  # nothing ran on the GPU here
+        return False  # nothing ran on the GPU here
     try:
         torch.cuda.synchronize()
         torch.ones(1, device="cuda").add_(1).item()
-        return None
+        return False
     except Exception as exc:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if result.status != "error":
@@ -105,4 +102,4 @@ def _context_lost_by(result: Result) -> Result | None:
                           "reports such errors asynchronously): this point's result cannot "
                           "be trusted")
     result.details = {**result.details, "cuda_context": f"lost ({why}); worker replaced"}
-    return result
+    return True

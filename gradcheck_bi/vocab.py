@@ -236,6 +236,11 @@ class KernelSpec:
     fixed: tuple[tuple[str, Any], ...] = ()
     fixed_how: tuple[str, ...] = ()
 
+    @property
+    def ref(self) -> str:
+        """How a run names where the kernel came from: the bundled name, else its source."""
+        return self.name if self.source == "bundled" else self.source
+
     def not_run(self, zero_centered_gamma: bool) -> str:
         """The one line a report gives for the zcg setting this kernel is not run at."""
         return f"{self.name}: {self.why_not(zero_centered_gamma)}"

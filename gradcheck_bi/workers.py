@@ -59,8 +59,7 @@ class WorkerFailure(RuntimeError):
 def references(points: list[Point]) -> list[str | None]:
     """Each point's kernel as a reference a fresh process can load (``None``: an object
     handed to the API, which only this process holds)."""
-    return [None if spec.source == "api" else spec.source if spec.source != "bundled"
-            else spec.name for spec, _, _ in points]
+    return [None if spec.source == "api" else spec.ref for spec, _, _ in points]
 
 
 def measure(points: list[Point], on_result: OnResult | None = None,
@@ -168,7 +167,7 @@ class _Worker:
         self.assigned: collections.deque[int] = collections.deque()
         self.deadline: float | None = None
         self.alive = True
-        self.timeouts = [sweep.timeout for _, _, sweep in points]
+        self.points = points
 
     @property
     def point(self) -> int | None:
@@ -185,7 +184,7 @@ class _Worker:
 
     def started(self) -> None:
         """The first point handed over starts now: its deadline (0 or None: no limit)."""
-        timeout = self.timeouts[self.assigned[0]] if self.assigned else None
+        timeout = self.points[self.assigned[0]][2].timeout if self.assigned else None
         self.deadline = time.monotonic() + timeout if timeout else None
 
     def finished(self) -> None:
@@ -251,13 +250,12 @@ def _take(worker: _Worker, message: Any, points: list[Point],
                             f"{message[2]}")
     doing = phase.read(worker.phase) or "between calls"
     spec, cfg, sweep = points[i]
+    worker.kill()  # late (killed now) or dead (reaped now, its exit code read below)
     if message == "late":
-        worker.kill()
         why = (f"did not finish in {sweep.timeout:g} s: {doing} at shape {cfg.shape} "
                "(the worker was stopped; the other points ran)")
         details = {"timeout_s": sweep.timeout, "phase": doing}
     else:
-        worker.kill()
         code = worker.process.exitcode
         how = (f"killed the process with {signal.Signals(-code).name}"
                if code is not None and code < 0 and -code in signal.valid_signals()

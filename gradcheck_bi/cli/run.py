@@ -8,7 +8,6 @@ works.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from gradcheck_bi.gate import exit_code
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.ops import OPS
-from gradcheck_bi.point import AXES, AXIS
+from gradcheck_bi.point import AXES, AXIS, BadValue, nonnegative
 from gradcheck_bi.shard import ShardError, parse_shard
 from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep, with_overrides
 
@@ -264,9 +263,11 @@ def run_command(
 
 
 def _timeout(seconds: float | None) -> float | None:
-    if seconds is not None and not (seconds >= 0 and math.isfinite(seconds)):
-        raise UsageError(f"--timeout {seconds:g}: must be a number of seconds >= 0")
-    return seconds
+    """``--timeout``, by the case key's rule (gradcheck_bi.cases: a number >= 0)."""
+    try:
+        return None if seconds is None else nonnegative(seconds)
+    except BadValue as exc:
+        raise UsageError(f"--timeout {seconds:g}: expected {exc}") from None
 
 
 def point_options(given: dict[str, Any]) -> dict[str, Any]:
