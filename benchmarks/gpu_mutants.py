@@ -71,19 +71,24 @@ def rmsnorm_rows(device: str) -> tuple[Table, Table]:
     return main, extra
 
 
-def op_rows(device: str) -> tuple[Table, Table]:
+def op_rows(device: str, ops: tuple[str, ...] = ()) -> tuple[Table, Table]:
     main, extra = Table(), Table("not caught")
     for m in ops_catalog.MUTANTS:
-        main.add(m.stem, m.fast.label(), m.fast.dtype, "fail",
-                 ops_catalog.run_points(m.ref, [m.fast], device))
+        if ops and m.op not in ops:
+            continue
+        op = None if m.by_name else m.op  # the ops beyond norms are named with --op
+
+        def points(ref: str, pts: list[Any], op: str | None = op) -> list[Any]:
+            return ops_catalog.run_points(ref, pts, device, op)
+
+        main.add(m.stem, m.fast.label(), m.fast.dtype, "fail", points(m.ref, [m.fast]))
         if m.blind:
             main.add(m.stem, f"{len(m.blind)} blind", "as listed", "pass",
-                     ops_catalog.run_points(m.ref, list(m.blind), device))
+                     points(m.ref, list(m.blind)))
         main.add(f"correct {m.op} ({m.stem})", "fast + blind", "as listed", "pass",
-                 ops_catalog.run_points(ops_catalog.CORRECT[m.op], [m.fast, *m.blind], device))
+                 points(ops_catalog.CORRECT[m.op], [m.fast, *m.blind]))
         other = replace(m.fast, dtype=OTHER[m.fast.dtype])
-        extra.add(m.stem, other.label(), other.dtype, "fail",
-                  ops_catalog.run_points(m.ref, [other], device))
+        extra.add(m.stem, other.label(), other.dtype, "fail", points(m.ref, [other]))
     return main, extra
 
 
@@ -92,6 +97,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--catalogue", choices=("both", "rmsnorm", "family"), default="both",
                     help="which catalogue to run (both take > 470 s on an H200)")
+    ap.add_argument("--op", action="append", default=[],
+                    help="the family catalogue's mutants of this op only (repeatable)")
     opts = ap.parse_args()
     head = ("| mutant / kernel | points | dtype | expected | got | worst err/tol | |\n"
             "| --- | --- | --- | --- | --- | ---: | --- |")
@@ -101,7 +108,8 @@ def main() -> int:
                              ("family", "The family (tests/mutants/ops)", op_rows)):
         if opts.catalogue not in ("both", key):
             continue
-        main_table, extra = make(opts.device)
+        main_table, extra = (op_rows(opts.device, tuple(opts.op)) if key == "family"
+                             else make(opts.device))
         oks = main_table.oks
         bad += oks.count(False)
         print(f"\n### {title} on {opts.device}: {oks.count(True)} of {len(oks)} as on CPU\n")
