@@ -80,7 +80,9 @@ def _main(args: list[str], debug: bool) -> int:
     try:  # typer >= 0.24 vendors click; older releases (e.g. on GPU images) depend on it
         from typer._click.exceptions import UsageError as ClickUsageError
     except ImportError:  # pragma: no cover - depends on the installed typer
-        from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef]
+        from click.exceptions import (  # type: ignore[no-redef,assignment,unused-ignore]
+            UsageError as ClickUsageError,
+        )
 
     try:
         rv = app(args=args, prog_name="gradcheck-bi", standalone_mode=False)
