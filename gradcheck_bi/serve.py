@@ -52,10 +52,11 @@ def serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: 
                 point = points[i]
             else:
                 assert tasks is not None
-                ref, cfg, sweep = tasks[i]
-                if ref not in specs:
-                    specs[ref] = resolve(ref, sweep.kernel_args)
-                point = (specs[ref], cfg, sweep)
+                (ref, args), cfg, sweep = tasks[i]
+                key = f"{ref} {args!r}"
+                if key not in specs:
+                    specs[key] = resolve(ref, dict(args))
+                point = (specs[key], cfg, sweep)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 result = measurer(*point)

@@ -235,6 +235,9 @@ class KernelSpec:
     # at their values, and one line each saying how (kernels/opadapt.py): not swept.
     fixed: tuple[tuple[str, Any], ...] = ()
     fixed_how: tuple[str, ...] = ()
+    # The ``kernel_args`` it was resolved with (--kernel-arg, --op): a worker process
+    # reloads the kernel from ``ref`` with these, whatever its sweep carries.
+    loaded_with: tuple[tuple[str, Any], ...] = ()
 
     @property
     def ref(self) -> str:

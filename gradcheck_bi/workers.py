@@ -56,10 +56,14 @@ class WorkerFailure(RuntimeError):
     """gradcheck-bi's own error inside a worker process (exit 4), with its traceback."""
 
 
-def references(points: list[Point]) -> list[str | None]:
-    """Each point's kernel as a reference a fresh process can load (``None``: an object
-    handed to the API, which only this process holds)."""
-    return [None if spec.source == "api" else spec.ref for spec, _, _ in points]
+Loadable = tuple[str, tuple[tuple[str, Any], ...]]
+
+
+def references(points: list[Point]) -> list[Loadable | None]:
+    """Each point's kernel as a reference and the kernel arguments a fresh process loads it
+    with (``None``: an object handed to the API, which only this process holds)."""
+    return [None if spec.source == "api" else (spec.ref, spec.loaded_with)
+            for spec, _, _ in points]
 
 
 def measure(points: list[Point], on_result: OnResult | None = None,

@@ -84,3 +84,18 @@ def test_points_spread_over_every_gpu_give_the_one_gpu_report() -> None:
     a, b = _json(one), _json(every)
     assert a == b, f"reports differ: {_first_difference(a, b)}"
     assert json.loads(a)["results"], "no results"
+
+
+def test_a_fresh_worker_loads_the_kernel_with_its_own_arguments() -> None:
+    # A kernel resolved with kernel arguments (here --op, which its parameter names do not
+    # say) and run from a sweep that does not carry them (the API, the mutant catalogues):
+    # a spawned worker (every CUDA worker) reloads it from its reference with the arguments
+    # it was loaded with, not the sweep's. Before, it was read as RMSNorm there and every
+    # point errored: "cannot tell what 'weight', 'eps' should be".
+    spec = resolve("tests/kernels/log_softmax.py:LogSoftmax", {"op": "log_softmax"})
+    sweep = Sweep(kernels=[], targets=[("cpu", "fp64")], shapes=[(3, 40)],
+                  checks=["forward", "dx"], weights=["randn"], zcg=[False])
+    points = [(spec, cfg, sweep) for spec, cfg in grid(sweep, [spec])]
+    results = workers.measure(points, cpu_start="spawn")
+    assert {r.check for r in results} == {"forward", "dx"}
+    assert all(r.status == "pass" for r in results), [(r.status, r.message) for r in results]

@@ -14,6 +14,7 @@ rather than a measurement.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gradcheck_bi.kernels import rmsnorm
@@ -62,12 +63,10 @@ def resolve(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     if ref in BUNDLED:
         return BUNDLED[ref]
     spec = resolve_named(ref, kernel_args)
+    if spec is None and (":" in ref or ref.endswith(".py")):
+        spec = load(ref if ":" in ref else complete_ref(ref), kernel_args)
     if spec is not None:
-        return spec
-    if ":" in ref:
-        return load(ref, kernel_args)
-    if ref.endswith(".py"):
-        return load(complete_ref(ref), kernel_args)
+        return replace(spec, loaded_with=tuple((kernel_args or {}).items()))
     raise KernelLoadError(
         f"unknown kernel {ref!r}: expected one of {', '.join([*BUNDLED, *NAMED])}, "
         "PATH.py:ATTR or package.module:ATTR (`gradcheck-bi kernels` lists them)"
