@@ -273,6 +273,23 @@ def spelled(axis: Axis, value: Any) -> str:
     return f"{axis.label or axis.public}={shown}"
 
 
+def weight_words(row: dict[str, Any]) -> list[str]:
+    """``["γ=randn", "zcg=off"]`` as a result (``row``: by public name) has them; none for
+    an op without a weight (log_softmax, swiglu, …), whose one point carries no γ meaning.
+
+    >>> weight_words({"op": "swiglu", "weight": "randn", "zero_centered_gamma": False})
+    []
+    """
+    if not OPS[row.get("op", "rms_norm")].has("weight"):
+        return []
+    return [spelled(AXIS[f], row[AXIS[f].public]) for f in ("control", "zero_centered_gamma")]
+
+
+def has_eps(row: dict[str, Any]) -> bool:
+    """Whether a result's op takes an eps (swiglu and silu_and_mul do not)."""
+    return OPS[row.get("op", "rms_norm")].has("eps")
+
+
 def op_words(row: dict[str, Any]) -> list[str]:
     """The axes only the other ops have, as a result (``row``: by public name) has them:
     ``["β=zeros", "group_size=8", "norm_before_gate=on"]``; none for an RMSNorm result."""

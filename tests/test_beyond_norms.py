@@ -87,3 +87,29 @@ def test_plot_takes_the_op(tmp_path: Path) -> None:
     code = main(["plot", "--kernel", KERNELS["swiglu"], "--op", "swiglu", "--check", "db",
                  "--shape", "2,16", "--steps", "-12:-8", "--output", str(out)])
     assert code == 0 and out.exists()
+
+
+def test_a_failure_line_names_no_axis_the_op_lacks(tmp_path: Path) -> None:
+    """A swiglu failure (no weight, no eps) is named without γ, zcg, a γ scale or eps — in
+    the failure line, the JUnit testcase and a baseline's key — while an RMSNorm failure
+    keeps them."""
+    from gradcheck_bi.gate.baseline import describe_key, key_of
+    from gradcheck_bi.report.junit import case_name
+    from gradcheck_bi.report.tables import describe
+
+    mutant = "tests/mutants/ops/sw01_silu_derivative_missing_its_product_term.py:Mutant"
+    spec = resolve(mutant, {"op": "swiglu"})
+    sweep = Sweep(kernels=[], targets=[("cpu", "fp64")], shapes=[(4, 64)], checks=["da"],
+                  layouts=["contiguous"])
+    [r] = run(sweep, [spec])
+    assert r.status == "fail"
+    lines = [describe(r, scales=True), case_name(r), describe_key(key_of(r))]
+    for line in lines:
+        assert not any(w in line for w in ("γ", "zcg", "eps")), line
+    [before] = run(Sweep(kernels=[], targets=[("cpu", "fp64")], shapes=[(4, 64)],
+                         checks=["dx"], weights=["randn"], zcg=[True],
+                         layouts=["contiguous"]), [resolve("before")])
+    assert before.status == "fail"
+    for line in (describe(before, scales=True), case_name(before),
+                 describe_key(key_of(before))):
+        assert "γ=randn" in line and "zcg=on" in line and "eps" in line, line

@@ -48,7 +48,7 @@ from typing import Any
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
-from gradcheck_bi.point import AXIS, KEY_NAMES, SETTING_NAMES
+from gradcheck_bi.point import AXIS, KEY_NAMES, SETTING_NAMES, has_eps, weight_words
 from gradcheck_bi.vocab import OP_FIELDS, Result, format_error
 
 FORMAT = "gradcheck-bi baseline"
@@ -83,9 +83,9 @@ def key_of(r: Result | dict[str, Any]) -> Key:
 
 def describe_key(key: Key) -> str:
     d = dict(zip(KEY_FIELDS, key, strict=True))
-    text = (f"{d['kernel']} {d['check']} {d['device']}/{d['dtype']} shape {tuple(d['shape'])} "
-            f"γ={d['weight']} zcg={'on' if d['zero_centered_gamma'] else 'off'} "
-            f"eps {d['eps']:g} seed {d['seed']}")
+    text = " ".join([f"{d['kernel']} {d['check']} {d['device']}/{d['dtype']} "
+                     f"shape {tuple(d['shape'])}", *weight_words(d),
+                     *([f"eps {d['eps']:g}"] if has_eps(d) else []), f"seed {d['seed']}"])
     if d["input_scale"] != 1.0:
         text += f" x-scale {d['input_scale']:g}"
     if d["weight_scale"] != 1.0:

@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
 from gradcheck_bi.gate.baseline import Drift, Key, key_of
-from gradcheck_bi.point import AXES, AXIS, op_words, spelled
+from gradcheck_bi.point import AXES, AXIS, has_eps, op_words, spelled, weight_words
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.vocab import Result
 
@@ -48,7 +48,7 @@ def _dotless(name: str) -> str:
 
 
 # The name's head, in this order; every other axis follows where it is not its default.
-_HEAD = ("control", "zero_centered_gamma", "eps", "seed")
+_HEAD = ("eps", "seed")  # after the γ words (point.weight_words)
 
 
 def case_name(r: Result) -> str:
@@ -57,7 +57,8 @@ def case_name(r: Result) -> str:
     settings, the check (the classname's) and the op (the kernel's)."""
     row = r.__dict__
     parts = [f"{r.device}/{r.dtype}", "shape=" + "x".join(str(d) for d in r.shape),
-             *(spelled(AXIS[f], row[AXIS[f].public]) for f in _HEAD)]
+             *weight_words(row), *(spelled(AXIS[f], row[AXIS[f].public]) for f in _HEAD
+                                   if f != "eps" or has_eps(row))]
     parts += [spelled(a, row[a.public]) for a in AXES
               if a.json == "always" and not a.setting and row[a.public] != a.default
               and a.field not in ("check", "device", "dtype", "shape", *_HEAD)]

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
 from gradcheck_bi.ops import ALL_CHECKS, OPS
-from gradcheck_bi.point import op_words
+from gradcheck_bi.point import has_eps, op_words, weight_words
 from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Result, format_error
 
 CHECK_TITLES = {
@@ -286,13 +286,15 @@ def format_index(idx: list[int] | None) -> str:
 def describe(r: Result, scales: bool = False) -> str:
     """One line naming a result and what went wrong with it (``scales``: name the input and
     γ scales even when both are 1)."""
+    row = r.__dict__
+    gamma = weight_words(row)
     scale = "" if (r.input_scale, r.weight_scale) == (1.0, 1.0) and not scales else (
-        f" x·{r.input_scale:g} γ·{r.weight_scale:g}")
+        f" x·{r.input_scale:g}" + (f" γ·{r.weight_scale:g}" if gamma else ""))
     if r.layout != "contiguous":
         scale += f" layout {r.layout}"
-    where = (f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)} "
-             f"γ={r.weight} zcg={'on' if r.zero_centered_gamma else 'off'}{scale} "
-             f"eps {r.eps:g} seed {r.seed}" + "".join(f" {w}" for w in op_words(r.__dict__)))
+    where = " ".join([f"{r.kernel} {r.check} {r.device}/{r.dtype} shape {tuple(r.shape)}",
+                      *gamma]) + scale + (f" eps {r.eps:g}" if has_eps(row) else "") + (
+        f" seed {r.seed}" + "".join(f" {w}" for w in op_words(row)))
     if r.status in ("error", "unsupported") or (r.max_abs_err is None and r.message):
         return f"{where}: {r.status}" + (
             f" (expected {r.expected})" if r.status == "fail" else "") + f": {r.message}"
