@@ -68,5 +68,6 @@ OP = Op(
     outputs=("y", "residual_out"), reference=reference, step_scale=step_scale,
     input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("x", "residual", "weight", "eps"), marks=("residual",), reach=reach,
-    forward_extra=1.0, added=("residual_out",), prenorm=True,
+    forward_extra=1.0, statistic="the mean square of x + residual", added=("residual_out",),
+    prenorm=True,
     stored=Stored(stored_sum, "s", "x + residual as computed", "residual_out as stored"))

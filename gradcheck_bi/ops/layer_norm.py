@@ -106,4 +106,4 @@ OP = Op(
     inputs=("x",), params=(WEIGHT, BIAS), options=("eps",), outputs=("y",),
     reference=reference, step_scale=step_scale, input_rounding=input_rounding,
     input_magnitude=input_magnitude, needs=("x", "weight", "bias", "eps"), marks=("bias",),
-    forward_extra=2.0, shift=shift, shared=shared)
+    forward_extra=2.0, statistic="the mean and the variance", shift=shift, shared=shared)

@@ -74,4 +74,4 @@ OP = Op(
     "log_softmax", "y = x − log Σ exp(x) over the last axis",
     inputs=("x",), params=(), options=(), outputs=("y",), reference=reference,
     step_scale=step_scale, input_rounding=input_rounding, input_magnitude=input_magnitude,
-    needs=("x",), forward_extra=OPS_EXP, shift=shift)
+    needs=("x",), forward_extra=OPS_EXP, statistic="the log-sum-exp", shift=shift)

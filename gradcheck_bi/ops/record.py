@@ -144,6 +144,8 @@ class Op:
     # finite differences' noise, ``shared``).
     forward_terms: Callable[[Point], int] = _row_terms
     forward_extra: float = 0.0
+    # What the forward's statistic is, for its tolerance's note (gradcheck_bi.tolerance.notes).
+    statistic: str = "the mean square"
     added: tuple[str, ...] = ()
     shift: Callable[[Point, float, Sums], float] | None = None
     shared: Callable[[Point, Sums], torch.Tensor | None] | None = None

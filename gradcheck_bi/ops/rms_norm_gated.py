@@ -145,4 +145,5 @@ OP = Op(
     needs=("x", "z", "weight", "eps"), marks=("z",),
     optional_marks=("group_size", "norm_before_gate"), unscaled=("z",), reach=reach,
     forward_terms=forward_terms, forward_extra=OPS_GATE + 1.0,
+    statistic="the mean square over each group and the gate",
     fixable={"group_size": (None,), "norm_before_gate": (True, False)})

@@ -64,4 +64,4 @@ OP = Op(
     inputs=("x",), params=(), options=(), outputs=("y",), reference=reference,
     step_scale=step_scale, input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("x",), reach=elementwise, forward_terms=one_term, forward_extra=OPS_SILU + 1.0,
-    out_width=half)
+    statistic="silu and the product (one term)", out_width=half)

@@ -78,4 +78,5 @@ OP = Op(
     inputs=("a", "b"), params=(), options=(), outputs=("y",), reference=reference,
     step_scale=step_scale, input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("a", "b"), names={"a": ("a", "gate", "x"), "b": ("b", "up")}, reach=elementwise,
-    forward_terms=one_term, forward_extra=OPS_SILU + 1.0)
+    forward_terms=one_term, forward_extra=OPS_SILU + 1.0,
+    statistic="silu and the product (one term)")

@@ -15,6 +15,7 @@ from typing import Any
 from gradcheck_bi._version import __version__
 from gradcheck_bi.fd import CENTRAL4
 from gradcheck_bi.gate import Summary, verdict_line
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.report.tables import (
     Row,
     Table,
@@ -26,7 +27,7 @@ from gradcheck_bi.report.tables import (
     shown,
     ulp_unit,
 )
-from gradcheck_bi.tolerance.notes import FAMILY_HALF_FORWARD, HALF_NOTES, LIKE, NOTES
+from gradcheck_bi.tolerance.notes import FAMILY_HALF_FORWARD, HALF_NOTES, LIKE, NOTES, forward_note
 from gradcheck_bi.vocab import Result
 
 # The default stencil's words, after the tolerance's (gradcheck_bi.tolerance.notes).
@@ -51,7 +52,8 @@ def method_line(table: Table) -> str:
                  else HALF_NOTES[table.check]]
     else:
         stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
-        parts = [NOTES[table.check] + (f"; {stencil}" if stencil else "")]
+        note = forward_note(OPS[table.op]) if table.check == "forward" else NOTES[table.check]
+        parts = [note + (f"; {stencil}" if stencil else "")]
     step = _steps(table)
     if step:
         parts.append(step)

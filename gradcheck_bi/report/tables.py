@@ -190,7 +190,8 @@ class Table:
         n = sum(len(c.results) for row in self.rows for c in row.cells.values())
         eps = ", ".join(f"{e:g}" for e in self.eps)
         seeds = ", ".join(str(s) for s in self.seeds)
-        return f"shape {shapes} · eps {eps} · seed {seeds} · {n} results"
+        eps_part = f" · eps {eps}" if OPS[self.op].has("eps") else ""
+        return f"shape {shapes}{eps_part} · seed {seeds} · {n} results"
 
     @property
     def as_expected(self) -> bool:

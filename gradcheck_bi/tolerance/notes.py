@@ -4,11 +4,15 @@
 'tolerance: 0 — every compared element must be bitwise identical'
 >>> "8σ" in NOTES["dx"] and "2× Richardson" in NOTES["dx"]
 True
+>>> forward_note(OPS["rms_norm"]) == NOTES["forward"]
+True
+>>> "log-sum-exp" in forward_note(OPS["log_softmax"])
+True
 """
 
 from __future__ import annotations
 
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, HALF_ULP, K_OPS, MAX_ULP_THRESHOLD
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
 from gradcheck_bi.tolerance.summation import OPS_RSQRT, OPS_SCALE, R_PER_TERM
@@ -27,6 +31,18 @@ NOTES = {
     "dw": f"tolerance: per element, {_ANY_ORDER}; {_NEAREST}",
     "batch_invariance": "tolerance: 0 — every compared element must be bitwise identical",
 }
+
+
+def forward_note(op: Op) -> str:
+    """The forward's tolerance in words for ``op``: RMSNorm's formula, or the same model
+    named by the op's own statistic and further roundings (:attr:`Op.statistic`)."""
+    if op.statistic == Op.statistic:
+        return NOTES["forward"]
+    return (f"tolerance: output rounding + the rounding of {op.statistic} in any summation "
+            f"order (u·{K_SIGMA:g}σ over its n terms, or n/2 if smaller, + {_OPS:g} + "
+            f"{op.forward_extra:g} roundings per element) × max|ref|")
+
+
 # The family's other ops (gradcheck_bi.checks.family): inputs as dx, parameters as dw.
 LIKE = {check: "dx" if name in op.inputs else "dw" for op in OPS.values()
         for check, name in op.gradient_checks.items() if check not in NOTES}
