@@ -148,6 +148,10 @@ def test_a_config_object_is_written_from_the_config_class() -> None:
      "the last axis"),
     (f"{BUILT}:AdaNorm", "kernel {B}:AdaNorm is not a norm over the last axis: built at D = "
      "8, it has parameters that are no (D,) weight or bias (shift.weight (8, 8))"),
+    (f"{BUILT}:RsqrtOnly", "kernel {B}:RsqrtOnly is not a norm over the last axis: for x of "
+     "(2, 8) its forward returns (2, 1)"),
+    (f"{BUILT}:CondRMSNorm", "kernel {B}:CondRMSNorm: its forward needs 'cond' besides the "
+     "input, which no norm here takes (--op NAME if it is one of `gradcheck-bi ops`)"),
     ("torch.nn:GELU", "kernel torch.nn:GELU: GELU takes no eps and shows none (no eps, "
      "variance_epsilon or epsilon attribute, no eps= constant in its forward), so there is "
      "no eps to check it at"),
@@ -201,6 +205,8 @@ def test_real_modules_the_tool_builds_pass(capsys: pytest.CaptureFixture[str], m
     ("qwen2_5_omni", "Qwen2_5_OmniAdaLayerNormZero", "is not a norm over the last axis"),
     ("detr", "DetrFrozenBatchNorm2d", "is a channels-first norm"),
     ("poolformer", "PoolFormerGroupNorm", "is a channels-first norm"),
+    ("hy_v4", "HYV4UnweightedRMSNorm", "is not a norm over the last axis"),
+    ("axk2", "AXK2GatedRMSNorm", "is not a norm over the last axis"),
 ])
 def test_real_modules_that_are_no_norm_over_the_last_axis_exit_2(
         capsys: pytest.CaptureFixture[str], module: str, cls: str, words: str) -> None:

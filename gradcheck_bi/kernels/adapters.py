@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.build import PROBE_D, Builder
+from gradcheck_bi.kernels.build import PROBE_D, Builder, required_inputs
 from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
 from gradcheck_bi.kernels.signature import (
     Slot,
@@ -198,12 +198,20 @@ def _own_forward_has_ctx(fn: type) -> bool:
 
 
 def _check_module_weight(builder: Builder) -> None:
-    """Refuse a module with no one weight to check (where it builds here)."""
-    if builder.probe is not None:
-        try:
-            weight_parameter(builder.probe, PROBE_D)
-        except NoWeightError as exc:
-            raise KernelLoadError(f"kernel {builder.name}: {exc}") from None
+    """Refuse a module with no one weight to check, or whose forward needs more than x
+    (where it builds here)."""
+    if builder.probe is None:
+        return
+    try:
+        weight_parameter(builder.probe, PROBE_D)
+    except NoWeightError as exc:
+        raise KernelLoadError(f"kernel {builder.name}: {exc}") from None
+    extra = required_inputs(builder.probe)[1:]
+    if extra:
+        raise KernelLoadError(
+            f"kernel {builder.name}: its forward needs {', '.join(repr(n) for n in extra)} "
+            "besides the input, which no norm here takes (--op NAME if it is one of "
+            "`gradcheck-bi ops`)")
 
 
 def _unused(kernel_args: dict[str, Any], slots: list[Slot], name: str) -> None:

@@ -18,8 +18,9 @@ order), its constructor's parameters filled by role (:func:`~.signature.ctor_slo
 Refused when loaded, each in one line (exit 2): a channels-first norm (BatchNorm,
 InstanceNorm, GroupNorm, ``*2d``: statistics over axis 1, not the last axis), a module
 with a parameter that is not ``(D,)`` (a gate MLP, adaLN's projections: not a norm over
-the last axis), a config class that cannot be found or has no hidden size, a module whose
-eps is neither taken nor readable.
+the last axis), a one-input module whose output is not shaped like its input, a config
+class that cannot be found or has no hidden size, a module whose eps is neither taken nor
+readable.
 
 >>> b = Builder(__import__("torch").nn.RMSNorm, "torch.nn:RMSNorm", {})
 >>> b.own_eps, type(b.probe).__name__
@@ -142,6 +143,36 @@ def own_eps(module: torch.nn.Module) -> tuple[float, str] | None:
     return None
 
 
+def probe_values() -> dict[str, Any]:
+    """The point a module is built at when loaded: CPU, fp32, D = PROBE_D, whole-row group."""
+    return {"size": PROBE_D, "eps": 1e-6, "zcg": False, "offset": 0.0, "shape": (PROBE_D,),
+            "device": torch.device("cpu"), "dtype": torch.float32, "group_size": None,
+            "norm_before_gate": None}
+
+
+def required_inputs(module: torch.nn.Module) -> list[str]:
+    """The names of the parameters its forward cannot go without."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _output_shape(module: torch.nn.Module) -> tuple[int, ...] | None:
+    """The shape a one-input module returns for x of (2, PROBE_D); ``None`` where it takes
+    more inputs or does not run here (its points say why)."""
+    if len(required_inputs(module)) != 1:
+        return None
+    try:
+        with torch.no_grad():
+            y = module(torch.randn(2, PROBE_D, generator=torch.Generator().manual_seed(0)))
+    except Exception:  # refused here: each point reports it
+        return None
+    return tuple(y.shape) if isinstance(y, torch.Tensor) else None
+
+
 class Builder:
     """A module class or factory and how each of its constructor's parameters is filled.
 
@@ -215,11 +246,8 @@ class Builder:
         return self._built[key]
 
     def _probe(self) -> tuple[torch.nn.Module | None, str]:
-        values = {"size": PROBE_D, "eps": 1e-6, "zcg": False, "offset": 0.0,
-                  "device": torch.device("cpu"), "dtype": torch.float32,
-                  "shape": (PROBE_D,)}
         try:
-            module = self.build(values)
+            module = self.build(probe_values())
         except Exception as exc:  # not buildable here (a CUDA-only module): each point says
             return None, first_line(exc)
         foreign = [f"{n} {tuple(p.shape)}" for n, p in module.named_parameters()
@@ -228,6 +256,11 @@ class Builder:
             raise KernelLoadError(
                 f"kernel {self.name} is not a norm over the last axis: built at D = {PROBE_D}"
                 f", it has parameters that are no (D,) weight or bias ({', '.join(foreign)})")
+        shape = _output_shape(module)
+        if shape is not None and shape != (2, PROBE_D):
+            raise KernelLoadError(
+                f"kernel {self.name} is not a norm over the last axis: for x of (2, {PROBE_D})"
+                f" its forward returns {shape}")
         return module, ""
 
     def _own_eps(self, why: str) -> tuple[float, str]:
@@ -263,4 +296,12 @@ class Builder:
         return self.probe is not None and not self.tensors(self.probe, PROBE_D)
 
 
-__all__ = ["PROBE_D", "Builder", "config_class", "own_eps", "refuse_channels_first"]
+__all__ = [
+    "PROBE_D",
+    "Builder",
+    "config_class",
+    "own_eps",
+    "probe_values",
+    "refuse_channels_first",
+    "required_inputs",
+]

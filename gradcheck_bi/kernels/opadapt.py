@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.build import PROBE_D, Builder
+from gradcheck_bi.kernels.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.recognise import Recognition, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, fill, parameters
 from gradcheck_bi.ops import OPS
@@ -253,6 +253,13 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
     return tuple(fixed), tuple(how)
 
 
+def _check_built(module_call: _ModuleCall) -> None:
+    """Bind the module as built when loaded, so that what cannot be bound (a forward input
+    no role fills, a missing weight) is refused at load (exit 2), not at every point."""
+    if module_call.builder.probe is not None:
+        module_call.build(probe_values())
+
+
 def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              kernel_args: dict[str, Any], override: str | None, description: str,
              skip_first: bool = False) -> KernelSpec:
@@ -288,6 +295,7 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
     absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable and n != "eps")
     if kind == "module":
         module_call.absent = absent
+        _check_built(module_call)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
                       source=source,
                       zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,

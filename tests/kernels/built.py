@@ -142,3 +142,26 @@ class MyBatchNorm2d(nn.Module):
         mean = x.mean((0, 2, 3), keepdim=True)
         var = x.var((0, 2, 3), keepdim=True, unbiased=False)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight[:, None, None]
+
+
+class RsqrtOnly(nn.Module):
+    """Returns the row's rsqrt factor alone (HYV4UnweightedRMSNorm): not a norm's output."""
+
+    def __init__(self, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class CondRMSNorm(nn.Module):
+    """An RMSNorm whose forward also needs a conditioning input no op has."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        return _rms(hidden_states, self.eps) * self.weight + cond
