@@ -152,6 +152,9 @@ def test_a_config_object_is_written_from_the_config_class() -> None:
      "(2, 8) its forward returns (2, 1)"),
     (f"{BUILT}:CondRMSNorm", "kernel {B}:CondRMSNorm: its forward needs 'cond' besides the "
      "input, which no norm here takes (--op NAME if it is one of `gradcheck-bi ops`)"),
+    (f"{BUILT}:HeadsNorm", "kernel {B}:HeadsNorm could not be built from the HeadsConfig "
+     "written here (hidden size 8, the class's other defaults): ValueError: hidden_size must "
+     "be divisible by num_heads"),
     ("torch.nn:GELU", "kernel torch.nn:GELU: GELU takes no eps and shows none (no eps, "
      "variance_epsilon or epsilon attribute, no eps= constant in its forward), so there is "
      "no eps to check it at"),

@@ -194,6 +194,10 @@ class Builder:
                 f"({', '.join(_CONFIG_SIZE[:3])}, …) to write")
         self._built: dict[tuple[str, ...], torch.nn.Module] = {}
         self.probe, why = self._probe()
+        if self.probe is None and self.config is not None:  # the config written here fails
+            raise KernelLoadError(
+                f"kernel {name} could not be built from the {self.config.__name__} written "
+                f"here (hidden size {PROBE_D}, the class's other defaults): {why}")
         self.own_eps = None if self.takes_eps else self._own_eps(why)
 
     @property

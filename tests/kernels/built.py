@@ -165,3 +165,17 @@ class CondRMSNorm(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         return _rms(hidden_states, self.eps) * self.weight + cond
+
+
+class HeadsConfig:
+    def __init__(self, *, hidden_size: int = 96, num_heads: int = 3, eps: float = 1e-6) -> None:
+        self.hidden_size, self.num_heads, self.eps = hidden_size, num_heads, eps
+
+
+class HeadsNorm(ConfigRMSNorm):
+    """Builds only where its config's heads divide the hidden size (not at D = 8)."""
+
+    def __init__(self, config: HeadsConfig) -> None:
+        if config.hidden_size % config.num_heads:
+            raise ValueError("hidden_size must be divisible by num_heads")
+        super().__init__(TinyConfig(hidden_size=config.hidden_size, rms_norm_eps=config.eps))
