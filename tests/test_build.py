@@ -136,6 +136,13 @@ def test_a_config_object_is_written_from_the_config_class() -> None:
     assert report.ok and {r.eps for r in report.results} == {1e-3}
 
 
+def test_a_config_that_carries_eps_lets_a_layer_norm_be_read_as_one() -> None:
+    spec = resolve(f"{BUILT}:ConfigLayerNorm")
+    assert spec.op == "layer_norm", spec.recognised
+    report = check(spec, shapes=[(3, 16)], eps=[1e-3], layouts=["contiguous"], zcg="off")
+    assert report.ok and {r.eps for r in report.results} == {1e-3}
+
+
 @pytest.mark.parametrize("ref, message", [
     (f"{BUILT}:MyBatchNorm2d", "kernel {B}:MyBatchNorm2d is a channels-first norm (named "
      "'BatchNorm'): its statistics run over axis 1 (N, C, ...); gradcheck-bi checks norms over the "

@@ -166,6 +166,8 @@ def probe_module(builder: Builder) -> tuple[list[inspect.Parameter], list[inspec
         tensors = {}
     marks = [inspect.Parameter(attr.rsplit(".", 1)[-1], inspect.Parameter.KEYWORD_ONLY)
              for attr in tensors.values()] + ctor
+    if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor):  # in its config, or fixed
+        marks.append(inspect.Parameter("eps", inspect.Parameter.KEYWORD_ONLY, default=None))
     return fwd, marks
 
 

@@ -179,3 +179,14 @@ class HeadsNorm(ConfigRMSNorm):
         if config.hidden_size % config.num_heads:
             raise ValueError("hidden_size must be divisible by num_heads")
         super().__init__(TinyConfig(hidden_size=config.hidden_size, rms_norm_eps=config.eps))
+
+
+class ConfigLayerNorm(nn.Module):
+    """A LayerNorm (weight and bias) inside, its eps from the config (PatchTSMixerNormLayer)."""
+
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.norm(inputs)
