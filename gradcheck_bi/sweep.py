@@ -110,6 +110,10 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
         ):
             if zcg not in spec.zcg:  # a kernel without zcg, or with zcg built in
                 continue
+            if "eps" in dict(spec.fixed):  # a module that fixes its eps: at its own, once
+                if eps != sweep.eps[0]:
+                    continue
+                eps = dict(spec.fixed)["eps"]
             if layout != "contiguous" and (control != "randn" or not applies(layout, check)):
                 continue
             if check not in checks_of(spec):  # e.g. dz asked of an RMSNorm, dw of no weight

@@ -42,11 +42,11 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.build import PROBE_D, Builder, required_inputs
 from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
 from gradcheck_bi.kernels.signature import (
     Slot,
     call_slots,
-    ctor_slots,
     fill,
     is_factory,
     role_of,
@@ -56,7 +56,6 @@ from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_l
 ZCG_CHOICES = ("builtin", "absent")
 ABSENT = "absent (γ = w)"
 BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
-_MODULES_KEPT = 16  # built modules cached per adapter (one per D, eps, zcg, device, dtype)
 
 
 def _values(x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> dict[str, Any]:
@@ -80,24 +79,14 @@ class _Call:
 class _Module:
     """An nn.Module class or factory, built per (D, eps, zcg, device, dtype), weight bound."""
 
-    def __init__(self, factory: Callable[..., Any], name: str, slots: list[Slot],
-                 kernel_args: dict[str, Any]) -> None:
-        self.factory, self.name, self.slots, self.kernel_args = factory, name, slots, kernel_args
-        self._built: dict[tuple[Any, ...], tuple[torch.nn.Module, str]] = {}
+    def __init__(self, builder: Builder) -> None:
+        self.builder, self.name = builder, builder.name
 
     def build(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool
               ) -> tuple[torch.nn.Module, str]:
         """The module for this point and the name of its weight parameter."""
-        key = (x.shape[-1], eps, bool(zcg), x.device, w.dtype)
-        if key not in self._built:
-            args, kwargs = fill(self.slots, _values(x, w, eps, zcg), self.kernel_args)
-            module = self.factory(*args, **kwargs)
-            if not isinstance(module, torch.nn.Module):
-                raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
-            if len(self._built) >= _MODULES_KEPT:
-                self._built.pop(next(iter(self._built)))
-            self._built[key] = (module.to(x.device), weight_parameter(module, x.shape[-1]))
-        return self._built[key]
+        module = self.builder.build(_values(x, w, eps, zcg))
+        return module, weight_parameter(module, x.shape[-1])
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> Any:
         module, weight = self.build(x, w, eps, zcg)
@@ -208,15 +197,21 @@ def _own_forward_has_ctx(fn: type) -> bool:
                                                           "setup_context", None)
 
 
-def _check_module_weight(module: _Module) -> None:
-    """Build once on CPU to refuse a module with no weight to check (if it builds here)."""
-    x, w = torch.zeros(1, 8), torch.zeros(8)
-    try:
-        module.build(x, w, 1e-6, False)
-    except NoWeightError as exc:
-        raise KernelLoadError(f"kernel {module.name}: {exc}") from None
-    except Exception:  # e.g. a CUDA-only module: each of its points will say why
+def _check_module_weight(builder: Builder) -> None:
+    """Refuse a module with no one weight to check, or whose forward needs more than x
+    (where it builds here)."""
+    if builder.probe is None:
         return
+    try:
+        weight_parameter(builder.probe, PROBE_D)
+    except NoWeightError as exc:
+        raise KernelLoadError(f"kernel {builder.name}: {exc}") from None
+    extra = required_inputs(builder.probe)[1:]
+    if extra:
+        raise KernelLoadError(
+            f"kernel {builder.name}: its forward needs {', '.join(repr(n) for n in extra)} "
+            "besides the input, which no norm here takes (--op NAME if it is one of "
+            "`gradcheck-bi ops`)")
 
 
 def _unused(kernel_args: dict[str, Any], slots: list[Slot], name: str) -> None:
@@ -258,10 +253,12 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
                                   "or an nn.Module class")
         return _adapt_rms(obj, name, source, args, override, description)
     skip = kind == "function" and _own_forward_has_ctx(obj)
-    rec = recognise_kernel(obj, kind, name, forced, args, skip)
-    if rec.op != "rms_norm":
-        return adapt_op(obj, kind, name, source, rec, args, override, description, skip)
-    spec = _adapt_rms(obj, name, source, args, override, description)
+    builder = Builder(obj, name, args) if kind == "module" else None
+    rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
+    if rec.op != "rms_norm" or (builder is not None and builder.weightless):
+        return adapt_op(builder or obj, kind, name, source, rec, args, override, description,
+                        skip)
+    spec = _adapt_rms(builder or obj, name, source, args, override, description)
     # RMSNorm is the default reading: a note only when --op said so.
     return replace(spec, recognised=rec.note) if forced is not None else spec
 
@@ -270,11 +267,10 @@ def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override:
                description: str) -> KernelSpec:
     """:func:`adapt` for an RMSNorm: Megatron's ``apply`` as it is, or an :class:`Adapted`."""
     call: Callable[..., Any]
-    if _is_module_factory(obj):  # before apply: nn.Module has an apply(fn) of its own
-        what = getattr(obj, "__name__", name)
-        slots = ctor_slots(obj, what, args)
-        call = _Module(obj, name, slots, args)
-        _check_module_weight(call)
+    fixed: tuple[tuple[tuple[str, Any], ...], tuple[str, ...]] = ((), ())
+    if isinstance(obj, Builder):  # a module: built for each point
+        slots, call, fixed = obj.slots, _Module(obj), obj.fixed()
+        _check_module_weight(obj)
     elif _is_function(obj):
         slots = call_slots(obj.forward, f"{obj.__name__}.forward", args,
                            skip_first=_own_forward_has_ctx(obj))
@@ -297,4 +293,4 @@ def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override:
     _unused(args, slots, name)
     zcg, how = _zcg_mapping(slots, override, call)
     return KernelSpec(name, Adapted(call, zcg, how), (), description, source=source, zcg=zcg,
-                      zcg_how=how)
+                      zcg_how=how, fixed=fixed[0], fixed_how=fixed[1])

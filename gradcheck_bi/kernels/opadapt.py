@@ -26,17 +26,16 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.recognise import Recognition, recognise, roles_of
-from gradcheck_bi.kernels.signature import Slot, ctor_slots, fill, parameters
+from gradcheck_bi.kernels.signature import Slot, fill, parameters
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
 ABSENT = "absent (γ = w)"
 BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
-_OPTION_ROLES = ("group_size", "norm_before_gate")
-_MODULES_KEPT = 16
-_PROBE_D = 8
+_PROBE_D = PROBE_D
 
 
 def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: dict[str, Any],
@@ -88,14 +87,6 @@ class _FnCall:
         return self.fn(*args, **kwargs)
 
 
-def _ctor_slots(factory: Callable[..., Any], what: str, kernel_args: dict[str, Any]
-                ) -> list[Slot]:
-    """The constructor's slots, its group_size / norm_before_gate filled from the point."""
-    slots = ctor_slots(factory, what, kernel_args)
-    return [Slot(s.name, s.name, s.default, s.keyword_only)
-            if s.role == "default" and s.name in _OPTION_ROLES else s for s in slots]
-
-
 def module_tensors(module: torch.nn.Module, d: int) -> dict[str, str]:
     """``{role: parameter name}`` for the module's ``(d,)`` parameters named as a weight or
     a bias."""
@@ -108,35 +99,31 @@ def module_tensors(module: torch.nn.Module, d: int) -> dict[str, str]:
 
 
 class _ModuleCall:
-    """An nn.Module class or factory, built per point, its (D,) parameters bound by name."""
+    """An nn.Module class or factory (:class:`~.build.Builder`), built per point, its (D,)
+    parameters bound by name; ``absent``: the op's parameters it is known not to have."""
 
-    def __init__(self, factory: Callable[..., Any], name: str, op: str, kernel_args: dict[str, Any]
-                 ) -> None:
-        self.factory, self.name, self.op, self.kernel_args = factory, name, op, kernel_args
-        self.ctor = _ctor_slots(factory, name, kernel_args)
-        self._built: dict[tuple[Any, ...], tuple[torch.nn.Module, dict[str, str], list[Slot]]] = {}
+    def __init__(self, builder: Builder, op: str) -> None:
+        self.builder, self.name, self.op = builder, builder.name, op
+        self.ctor, self.kernel_args = builder.slots, builder.kernel_args
+        self.absent: frozenset[str] = frozenset()
+        self._forward: dict[int, tuple[torch.nn.Module, dict[str, str], list[Slot]]] = {}
 
     def build(self, values: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, str], list[Slot]]:
-        key = tuple(repr(values[k]) for k in ("size", "eps", "zcg", "device", "dtype",
-                                              "group_size", "norm_before_gate"))
-        if key not in self._built:
-            args, kwargs = fill(self.ctor, values, self.kernel_args)
-            module = self.factory(*args, **kwargs)
-            if not isinstance(module, torch.nn.Module):
-                raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
-            module = module.to(values["device"])
+        module = self.builder.build(values)
+        known = self._forward.get(id(module))
+        if known is None or known[0] is not module:
             tensors = module_tensors(module, values["size"])
             missing = [p.name for p in OPS[self.op].params
-                       if p.name not in tensors and not p.optional]
+                       if p.name not in tensors and not p.optional and p.name not in self.absent]
             if missing:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
             fwd = parameters(module.forward, f"{self.name}.forward")
             slots = _slots(fwd, roles_of(fwd, self.op), self.op, self.kernel_args, self.name)
-            if len(self._built) >= _MODULES_KEPT:
-                self._built.pop(next(iter(self._built)))
-            self._built[key] = (module, tensors, slots)
-        return self._built[key]
+            if len(self._forward) >= 16:  # as many as the builder keeps
+                self._forward.pop(next(iter(self._forward)))
+            known = self._forward[id(module)] = (module, tensors, slots)
+        return known
 
     def __call__(self, values: dict[str, Any]) -> Any:
         module, tensors, slots = self.build(values)
@@ -160,33 +147,36 @@ class OpAdapted:
                               f"asked of this kernel: zero_centered_gamma is {self.how}")
         return self._call(_values(self.op, inputs, params, options, zcg))
 
+    def apply(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> Any:
+        """Megatron's ``apply``, for RMSNorm's engine: an rms_norm (one without its weight
+        ignores ``w``, which the sweep holds at γ = ones)."""
+        return self.call({"x": x}, {"weight": w}, {"eps": eps}, zcg)
 
-def probe_module(factory: Callable[..., Any], what: str, kernel_args: dict[str, Any]
-                 ) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
-    """``(forward's parameters, extra marks)`` of a module built once on CPU at a small D:
-    its constructor's parameters and one required parameter per (D,) weight or bias."""
-    ctor = parameters(factory, what)
-    try:
-        values = {"size": _PROBE_D, "eps": 1e-6, "zcg": False, "offset": 0.0,
-                  "device": torch.device("cpu"), "dtype": torch.float32, "group_size": None,
-                  "norm_before_gate": True, "shape": (_PROBE_D,)}
-        args, kwargs = fill(_ctor_slots(factory, what, kernel_args), values, kernel_args)
-        module = factory(*args, **kwargs)
-        fwd = parameters(module.forward, f"{what}.forward")
-        tensors = module_tensors(module, _PROBE_D)
-    except Exception:  # not buildable here (a CUDA-only module): read the class alone
-        fwd = parameters(getattr(factory, "forward", factory), what)[1:]
+
+def probe_module(builder: Builder) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
+    """``(forward's parameters, extra marks)`` of a module as built when loaded (on CPU at a
+    small D): its constructor's parameters and one required parameter per (D,) weight or
+    bias."""
+    ctor = parameters(builder.factory, builder.name)
+    if builder.probe is not None:
+        fwd = parameters(builder.probe.forward, f"{builder.name}.forward")
+        tensors = module_tensors(builder.probe, PROBE_D)
+    else:  # not buildable here (a CUDA-only module): read the class alone
+        fwd = parameters(getattr(builder.factory, "forward", builder.factory), builder.name)[1:]
         tensors = {}
     marks = [inspect.Parameter(attr.rsplit(".", 1)[-1], inspect.Parameter.KEYWORD_ONLY)
              for attr in tensors.values()] + ctor
+    if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor):  # in its config, or fixed
+        marks.append(inspect.Parameter("eps", inspect.Parameter.KEYWORD_ONLY, default=None))
     return fwd, marks
 
 
 def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
                      kernel_args: dict[str, Any], skip_first: bool = False) -> Recognition:
-    """The op of a Function (``kind="function"``), a callable or a module factory."""
+    """The op of a Function (``kind="function"``), a callable or a module (a
+    :class:`~.build.Builder`)."""
     if kind == "module":
-        fwd, marks = probe_module(obj, name, kernel_args)
+        fwd, marks = probe_module(obj)
         stub = inspect.Signature(fwd)
         holder: Callable[..., Any] = lambda *a, **k: None  # noqa: E731
         holder.__signature__ = stub  # type: ignore[attr-defined]
@@ -265,13 +255,20 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
     return tuple(fixed), tuple(how)
 
 
+def _check_built(module_call: _ModuleCall) -> None:
+    """Bind the module as built when loaded, so that what cannot be bound (a forward input
+    no role fills, a missing weight) is refused at load (exit 2), not at every point."""
+    if module_call.builder.probe is not None:
+        module_call.build(probe_values())
+
+
 def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              kernel_args: dict[str, Any], override: str | None, description: str,
              skip_first: bool = False) -> KernelSpec:
     """A :class:`KernelSpec` of ``rec.op`` whose ``fn`` is an :class:`OpAdapted`."""
     call: Callable[[dict[str, Any]], Any]
     if kind == "module":
-        module_call = _ModuleCall(obj, name, rec.op, kernel_args)
+        module_call = _ModuleCall(obj, rec.op)
         call, slots = module_call, module_call.ctor
     else:
         target = obj.forward if kind == "function" else obj
@@ -284,12 +281,23 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         raise KernelLoadError(f"kernel {name} takes no parameter {extra}")
     zcg, how = _zcg(slots, override)
     roles = {s.role for s in slots}
+    named = kind != "module"
     if kind == "module":  # its forward's parameters, its (D,) tensors, may fill a role too
-        forward, marks = probe_module(obj, name, kernel_args)
+        forward, marks = probe_module(obj)
         roles |= {r for r in roles_of(forward).values() if r is not None}
         roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF}
-    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, kind != "module")
-    absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable)
+        roles |= {"group_size"} if "n_groups" in roles else set()  # D / group size
+        # Built here with every (D,) parameter named: what it lacks, it does not take.
+        named = obj.probe is not None and len(module_tensors(obj.probe, PROBE_D)) == len(
+            obj.tensors(obj.probe, PROBE_D))
+    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, named)
+    if kind == "module":
+        own, own_how = obj.fixed()
+        fixed, fixed_how = fixed + own, fixed_how + own_how
+    absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable and n != "eps")
+    if kind == "module":
+        module_call.absent = absent
+        _check_built(module_call)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
                       source=source,
                       zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,

@@ -16,6 +16,8 @@ offset      ``1.0`` under zero_centered_gamma, else ``0.0`` (Liger's ``offset``)
 shape       ``(D,)``, D = x.shape[-1] (``normalized_shape`` of a call, as ``F.rms_norm``)
 size        the hidden size D (a constructor's ``hidden_size``, ``dim``, ``normalized_shape``)
 device      the device of x; ``dtype`` the weight's dtype (constructors only)
+group_size  a constructor's group size (the point's, else D); ``n_groups`` D / group size
+config      a config object the tool writes (:mod:`gradcheck_bi.kernels.build`)
 arg         the value the user gave (``--kernel-arg name=value``, ``kernel_args`` in a case)
 default     the parameter's own default
 ==========  =============================================================================
@@ -50,6 +52,9 @@ _CTOR_NAMES = {
     "offset": "offset",
     "device": "device",
     "dtype": "dtype", "params_dtype": "dtype",
+    "group_size": "group_size", "n_groups": "n_groups",
+    "norm_before_gate": "norm_before_gate",
+    "config": "config", "cfg": "config",
 }
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -136,10 +141,14 @@ def call_slots(fn: Callable[..., Any], what: str, kernel_args: dict[str, Any],
 
 def ctor_slots(factory: Callable[..., Any], what: str,
                kernel_args: dict[str, Any]) -> list[Slot]:
-    """Slots of a module's constructor (or factory): the hidden size, eps and the rest."""
+    """Slots of a module's constructor (or factory): the hidden size, eps and the rest.
+
+    A constructor may take no hidden size (a weightless norm, ``(eps)`` or nothing) and no
+    eps (a norm that fixes its own): :mod:`gradcheck_bi.kernels.build` says what then.
+    """
     params = parameters(factory, what)
     found = _classify(params, _CTOR_NAMES, kernel_args)
-    sizes = [s for s in found if isinstance(s, Slot) and s.role == "size"]
+    sizes = [s for s in found if isinstance(s, Slot) and s.role in ("size", "config")]
     if not sizes and found and isinstance(found[0], inspect.Parameter):
         found[0] = _slot(params[0], "size")  # an unnamed first parameter: the size
     needed = _unknown(found)
@@ -149,17 +158,7 @@ def ctor_slots(factory: Callable[..., Any], what: str,
             f"{', '.join(repr(n) for n in needed)}: give "
             f"{' '.join(f'--kernel-arg {n}=VALUE' for n in needed)} (or kernel_args in "
             "the case file)")
-    slots = [s for s in found if isinstance(s, Slot)]
-    roles = {s.role for s in slots}
-    if "size" not in roles:
-        raise KernelLoadError(
-            f"kernel {_signature_text(what, params)} takes no hidden size (hidden_size, "
-            "dim, normalized_shape) as its first parameter")
-    if "eps" not in roles:
-        raise KernelLoadError(
-            f"kernel {_signature_text(what, params)} takes no eps (eps, epsilon, "
-            "variance_epsilon), so it cannot be built for each point's eps")
-    return slots
+    return [s for s in found if isinstance(s, Slot)]
 
 
 def role_of(slots: list[Slot], role: str) -> Slot | None:

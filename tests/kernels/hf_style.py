@@ -10,7 +10,6 @@ imported, and nothing here knows gradcheck_bi.
                          the weight twice in its variance term (the Megatron defect);
 * ``ConfigNorm``        needs a ``config`` constructor argument besides the size and eps;
 * ``ScaleNorm``         its parameter is called ``scale``, its size ``dim``;
-* ``NoWeightNorm``      has no parameter at all (nothing to check dw against);
 * functions: ``plain_rms_norm`` (x, weight, eps), ``plain_rms_norm_zcg`` (+ the flag),
   ``offset_rms_norm`` (Liger-style offset); Functions: ``LigerShapedFn`` (Liger's
   parameter names), ``SetupContextFn`` (forward without ctx).
@@ -95,15 +94,6 @@ class ScaleNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.scale
-
-
-class NoWeightNorm(nn.Module):
-    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
 def make_llama(hidden_size: int, eps: float) -> nn.Module:
