@@ -331,8 +331,9 @@ def markdown(records: list[dict[str, Any]], expected: dict[str, dict[str, str]],
     out = [f"Measured {meta['when']} by `{meta['command']}`: {meta['versions']}; "
            f"device {meta['device']}, dtype {meta['dtype']}, shape ({meta['shape']}), every "
            f"other option at its default; time limit {meta['timeout']:g} s per class; "
-           f"{meta['jobs']} job(s); wall {meta['wall']:.0f} s, sum of per-class times "
-           f"{meta['cpu']:.0f} s.", "",
+           f"{meta['jobs']} job(s); {meta['ran']} classes run in {meta['wall']:.0f} s wall "
+           f"({meta['cached']} from the cache); sum of per-class times {meta['cpu']:.0f} s.",
+           "",
            "| classes | count |", "|---|---:|",
            f"| enumerated | {total['enumerated']} |",
            f"| out of scope (not norms of a row, or not runnable by design) "
@@ -504,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                                      *(sys.argv[1:] if argv is None else argv)]),
                 "versions": _versions(), "device": args.device,
                 "dtype": args.dtype or "the tool's default (fp64 on cpu)", "shape": args.shape,
-                "timeout": args.timeout, "jobs": args.jobs, "wall": wall,
+                "timeout": args.timeout, "jobs": args.jobs, "wall": wall, "ran": len(todo),
+                "cached": len(targets) - len(todo),
                 "cpu": sum(r["seconds"] for r in records)}
         write_doc(markdown(records, expected, skipped, meta), args.doc)
         print(f"wrote {args.doc}")

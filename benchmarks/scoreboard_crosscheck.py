@@ -55,6 +55,11 @@ CASES: list[tuple[str, dict[str, Any], Callable[..., torch.Tensor]]] = [
      lambda x, p: rms(x, 1 + p["weight"], 1e-6)),
     ("transformers.models.olmo.modeling_olmo:OlmoLayerNorm", {"hidden_size": D},
      lambda x, p: layer(x, torch.ones(D, dtype=x.dtype), None, 1e-5)),
+    ("transformers.models.muse_spark.modeling_muse_spark:MuseSparkRMSNorm", {"dim": D},
+     lambda x, p: rms(x, p["weight"], 1e-6)),
+    ("transformers.models.videoprism.modeling_videoprism:VideoPrismLayerNorm",
+     {"normalized_shape": D},
+     lambda x, p: layer(x, 1 + p["weight"], p["bias"], 1e-5)),
     ("transformers.models.llama4.modeling_llama4:Llama4TextL2Norm", {},
      lambda x, p: rms(x, torch.ones(D, dtype=x.dtype), 1e-6)),
 ]
@@ -98,7 +103,8 @@ def crosscheck(spec: str, kwargs: dict[str, Any],
     settings = {} if fwd < 1e-12 else {"eps": 1e-3, "atol": 1e-3, "rtol": 1e-3}
     ok = torch.autograd.gradcheck(as_function, tuple(t.detach().requires_grad_() for t in inputs),
                                   raise_exception=False, **settings)
-    return {"fwd": fwd, "grad": grad, "gradcheck": ok, "settings": settings or "default"}
+    how = ", ".join(f"{k} {v:g}" for k, v in settings.items()) or "defaults"
+    return {"fwd": fwd, "grad": grad, "gradcheck": ok, "settings": how}
 
 
 def main() -> None:
@@ -106,7 +112,7 @@ def main() -> None:
     for spec, kwargs, formula in CASES:
         r = crosscheck(spec, kwargs, formula)
         print(f"{spec}: fwd {r['fwd']:.1e}  grad {r['grad']:.1e}  "
-              f"gradcheck(fp64, {r['settings']}) {'passes' if r['gradcheck'] else 'FAILS'}")
+              f"gradcheck (fp64, {r['settings']}) {'passes' if r['gradcheck'] else 'FAILS'}")
 
 
 if __name__ == "__main__":
