@@ -60,6 +60,8 @@ CASES: list[tuple[str, dict[str, Any], Callable[..., torch.Tensor]]] = [
     ("transformers.models.videoprism.modeling_videoprism:VideoPrismLayerNorm",
      {"normalized_shape": D},
      lambda x, p: layer(x, 1 + p["weight"], p["bias"], 1e-5)),
+    ("transformers.models.nemotron.modeling_nemotron:NemotronLayerNorm1P",
+     {"normalized_shape": D}, lambda x, p: layer(x, 1 + p["weight"], p["bias"], 1e-5)),
     ("transformers.models.llama4.modeling_llama4:Llama4TextL2Norm", {},
      lambda x, p: rms(x, torch.ones(D, dtype=x.dtype), 1e-6)),
 ]
