@@ -42,7 +42,7 @@ docs: $(STAMP)
 
 # The real-library scoreboard (issue 30): every norm class of torch, transformers, timm (and
 # Liger, if installed) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
-# totals to docs/scoreboard.md. About 25 minutes on 2 cores; resumes where it stopped.
+# totals to docs/scoreboard.md. Under an hour on 2 cores; an interrupted run resumes.
 # SCOREBOARD_ARGS="--only Llama --update-expected …" (benchmarks/scoreboard.py --help).
 SCOREBOARD_ARGS ?= --jobs 2
 $(VENV)/.scoreboard: $(STAMP)

@@ -8,7 +8,8 @@ Needs the optional extra: ``pip install -e ".[scoreboard]"`` (transformers, timm
 appear when liger-kernel is installed too). Per class (benchmarks/scoreboard_targets.py lists
 them) it runs, in a fresh process and with zero glue::
 
-    python -m gradcheck_bi run --kernel module:Class --shape 4,64 --format json --output F
+    python -m gradcheck_bi run --kernel module:Class --shape 4,64 --device cpu \
+        --format json --output F
 
 (only torch's constructor flags get a ``--kernel-arg``), with a time limit per class, and
 records the exit code, the op the tool recognised, the working precision it measured, the
@@ -50,7 +51,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the project's own dependency
+    import tomli as tomllib  # type: ignore[no-redef]
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS_SCRIPT = REPO / "benchmarks" / "scoreboard_targets.py"
