@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow lint bench docs clean
+.PHONY: run test test-slow lint bench docs scoreboard clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,18 @@ bench: $(STAMP)
 # (between <!-- docs:begin NAME --> markers; docs/make_docs.py). A few minutes on 2 cores.
 docs: $(STAMP)
 	PYTHONPATH=. $(BIN)/python docs/make_docs.py
+
+# The real-library scoreboard (issue 30): every norm class of torch, transformers, timm (and
+# Liger, if installed) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
+# totals to docs/scoreboard.md. Under an hour on 2 cores; an interrupted run resumes.
+# SCOREBOARD_ARGS="--only Llama --update-expected …" (benchmarks/scoreboard.py --help).
+SCOREBOARD_ARGS ?= --jobs 2
+$(VENV)/.scoreboard: $(STAMP)
+	$(BIN)/pip install -q -e ".[scoreboard]"
+	touch $@
+
+scoreboard: $(VENV)/.scoreboard
+	PYTHONPATH=. $(BIN)/python benchmarks/scoreboard.py $(SCOREBOARD_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,129 @@
+"""The scoreboard's subjects: every norm class and function of torch, Liger, transformers, timm.
+
+    python benchmarks/scoreboard_targets.py torch|liger|transformers|timm
+
+prints a JSON object ``{"targets": [...], "skipped": [...]}`` on stdout. Each target is
+``{"id", "library", "kernel", "kernel_args"}``: ``kernel`` is the ``--kernel`` value a new
+user would type (``package.module:Class``) and ``kernel_args`` the ``--kernel-arg`` values,
+empty except for the torch constructor flags listed in ``TORCH_VARIANTS``. ``skipped`` lists
+the modules that could not be imported here, with the one-line reason.
+
+benchmarks/scoreboard.py runs this in a subprocess per library (importing every modeling
+module of transformers takes a few hundred MB; the timm one needs the torchvision stand-in on
+its path), so the scoreboard process itself imports none of these libraries.
+
+Which classes: those whose name contains "Norm", that are ``torch.nn.Module`` subclasses and
+are defined in the module they are found in (a copy of LlamaRMSNorm in another model's module
+counts again: it is another class a user may point the tool at). torch's functions: those of
+``torch.nn.functional`` whose name contains "norm".
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import pkgutil
+import sys
+from typing import Any
+
+# torch modules and functions at the constructor flags a user sets (issue 30: nn.LayerNorm with
+# and without bias, nn.RMSNorm with and without affine, group_norm where it fits: one group).
+TORCH_VARIANTS: list[tuple[str, list[str]]] = [
+    ("torch.nn:LayerNorm", ["bias=False"]),
+    ("torch.nn:LayerNorm", ["elementwise_affine=False"]),
+    ("torch.nn:RMSNorm", ["elementwise_affine=False"]),
+    ("torch.nn:GroupNorm", ["num_groups=1"]),
+    ("torch.nn.functional:group_norm", ["num_groups=1"]),
+]
+
+
+def target(library: str, kernel: str, kernel_args: list[str] | None = None) -> dict[str, Any]:
+    args = list(kernel_args or [])
+    ident = kernel + (f" [{', '.join(args)}]" if args else "")
+    return {"id": ident, "library": library, "kernel": kernel, "kernel_args": args}
+
+
+def norm_classes(module: Any) -> list[str]:
+    """Names of the nn.Module classes defined in ``module`` whose name contains "Norm"."""
+    import torch
+
+    return sorted(name for name, obj in vars(module).items()
+                  if "Norm" in name and inspect.isclass(obj)
+                  and issubclass(obj, torch.nn.Module) and obj.__module__ == module.__name__)
+
+
+def _walk(package: str, keep: Any) -> tuple[list[tuple[str, list[str]]], list[dict[str, str]]]:
+    """(module, its norm classes) for every submodule of ``package`` that ``keep`` accepts."""
+    found, skipped = [], []
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, prefix=package + "."):
+        if not keep(info.name):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except Exception as exc:  # a missing optional dependency of that one module
+            skipped.append({"module": info.name,
+                            "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"})
+            continue
+        found.append((info.name, norm_classes(module)))
+    return found, skipped
+
+
+def torch_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    import torch
+    import torch.nn.functional as F
+
+    classes = sorted(name for name, obj in vars(torch.nn).items()
+                     if "Norm" in name and inspect.isclass(obj)
+                     and issubclass(obj, torch.nn.Module))
+    functions = sorted(name for name, obj in vars(F).items()
+                       if "norm" in name.lower() and not name.startswith("_")
+                       and inspect.isfunction(obj))
+    targets = [target("torch", f"torch.nn:{name}") for name in classes]
+    targets += [target("torch", f"torch.nn.functional:{name}") for name in functions]
+    targets += [target("torch", kernel, args) for kernel, args in TORCH_VARIANTS]
+    return targets, []
+
+
+def liger_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    try:
+        importlib.import_module("liger_kernel.transformers")
+    except ImportError as exc:
+        return [], [{"module": "liger_kernel", "reason": f"not importable: {exc}"}]
+    found, skipped = _walk("liger_kernel.transformers", lambda name: name.count(".") == 2)
+    return ([target("liger", f"{module}:{name}") for module, names in found for name in names],
+            skipped)
+
+
+def transformers_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    def is_modeling(name: str) -> bool:
+        parts = name.split(".")
+        return len(parts) == 4 and parts[3].startswith("modeling_")
+
+    found, skipped = _walk("transformers.models", is_modeling)
+    return ([target("transformers", f"{module}:{name}") for module, names in found
+             for name in names], skipped)
+
+
+def timm_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    found, skipped = _walk("timm.layers", lambda name: name.count(".") == 2)
+    return ([target("timm", f"{module}:{name}") for module, names in found for name in names],
+            skipped)
+
+
+LIBRARIES = {"torch": torch_targets, "liger": liger_targets,
+             "transformers": transformers_targets, "timm": timm_targets}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in LIBRARIES:
+        print(f"usage: scoreboard_targets.py {'|'.join(LIBRARIES)}", file=sys.stderr)
+        return 2
+    targets, skipped = LIBRARIES[argv[0]]()
+    json.dump({"targets": targets, "skipped": skipped}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,103 @@
+"""The real-library scoreboard (benchmarks/scoreboard.py, docs/scoreboard.md).
+
+A fixed sample of real classes — transformers' LlamaRMSNorm (fp32 inside), CohereLayerNorm (a
+LayerNorm without bias), Qwen3Next's gated norm, torch's nn.LayerNorm and a weightless
+nn.RMSNorm — runs through the scoreboard's own function (the CLI in a subprocess, zero glue) and
+must reach the outcome benchmarks/scoreboard_expected.toml keeps for it. The kept file itself
+must classify every non-pass, and the comparison must report a changed outcome.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+scoreboard = _load("scoreboard")
+targets = _load("scoreboard_targets")
+EXPECTED = scoreboard.load_expected()
+
+SAMPLE = [
+    targets.target("transformers", "transformers.models.llama.modeling_llama:LlamaRMSNorm"),
+    targets.target("transformers", "transformers.models.cohere.modeling_cohere:CohereLayerNorm"),
+    targets.target("transformers",
+                   "transformers.models.qwen3_next.modeling_qwen3_next:Qwen3NextRMSNormGated"),
+    targets.target("torch", "torch.nn:LayerNorm"),
+    targets.target("torch", "torch.nn:RMSNorm", ["elementwise_affine=False"]),
+]
+
+
+@pytest.fixture(scope="module")
+def sample_records() -> dict[str, dict]:
+    """The sample's records, two runs at a time (each is a fresh process: a few seconds)."""
+    pytest.importorskip("transformers")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        records = pool.map(lambda t: scoreboard.run_target(t, timeout=120, threads=1), SAMPLE)
+        return {rec["id"]: rec for rec in records}
+
+
+@pytest.mark.parametrize("target", SAMPLE, ids=[t["id"].rsplit(":", 1)[-1] for t in SAMPLE])
+def test_sample_reaches_its_kept_outcome(target: dict, sample_records: dict) -> None:
+    kept = EXPECTED[target["id"]]
+    rec = sample_records[target["id"]]
+    assert rec["outcome"] == kept["outcome"], (
+        f"{target['id']}: kept {kept['outcome']} ({kept.get('verdict', '')}), now "
+        f"{rec['outcome']} (exit {rec['exit']}): {rec['first_line']}")
+    if rec["outcome"] in ("pass", "fail", "error"):
+        assert rec["statuses"], f"{target['id']}: {rec['outcome']} without results"
+
+
+def test_kept_file_classifies_every_non_pass() -> None:
+    unclassified = [ident for ident, entry in EXPECTED.items()
+                    if scoreboard.category_of(entry["outcome"], entry.get("verdict", ""))
+                    == "unclassified"]
+    assert not unclassified, f"{len(unclassified)} unclassified, e.g. {unclassified[:3]}"
+
+
+def _record(ident: str, outcome: str) -> dict:
+    return {"id": ident, "library": "torch", "outcome": outcome, "first_line": "✗ forward"}
+
+
+def test_compare_reports_changed_new_and_unclassified() -> None:
+    kept = {"a": {"outcome": "pass"},
+            "b": {"outcome": "fail", "verdict": "our false alarm: fp32 inside"},
+            "c": {"outcome": "refused"}}
+    records = [_record("a", "fail"), _record("b", "fail"), _record("c", "refused"),
+               _record("d", "pass")]
+    lines = scoreboard.compare(records, kept)
+    assert [line.split()[0] for line in lines] == ["CHANGED", "UNCLASSIFIED", "NEW"], lines
+    assert lines[0].startswith("CHANGED a: kept pass; now fail")
+
+
+def test_update_keeps_unchanged_and_out_of_scope_verdicts_only() -> None:
+    kept = {"a": {"outcome": "fail", "verdict": "our false alarm: x"},
+            "b": {"outcome": "fail", "verdict": "our false alarm: y"},
+            "c": {"outcome": "error", "verdict": "out of scope: channels first"},
+            "d": {"outcome": "fail", "verdict": "our false alarm: z"}}
+    records = [_record("a", "fail"), _record("b", "refused"), _record("c", "refused"),
+               _record("d", "pass")]
+    new = scoreboard.updated_expected(records, kept)
+    assert new["a"] == kept["a"]
+    assert new["b"] == {"outcome": "refused",
+                        "verdict": "unclassified (was fail: our false alarm: y)"}
+    assert new["c"] == {"outcome": "refused", "verdict": "out of scope: channels first"}
+    assert new["d"] == {"outcome": "pass"}
+    counts = scoreboard.tally(records, new)["all"]
+    assert (counts["checked right"], counts["our false alarm"], counts["unclassified"],
+            counts["out of scope"]) == (1, 1, 1, 1), counts
