@@ -106,28 +106,29 @@ class Twins:
 
 
 def against_twin(fn: Any, cfg: Config, twin: Twin) -> Measurement:
-    """The layout point ``cfg`` by the rules of this module's docstring."""
+    """The layout point ``cfg`` by the rules of this module's docstring: its outputs and the
+    gradient it judges (``cfg.check``) against the contiguous call's."""
     laid, flat = _both_layouts(fn, cfg)
-    said = {"compared_with": "contiguous", "tensors": list(flat)}
-    if list(laid) != list(flat) or any(laid[n].shape != flat[n].shape
-                                       or laid[n].dtype != flat[n].dtype for n in flat):
+    names = [*OPS[cfg.op].outputs, cfg.check]
+    said = {"compared_with": "contiguous", "tensors": [n for n in names if n in flat]}
+    if (set(laid) != set(flat) or cfg.check not in flat
+            or any(laid[n].shape != flat[n].shape or laid[n].dtype != flat[n].dtype
+                   for n in flat)):
         return _own_check(fn, cfg, said, "the kernel returned other tensors than on "
                                          "contiguous memory")
-    diffs = {n: bitwise_diff(laid[n], flat[n]) for n in flat}
-    differ = {n: d for n, d in diffs.items() if d[0]}
+    differ = {n: d for n in said["tensors"] if (d := bitwise_diff(laid[n], flat[n]))[0]}
     if not differ:
         m = copy.deepcopy(twin.measurement)
         m.details["twin"] = {**said, "decided_by": "bitwise equal: the twin's measurement"}
         return m
     why = "; ".join(f"{n}: {k} of {laid[n].numel()} elements differ (max {e:.3e})"
                     for n, (k, e, _) in differ.items())
-    judged = cfg.check
-    if set(differ) != {judged} or twin.judged is None:
+    if set(differ) != {cfg.check} or twin.judged is None:
         return _own_check(fn, cfg, said, why)
     err, tol = twin.judged
-    if err.shape != laid[judged].shape:
+    if err.shape != flat[cfg.check].shape:
         return _own_check(fn, cfg, said, why)
-    delta = (laid[judged].to(torch.float64) - flat[judged].to(torch.float64)).abs()
+    delta = (laid[cfg.check].to(torch.float64) - flat[cfg.check].to(torch.float64)).abs()
     bound = err + delta
     top = float(per_element_ratio(bound, tol).max())
     if not top <= 1.0:  # NaN too
