@@ -35,7 +35,7 @@ def _both(kernel: str, dtype: str = "fp64", shape: tuple[int, ...] = (2, 3, 40),
                   weights=["randn"], layouts=list(layouts), checks=None)
     spec = resolve(kernel)
     twins, alone = PointMeasurer(), PointMeasurer()
-    alone.twins = Twins(keep=0)
+    alone.twins = Twins(keep_bytes=-1)
     return [(twins(spec, cfg, sweep), alone(spec, cfg, sweep)) for _, cfg in grid(sweep, [spec])]
 
 

@@ -56,7 +56,11 @@ from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
 
 TWIN_DTYPES = ("fp64", "fp32")
-KEEP = 4  # twins kept per process: a twin's layout points follow it in the grid
+# What one process keeps of its twins: a twin's layout points follow it in a sweep's grid,
+# but a run of several sweeps measures a point they share once, in the first (cases/ci.toml's
+# "layouts" block shares its contiguous points with earlier blocks). The judged (err, tol)
+# pairs are what costs memory: the oldest go first past this many bytes.
+KEEP_BYTES = 64 * 2**20
 # fd_verdict's details at the twin's worst element, which a margin verdict does not share.
 _AT_WORST = ("noise_floor", "rounding_floor")
 Tensors = dict[str, torch.Tensor]
@@ -71,6 +75,10 @@ class Twin:
     measurement: Measurement
     judged: tuple[torch.Tensor, torch.Tensor] | None
 
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.judged or ())
+
 
 def judged_by_twin(cfg: Config) -> bool:
     """Whether a point's check can lean on a twin: a gradient check in fp64/fp32."""
@@ -81,8 +89,8 @@ class Twins:
     """The checks of one process: contiguous gradient points keep what their layout twins
     need, layout points are judged by them (:meth:`check` replaces ``run_check``)."""
 
-    def __init__(self, keep: int = KEEP) -> None:
-        self.keep = keep
+    def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
+        self.keep_bytes = keep_bytes
         self._kept: OrderedDict[Config, Twin] = OrderedDict()
 
     def check(self, fn: Any, cfg: Config) -> Measurement:
@@ -100,7 +108,7 @@ class Twins:
             m = run_check(fn, cfg)
         self._kept[cfg] = Twin(fn, copy.deepcopy(m), kept[0] if len(kept) == 1 else None)
         self._kept.move_to_end(cfg)
-        while len(self._kept) > self.keep:
+        while self._kept and sum(t.nbytes for t in self._kept.values()) > self.keep_bytes:
             self._kept.popitem(last=False)
         return m
 
