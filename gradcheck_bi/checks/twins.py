@@ -3,19 +3,21 @@
 A gradient check at a layout other than ``contiguous`` (:mod:`gradcheck_bi.kernels.layout`)
 asks one question: does the kernel give on this memory what it gives on fresh contiguous
 tensors? Its *twin* — the same point (kernel, check, device, dtype, shape, γ, zcg, seed,
-scales, eps, settings, …) at ``contiguous`` — has just been checked against finite
-differences in this process (the layout is the sweep's innermost axis, :func:`gradcheck_bi.
-sweep.grid`). So the point runs the kernel's forward and backward once on the laid-out
-tensors and once on contiguous ones — the same values, bitwise: one draw of the point's
-inputs, laid out by :func:`~gradcheck_bi.kernels.layout.lay_out`, which copies values — and
-compares every output and every gradient:
+scales, eps, settings, …) at ``contiguous`` — has been checked against finite differences
+earlier in this process (just before it: the layout is the sweep's innermost axis,
+:func:`gradcheck_bi.sweep.grid`; or in an earlier sweep of the run that shares it). So the
+point runs the kernel's forward and backward once on the laid-out tensors and once on
+contiguous ones — the same values, bitwise: one draw of the point's inputs, laid out by
+:func:`~gradcheck_bi.kernels.layout.lay_out`, which copies values — and compares every
+output and the gradient the check judges (``dx`` for dx; another gradient is its own
+point's business):
 
-1. **bitwise** — every one has the twin's bits: the kernel is layout-blind here and its
+1. **bitwise** — each has the twin's bits: the kernel is layout-blind here and its
    finite differences would repeat the twin's, so the point's measurement is the twin's
    (error, tolerance, worst element, verdict);
-2. **within the twin's margin** — every output has the twin's bits and only gradients
-   differ (a layout that changes the order of a sum legitimately changes its last bits), the
-   judged one by at most ``tol_i − err_i`` at every element, the twin's unused
+2. **within the twin's margin** — every output has the twin's bits and the judged gradient
+   differs (a layout that changes the order of a sum legitimately changes its last bits) by
+   at most ``tol_i − err_i`` at every element, the twin's unused
    finite-difference budget. With ``fd`` the twin's differences (of the same forward: its
    outputs are bitwise the twin's), ``|g − fd| ≤ |g_twin − fd| + |g − g_twin| ≤ tol_i``: the
    point passes against the twin's differences at the twin's tolerance, and reports that
