@@ -16,6 +16,7 @@ from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.layout import LAYOUTS, lay_out
 from gradcheck_bi.measure import PointMeasurer
+from gradcheck_bi.shard import assign, twin_groups
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.vocab import Config, Result
 
@@ -123,3 +124,13 @@ def test_the_family_layout_mutants_fail_at_their_layout(attr: str) -> None:
     assert {t.status for t, _ in pairs if t.layout == "contiguous"} == {"pass"}
     assert any(t.status == "fail" for t, _ in pairs)
     assert [(t.status, t.message) for t, _ in pairs] == [(a.status, a.message) for _, a in pairs]
+
+
+def test_a_shard_keeps_a_layout_point_with_its_twin() -> None:
+    """gradcheck_bi.shard deals a layout point to its twin's shard (same kernel), so a
+    sharded run says what the unsharded one says (tests/test_shard.py merges ci.toml)."""
+    cfgs = [Config(check="dx", control="randn", layout=lay)
+            for lay in ("contiguous", "x-strided", "grad-strided")]
+    assert twin_groups(cfgs * 2, ["a"] * 3 + ["b"] * 3) == [0, 0, 0, 3, 3, 3]
+    owner = assign(cfgs * 2, 2, ["a"] * 3 + ["b"] * 3)
+    assert owner[:3] == [owner[0]] * 3 and owner[3:] == [owner[3]] * 3 != owner[:3]
