@@ -68,7 +68,8 @@ def twin_groups(points: Sequence[Config], kernels: Sequence[str] | None = None) 
     group = []
     for i, (name, cfg) in enumerate(zip(names, points, strict=True)):
         if cfg.layout == "contiguous":
-            group.append(first.setdefault((name, cfg), i))
+            first.setdefault((name, cfg), i)
+            group.append(i)
         else:
             group.append(first.get((name, replace(cfg, layout="contiguous")), i))
     return group
