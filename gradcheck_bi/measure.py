@@ -13,20 +13,24 @@ a ``KeyboardInterrupt`` the kernel raised itself included (a gate must never tak
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.precision import working_precision
 from gradcheck_bi.checks.probe import probe
+from gradcheck_bi.checks.twins import Twins
 from gradcheck_bi.gate import expected, judge, judge_raised
 from gradcheck_bi.kernels.call import declared_mutations
 from gradcheck_bi.kernels.trace import is_internal, stops_the_run
 from gradcheck_bi.sweep import Sweep
-from gradcheck_bi.vocab import Config, KernelSpec, Result
+from gradcheck_bi.vocab import Config, KernelSpec, Measurement, Result
 
 
-def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) -> Result:
-    """Measure one point; what the kernel raised is judged by
+def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None,
+              check: Callable[[Any, Config], Measurement] = run_check) -> Result:
+    """Measure one point by ``check``; what the kernel raised is judged by
     :func:`~gradcheck_bi.gate.judge.judge_raised` (a refusal, a broken contract, a crash)."""
     must = expected(spec, cfg, sweep)
     if refused is not None:
@@ -34,7 +38,7 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
     try:
         allowed = spec.allow_mutation | frozenset(sweep.allow_mutation)
         with declared_mutations(allowed) as mutations:
-            measurement = run_check(spec.fn, cfg)
+            measurement = check(spec.fn, cfg)
     except BaseException as exc:  # the kernel's own failure, reported per result
         if stops_the_run(exc) or is_internal(exc):
             raise  # the user's Ctrl-C; gradcheck-bi's own bug: exit 4, never the kernel's
@@ -49,9 +53,12 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None) 
 
 class PointMeasurer:
     """:func:`run_point` with each kernel probed, and its working precision measured
-    (:mod:`gradcheck_bi.checks.precision`), once per (device, dtype)."""
+    (:mod:`gradcheck_bi.checks.precision`), once per (device, dtype); a layout point's
+    gradient judged by its contiguous twin where that decides (:mod:`gradcheck_bi.checks.
+    twins`)."""
 
     def __init__(self) -> None:
+        self.twins = Twins()
         self.refusals: dict[tuple[str, str, str], str | None] = {}
         self.working: dict[tuple[str, str, str, str], str | None] = {}
 
@@ -61,7 +68,7 @@ class PointMeasurer:
             self.refusals[key] = probe(spec, cfg.device, cfg.dtype, cfg)
         if self.refusals[key] is None:
             cfg = replace(cfg, working_precision=self._working(spec, cfg))
-        result = run_point(spec, cfg, sweep, self.refusals[key])
+        result = run_point(spec, cfg, sweep, self.refusals[key], self.twins.check)
         result.working_precision = cfg.working_precision
         return result
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gradcheck_bi.vocab import Config
 
@@ -57,19 +58,42 @@ def cost(cfg: Config) -> float:
     return calls * elements
 
 
-def assign(points: Sequence[Config], n: int) -> list[int]:
-    """The shard (0-based) of each point: the longest first, each to the least loaded shard
-    (ties to the lowest shard), so that every shard gets about 1/N of the work."""
-    order = sorted(range(len(points)), key=lambda i: (-cost(points[i]), i))
+def twin_groups(points: Sequence[Config], kernels: Sequence[str] | None = None) -> list[int]:
+    """Each point's group: a layout point's is its contiguous twin's — the same kernel
+    (``kernels``, by point) and point at ``contiguous``, earlier in the run — for the twin
+    judges it where both run in one process (:mod:`gradcheck_bi.checks.twins`), and a shard
+    must say what the unsharded run says; every other point is a group of its own."""
+    names = list(kernels) if kernels is not None else [""] * len(points)
+    first: dict[tuple[str, Config], int] = {}
+    group = []
+    for i, (name, cfg) in enumerate(zip(names, points, strict=True)):
+        if cfg.layout == "contiguous":
+            first.setdefault((name, cfg), i)
+            group.append(i)
+        else:
+            group.append(first.get((name, replace(cfg, layout="contiguous")), i))
+    return group
+
+
+def assign(points: Sequence[Config], n: int, kernels: Sequence[str] | None = None
+           ) -> list[int]:
+    """The shard (0-based) of each point: the longest group (:func:`twin_groups`) first,
+    each to the least loaded shard (ties to the lowest shard), so that every shard gets
+    about 1/N of the work."""
+    group = twin_groups(points, kernels)
+    costs: dict[int, float] = {}
+    for i, g in enumerate(group):
+        costs[g] = costs.get(g, 0.0) + cost(points[i])
     loads = [(0.0, s) for s in range(n)]
-    owner = [0] * len(points)
-    for i in order:
+    owner: dict[int, int] = {}
+    for g in sorted(costs, key=lambda g: (-costs[g], g)):
         load, shard = heapq.heappop(loads)
-        owner[i] = shard
-        heapq.heappush(loads, (load + cost(points[i]), shard))
-    return owner
+        owner[g] = shard
+        heapq.heappush(loads, (load + costs[g], shard))
+    return [owner[g] for g in group]
 
 
-def select(points: Sequence[Config], k: int, n: int) -> list[int]:
+def select(points: Sequence[Config], k: int, n: int,
+           kernels: Sequence[str] | None = None) -> list[int]:
     """Indices (in run order) of the points shard ``k`` of ``n`` measures (1-based ``k``)."""
-    return [i for i, owner in enumerate(assign(points, n)) if owner == k - 1]
+    return [i for i, owner in enumerate(assign(points, n, kernels)) if owner == k - 1]

@@ -174,7 +174,7 @@ def _machinery_slip() -> object:
 def test_gradcheck_bis_own_bug_exits_4_and_stops_a_bisection(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     slip = _machinery_slip()
-    monkeypatch.setattr("gradcheck_bi.measure.run_check", slip)
+    monkeypatch.setattr("gradcheck_bi.checks.twins.run_check", slip)  # where points run it
     args = ["run", "--kernel", "after", "--check", "dx", "--weight", "randn", "--zcg", "off"]
     code, _, err = run(capsys, *args)
     assert code == 4 and "internal error" in err and "--debug" in err, err

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +90,23 @@ def measured(err: torch.Tensor, tol: float, scale: float, cfg: Config,
     return Measurement(max_err, tol, passed, worst, "; ".join(problems), details)
 
 
+_KEPT: ContextVar[list[tuple[torch.Tensor, torch.Tensor]] | None] = ContextVar(
+    "kept_judgements", default=None)
+
+
+@contextmanager
+def kept_judgements() -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Within: every ``(err, tol)`` that :func:`measured_per_element` judges is kept, in
+    order — a contiguous point's finite-difference margin, which its layout twins reuse
+    (:mod:`gradcheck_bi.checks.twins`)."""
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+    token = _KEPT.set(kept)
+    try:
+        yield kept
+    finally:
+        _KEPT.reset(token)
+
+
 def measured_per_element(err: torch.Tensor, tol: torch.Tensor, notes: Sequence[str],
                          details: dict[str, Any]) -> Measurement:
     """Judge ``err`` element by element against ``tol``: pass iff ``max err_i / tol_i ≤ 1``.
@@ -98,6 +117,9 @@ def measured_per_element(err: torch.Tensor, tol: torch.Tensor, notes: Sequence[s
     tolerance at that element (``tolerance_at_max_err``) and the loosest element's
     (``tolerance_max``: what a baseline compares, as it does not jump with the worst element).
     """
+    kept = _KEPT.get()
+    if kept is not None:
+        kept.append((err, tol))
     ratio = per_element_ratio(err, tol)
     top, worst = locate(ratio)
     at = tuple(worst)

@@ -114,7 +114,8 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     idle = unchecked(sweeps, specs, (spec.name for spec, _, _ in points))
     meta = None
     if shard is not None:
-        picked = select([cfg for _, cfg, _ in points], *shard)
+        picked = select([cfg for _, cfg, _ in points], *shard,
+                        kernels=[spec.name for spec, _, _ in points])
         meta = {"index": shard[0], "count": shard[1], "points": len(points),
                 "positions": picked}
         points = [points[i] for i in picked]

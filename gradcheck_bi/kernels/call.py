@@ -150,6 +150,11 @@ def declared_mutations(allowed: frozenset[str] = frozenset()) -> Iterator[list[s
         _DECLARED.reset(token)
 
 
+def allowed_mutations() -> frozenset[str]:
+    """The writes declared for the current check (see :func:`declared_mutations`)."""
+    return _DECLARED.get()[0]
+
+
 def _fraction_changed(now: torch.Tensor, before: torch.Tensor) -> float:
     """The fraction of elements whose bits differ (NaN-safe: compared as integers)."""
     if now.shape != before.shape:
