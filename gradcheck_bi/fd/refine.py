@@ -54,6 +54,7 @@ class Refined:
     mask: torch.Tensor
     step: torch.Tensor
     forward_calls: int
+    ratio: int = REFINE  # the first step over this one
 
 
 def refine_elements(
@@ -86,7 +87,7 @@ def refine_elements(
     counts = mask.sum(-1)
     n_blocks = int(counts.max().item()) if mask.any() else 0
     if n_blocks == 0:
-        return Refined(grad, trunc, mask, fine, calls)
+        return Refined(grad, trunc, mask, fine, calls, ratio)
     # cols[b, r]: the b-th failing column of row r (rows with fewer: their first, unused)
     order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)
     cols = order[:, :n_blocks].T.contiguous()  # (B, R)
@@ -123,4 +124,4 @@ def refine_elements(
         r_i = rows_idx[None, :].expand_as(c)[keep]
         grad[r_i, c[keep]] = est[keep]
         trunc[r_i, c[keep]] = tr[keep]
-    return Refined(grad, trunc, mask, fine, calls)
+    return Refined(grad, trunc, mask, fine, calls, ratio)

@@ -1,0 +1,125 @@
+"""How the output depends on a parameter, read from the kernel's forward, and the weight FD
+that fits it.
+
+:func:`~gradcheck_bi.fd.estimate.weight_grad` perturbs every weight at once by a large step
+(``WEIGHT_STEP_REL``): exact when output column ``j`` depends on the weight through ``w_j``
+alone (*separable*) and linearly. A weight inside the norm (``rmsnorm(x · (1 + w))``) is
+neither: every column depends on every weight through the statistic. :func:`weight_shape`
+finds out with two forward calls at ``w ± H m``, ``m`` every other element:
+
+* separable iff the columns ``m`` leaves alone do not move (within ``SLACK`` roundings);
+* linear iff the moved columns have no second difference, ``y(w + Hm) + y(w - Hm) - 2 y(w)``
+  (within the same).
+
+Then the step: a linear function keeps the large step; one that bends gets the input's
+relative step (:data:`~gradcheck_bi.fd.step.STEP_REL`, ``u^(1/5)``-sized) times the same
+scale, its truncation measured by Richardson as every estimate's. A weight that is not
+separable is differenced one element at a time (:func:`weight_grad_each`: ``6 D`` forward
+calls).
+
+>>> import torch
+>>> x = torch.randn(4, 8, dtype=torch.float64); g = torch.ones_like(x)
+>>> w = torch.randn(8, dtype=torch.float64)
+>>> u = 2.0**-53
+>>> weight_shape(lambda v: x * v, w, 0.5, u), weight_shape(lambda v: x * v * v, w, 0.5, u)
+((True, True), (True, False))
+>>> weight_shape(lambda v: torch.nn.functional.rms_norm(x * v, (8,)), w, 0.5, u)[0]
+False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gradcheck_bi.fd.estimate import FDEstimate
+from gradcheck_bi.fd.stencil import (
+    CENTRAL4,
+    LEVELS,
+    Stencil,
+    level_offsets,
+    richardson_truncation,
+    stencil_sum,
+    stencil_var,
+)
+from gradcheck_bi.fd.step import input_step_rel, weight_step
+from gradcheck_bi.tolerance.noise import (
+    RESIDUAL_VAR,
+    noise_floor,
+    noise_residual,
+    noise_scale,
+)
+
+# A column "does not move" / "has no second difference" within this many unit roundoffs of
+# the magnitudes involved: a linear kernel rounds each y a few times (rstd, the products);
+# a weight inside a norm moves y by O(H²/D) relative, far above at H = 0.5 and any D here.
+SLACK = 64.0
+
+
+def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor, step: float,
+                 u: float) -> tuple[bool, bool]:
+    """``(separable, linear)`` of ``forward`` in ``w`` at step ``step``, rounding at ``u``
+    (the unit roundoff the kernel is judged at). Two forward calls."""
+    w0 = w.detach()
+    n = w0.shape[-1]
+    m = (torch.arange(n, device=w0.device) % 2 == 0).to(w0.dtype)
+    with torch.no_grad():
+        y0, yp, ym = (forward(w0 + s * step * m).reshape(-1, n).to(torch.float64)
+                      for s in (0, 1, -1))
+    bound = SLACK * u * (yp.abs() + ym.abs() + 2 * y0.abs())
+    on = m.bool()
+    moved = torch.maximum((yp - y0).abs(), (ym - y0).abs())
+    separable = bool((moved[:, ~on] <= bound[:, ~on]).all())
+    linear = bool(((yp + ym - 2 * y0).abs()[:, on] <= bound[:, on]).all())
+    return separable, linear
+
+
+def fitted_step(w: torch.Tensor, linear: bool, dtype: torch.dtype) -> float:
+    """The large weight step where ``y`` is linear in ``w``; else the input's relative step
+    for ``dtype`` on the same scale, ``max(1, max|w|)``."""
+    return weight_step(w) if linear else weight_step(w, input_step_rel(dtype))
+
+
+def weight_grad_each(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    w: torch.Tensor,
+    g: torch.Tensor,
+    h: float,
+    u: float,
+    stencil: Stencil = CENTRAL4,
+    columns: torch.Tensor | None = None,
+) -> FDEstimate:
+    """``dL/dw_j`` for ``L = Σ g · forward(w)``, one weight element at a time, every output
+    element summed (a weight that is not separable); ``columns`` (bool, ``(D,)``) limits it
+    to those elements (0 elsewhere). Noise: the dx model of one point, ``u sqrt(Σ (g y)²)``,
+    scaled by ``λ`` measured from the residual (:mod:`gradcheck_bi.tolerance.noise`; ``y0``
+    is shared by every column, centred away)."""
+    w0 = w.detach()
+    n = w0.shape[-1]
+    g64 = g.detach().reshape(-1).to(torch.float64)
+    cols = torch.arange(n) if columns is None else torch.nonzero(columns.cpu()).reshape(-1)
+    n_lev = len(LEVELS)
+    sums = torch.zeros(2 * n_lev, n, dtype=torch.float64, device=w0.device)
+    pv = torch.zeros_like(sums)
+    with torch.no_grad():
+        y0 = forward(w0).reshape(-1).to(torch.float64)
+        for j in cols.tolist():
+            for p, o in enumerate(level_offsets().tolist()):
+                wp = w0.clone()
+                wp[j] += o * h
+                y = forward(wp).reshape(-1).to(torch.float64)
+                sums[p, j] = (g64 * (y - y0)).sum()
+                pv[p, j] = u * u * ((g64 * y) ** 2).sum()
+    odd = sums[:n_lev] - sums[n_lev:]
+    even = sums[:n_lev] + sums[n_lev:]
+    grad = stencil_sum(odd, stencil) / h
+    sel = torch.zeros(n, dtype=torch.bool, device=w0.device)
+    sel[cols.to(w0.device)] = True
+    var0 = u * u * ((g64 * y0) ** 2).sum()
+    lam = noise_scale(noise_residual(even)[sel][:, None], RESIDUAL_VAR * var0, centre=True)
+    sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
+    h_t = torch.tensor(h, dtype=torch.float64)
+    trunc = richardson_truncation(odd, stencil, h_t)
+    return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
+                      1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc)
