@@ -90,91 +90,142 @@ def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:
     }
 
 
-def _tolerance(est: Estimate, rounding: torch.Tensor, cfg: Config) -> torch.Tensor:
+# The pooled λ is "contaminated" where it exceeds the median's (at least the dtype model's)
+# this many times: rounding noise gives the two within a factor ~1.5, a kink in a few
+# stencils orders of magnitude apart (relu(rms_norm) in fp64: 1.5e15).
+CONTAMINATED = 16.0
+
+
+def _tolerance(est: fd.FDEstimate, rounding: torch.Tensor, cfg: Config) -> torch.Tensor:
     assert est.sigma is not None and est.truncation is not None
-    reference = est.grad if isinstance(est, fd.FDEstimate) else est.projection
     return fd_tolerance(combined_floor(est.sigma, est.truncation, rounding),
-                        float(reference.abs().max()), cfg)
+                        float(est.grad.abs().max()), cfg)
 
 
-def kink_verdict(analytic: torch.Tensor, est: fd.FDEstimate, rounding: torch.Tensor,
-                 cfg: Config, notes: Sequence[str], extra: dict[str, Any] | None,
-                 refine: Refine | None) -> Measurement:
-    """``analytic`` against ``est`` (:func:`fd_verdict`); the elements that fail, again at a
-    finer step through ``refine`` (a bool mask of them → :class:`~gradcheck_bi.fd.refine.
-    Refined`), as the module says. Without a failure, or with a note (non-finite values),
-    the first verdict stands untouched."""
-    err = (analytic.to(torch.float64) - est.grad).abs()
-    m = fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)
-    if m.passed or refine is None or any(notes):
-        return m
+def _decontaminated(est: fd.FDEstimate) -> fd.FDEstimate | None:
+    """``est`` with its noise at the median's λ where the pooled one is contaminated
+    (:data:`CONTAMINATED`), else ``None``."""
+    robust = est.noise_scale_robust
+    if robust is None or est.noise_scale <= CONTAMINATED * max(robust, 1.0):
+        return None
     assert est.sigma is not None and est.truncation is not None
-    failing = ~(per_element_ratio(err, _tolerance(est, rounding, cfg)) <= 1)
+    lam = max(robust, 1.0)
+    sigma = est.sigma * (lam / est.noise_scale)
+    return replace(est, sigma=sigma, noise_floor=noise_floor(sigma, est.truncation),
+                   noise_scale=lam, u_eff=est.u_eff * lam / est.noise_scale)
+
+
+class Judge:
+    """What every verdict of one check shares: the analytic gradient, the kernel's own
+    rounding σ (in units of the judged roundoff, :func:`rounding_scale`), the config."""
+
+    def __init__(self, analytic: torch.Tensor, sigma_k: torch.Tensor, x: torch.Tensor,
+                 cfg: Config, notes: Sequence[str], extra: dict[str, Any] | None = None):
+        self.analytic = analytic.to(torch.float64)
+        self.sigma_k, self.x, self.cfg = sigma_k, x, cfg
+        self.notes, self.extra = notes, dict(extra or {})
+
+    def rounding(self, est: fd.FDEstimate) -> torch.Tensor:
+        return rounding_scale(est, self.x, self.cfg.working_precision) * self.sigma_k
+
+    def verdict(self, est: fd.FDEstimate, err: torch.Tensor | None = None,
+                more: dict[str, Any] | None = None) -> Measurement:
+        err = (self.analytic - est.grad).abs() if err is None else err
+        return fd_verdict(err, est, est.grad, self.rounding(est), self.cfg, self.notes,
+                          {**self.extra, **(more or {})})
+
+    def failing(self, est: fd.FDEstimate) -> torch.Tensor:
+        err = (self.analytic - est.grad).abs()
+        return ~(per_element_ratio(err, _tolerance(est, self.rounding(est), self.cfg)) <= 1)
+
+
+def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
+                 more: dict[str, Any] | None = None) -> Measurement:
+    """The analytic gradient against ``est`` (:func:`fd_verdict`); where elements fail, or
+    the FD's λ is contaminated (:func:`_decontaminated`: then every element is judged at
+    the median's λ), the failing ones again at a finer step through ``refine`` (a bool mask
+    → :class:`~gradcheck_bi.fd.refine.Refined`), as the module says. Without either, or
+    with a note (non-finite values), the first verdict stands untouched."""
+    more = dict(more or {})
+    m = judge.verdict(est, more=more)
+    clean = _decontaminated(est)
+    if (m.passed and clean is None) or refine is None or any(judge.notes):
+        return m
+    first_lam = est.noise_scale
+    if clean is not None:
+        est = clean
+        more["noise_scale_pooled"] = first_lam
+    failing = judge.failing(est)
+    if not bool(failing.any()):
+        out = judge.verdict(est, more=more)
+        out.message = _lam_words(first_lam, est)
+        return out
+    assert est.sigma is not None and est.truncation is not None
     fine = refine(failing)
     shape = est.grad.shape
     grad2, trunc2 = fine.grad.reshape(shape), fine.truncation.reshape(shape)
     sigma2 = est.sigma * fine.ratio  # the same rounding over a step 1/ratio as long
-    gap = (est.grad - grad2).abs()
     p2 = torch.maximum(est.sigma, sigma2).clamp_min(torch.finfo(torch.float64).tiny)
     allowed = (K_SIGMA * p2 * torch.hypot(est.sigma / p2, sigma2 / p2)
                + K_TRUNC * (est.truncation + trunc2))
-    kink = failing & (gap > allowed)
-    if not bool(kink.any()):
+    kink = failing & ((est.grad - grad2).abs() > allowed)
+    if not bool(kink.any()) and clean is None:
         return m
     merged = replace(est, grad=torch.where(kink, grad2, est.grad),
                      sigma=torch.where(kink, sigma2, est.sigma),
                      truncation=torch.where(kink, trunc2, est.truncation),
                      noise_floor=torch.where(kink, noise_floor(sigma2, trunc2),
                                              est.noise_floor))
-    err2 = (analytic.to(torch.float64) - merged.grad).abs()
-    unconverged = (kink & (K_TRUNC * trunc2 > K_SIGMA * sigma2)
-                   & ~(per_element_ratio(err2, _tolerance(merged, rounding, cfg)) <= 1))
+    err2 = (judge.analytic - merged.grad).abs()
+    unconverged = kink & (K_TRUNC * trunc2 > K_SIGMA * sigma2) & judge.failing(merged)
     err2 = torch.where(unconverged, torch.zeros_like(err2), err2)
     n_kink, n_left = int(kink.sum()), int(unconverged.sum())
-    out = fd_verdict(err2, merged, merged.grad, rounding, cfg, notes, {
-        **(extra or {}), "not_differentiable": n_kink, "not_differentiable_unjudged": n_left,
+    out = judge.verdict(merged, err2, {
+        **more, "not_differentiable": n_kink, "not_differentiable_unjudged": n_left,
         "finer_step_ratio": fine.ratio, "finer_forward_calls": fine.forward_calls})
     h = est.step.reshape(-1)
     steps = (f"{float(h.min()):.3g}" if bool((h == h.min()).all())
              else f"{float(h.min()):.3g}–{float(h.max()):.3g} by row")
-    out.message = (f"{n_kink} of {err.numel()} elements not differentiable within ±4h "
-                   f"(h = {steps}): the FD at h and at h/{fine.ratio} disagree beyond their "
-                   f"noise and truncation; judged at h/{fine.ratio}"
-                   + (f"; {n_left} of them not differentiable within ±4h/{fine.ratio} "
-                      "either, not judged" if n_left else ""))
+    words = [_lam_words(first_lam, est) if clean is not None else ""]
+    if n_kink:
+        words.append(
+            f"{n_kink} of {err2.numel()} elements not differentiable within ±4h (h = "
+            f"{steps}): the FD at h and at h/{fine.ratio} disagree beyond their noise and "
+            f"truncation; judged at h/{fine.ratio}"
+            + (f"; {n_left} of them not differentiable within ±4h/{fine.ratio} either, not "
+               "judged" if n_left else ""))
+    out.message = "; ".join(w for w in words if w)
     return out
 
 
+def _lam_words(first: float, est: fd.FDEstimate) -> str:
+    return (f"the FD's rounding pooled over columns (λ = {first:.3g}) is set by a few "
+            f"outliers (kinks or bends inside their stencils): judged at the median's "
+            f"λ = {est.noise_scale:.3g}")
+
+
 def _as_refined(est: fd.FDEstimate, mask: torch.Tensor, ratio: int) -> Refined:
-    return Refined(torch.where(mask, est.grad, 0.0), torch.where(
-        mask, est.truncation if est.truncation is not None else 0.0, 0.0),
-        mask, est.step, est.forward_calls, ratio)
+    trunc = est.truncation if est.truncation is not None else torch.zeros_like(est.grad)
+    return Refined(torch.where(mask, est.grad, 0.0), torch.where(mask, trunc, 0.0),
+                   mask, est.step, est.forward_calls, ratio)
 
 
-def weight_verdict(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor,
-                   x: torch.Tensor, g: torch.Tensor, analytic: torch.Tensor,
-                   est: fd.FDEstimate, rounding: torch.Tensor, cfg: Config,
-                   notes: Sequence[str], extra: dict[str, Any] | None = None) -> Measurement:
+def weight_verdict(judge: Judge, forward: Callable[[torch.Tensor], torch.Tensor],
+                   w: torch.Tensor, g: torch.Tensor, est: fd.FDEstimate) -> Measurement:
     """A parameter's gradient against ``est`` (:func:`fd.weight_grad`: every element at once,
-    the large step). Where that fails, or its truncation rather than its noise sets some
-    element's floor, the forward is asked how it depends on the weight
-    (:func:`~gradcheck_bi.fd.weight.weight_shape`, two calls) and, unless linear and
-    elementwise, differenced again at a step that fits; ``details["weight_step"]`` and
-    ``details["weight_fd"]`` say which and why. Then kinks as :func:`kink_verdict`."""
-    err = (analytic.to(torch.float64) - est.grad).abs()
-    m = fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)
-    assert est.sigma is not None and est.truncation is not None
-    bent = bool((K_TRUNC * est.truncation > K_SIGMA * est.sigma).any())
-    if (m.passed and not bent) or any(notes):
-        return m
-    u = judged_roundoff(x.dtype, cfg.working_precision)
+    the large step), after asking the forward how it depends on the weight
+    (:func:`~gradcheck_bi.fd.weight.weight_shape`, two calls: almost nothing beside the
+    input's ``6 D`` columns). Linear and elementwise: ``est`` stands (then kinks as
+    :func:`kink_verdict`). Otherwise it is differenced again at a step that fits, and
+    ``details["weight_step"]`` and ``details["weight_fd"]`` say which and why."""
+    if any(judge.notes):
+        return judge.verdict(est)
+    x, stencil = judge.x, est.stencil
     big = float(est.step)
-    separable, linear = weight_shape(forward, w, big, u)
-    stencil = est.stencil
+    separable, linear = weight_shape(forward, w, big,
+                                     judged_roundoff(x.dtype, judge.cfg.working_precision))
     if separable and linear:
-        if m.passed:
-            return m
-        return kink_verdict(analytic, est, rounding, cfg, notes, extra, lambda mask: _as_refined(
+        return kink_verdict(judge, est, lambda mask: _as_refined(
             fd.weight_grad(forward, w, x, g, stencil, WEIGHT_STEP_REL / REFINE), mask, REFINE))
     h = fitted_step(w, linear, x.dtype)
     why = ("y is not linear in the weight (a second difference beyond rounding at step "
@@ -189,13 +240,12 @@ def weight_verdict(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Ten
     else:
         why = ("every output column moves with each weight (not elementwise): each weight "
                f"differenced alone at step {h:g}" + ("" if linear else f"; {why}"))
-        uu = unit_roundoff(x.dtype)
-        fitted = weight_grad_each(forward, w, g, h, uu, stencil)
+        u = unit_roundoff(x.dtype)
+        fitted = weight_grad_each(forward, w, g, h, u, stencil)
 
         def refine(mask: torch.Tensor) -> Refined:
-            return _as_refined(weight_grad_each(forward, w, g, h / REFINE, uu, stencil, mask),
+            return _as_refined(weight_grad_each(forward, w, g, h / REFINE, u, stencil, mask),
                                mask, REFINE)
-    more = {**(extra or {}), "weight_step": h, "weight_fd": why}
-    out = kink_verdict(analytic, fitted, rounding, cfg, notes, more, refine)
-    out.message = "; ".join(s for s in (f"{cfg.check}: {why}", out.message) if s)
+    out = kink_verdict(judge, fitted, refine, {"weight_step": h, "weight_fd": why})
+    out.message = "; ".join(s for s in (f"{judge.cfg.check}: {why}", out.message) if s)
     return out

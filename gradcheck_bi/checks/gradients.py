@@ -23,6 +23,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.fd_judge import (
+    Judge,
     fd_verdict,
     kink_verdict,
     rounding_scale,
@@ -53,9 +54,8 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
     forward = forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     est = fd.input_grad(forward, x, g, cfg.eps, stencil, step_rel_of(cfg), cfg.max_memory)
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
-    rounding = (rounding_scale(est, x, cfg.working_precision)
-                * dx_sigma(x, _gamma(w, cfg), g, cfg.eps))
-    return kink_verdict(dx, est, rounding, cfg, notes, None, lambda mask: refine_elements(
+    judge = Judge(dx, dx_sigma(x, _gamma(w, cfg), g, cfg.eps), x, cfg, notes)
+    return kink_verdict(judge, est, lambda mask: refine_elements(
         lambda t: [forward(t)], x, [g], est.step, mask, stencil))
 
 
@@ -111,6 +111,4 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     est = fd.weight_grad(fwd_w, w, x, g, stencil)
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
     assert est.terms is not None
-    rounding = (rounding_scale(est, x, cfg.working_precision)
-                * dw_sigma(est.terms))
-    return weight_verdict(fwd_w, w, x, g, dw, est, rounding, cfg, notes)
+    return weight_verdict(Judge(dw, dw_sigma(est.terms), x, cfg, notes), fwd_w, w, g, est)

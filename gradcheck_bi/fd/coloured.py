@@ -71,6 +71,7 @@ from gradcheck_bi.tolerance.noise import (
     noise_scale,
     pow2_scale,
     reached_sigma,
+    robust_noise_scale,
     unit_roundoff,
 )
 
@@ -235,10 +236,11 @@ def input_grad_outputs(
     sigma_m = p2 * torch.sqrt((sigma_m / p2) ** 2 + u * u * extra / p2 / p2)
     resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
     p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
-    lam = noise_scale(noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2,
-                      centre=coupled)
+    resid, model_var = noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2
+    lam = noise_scale(resid, model_var, centre=coupled)
+    robust = robust_noise_scale(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
-        lam = max(lam, 1.0)
+        lam, robust = max(lam, 1.0), max(robust, 1.0)
     sigma_e = lam * stencil.rss_weight * sigma_m / h
 
     def shaped(v: torch.Tensor) -> torch.Tensor:
@@ -246,4 +248,5 @@ def input_grad_outputs(
 
     trunc = richardson_truncation(odd, stencil, h)
     return FDEstimate(shaped(grad), shaped(noise_floor(sigma_e, trunc).T), h,
-                      stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T))
+                      stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T),
+                      noise_scale_robust=robust)

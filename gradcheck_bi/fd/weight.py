@@ -49,6 +49,7 @@ from gradcheck_bi.tolerance.noise import (
     noise_floor,
     noise_residual,
     noise_scale,
+    robust_noise_scale,
 )
 
 # A column "does not move" / "has no second difference" within this many unit roundoffs of
@@ -117,9 +118,11 @@ def weight_grad_each(
     sel = torch.zeros(n, dtype=torch.bool, device=w0.device)
     sel[cols.to(w0.device)] = True
     var0 = u * u * ((g64 * y0) ** 2).sum()
-    lam = noise_scale(noise_residual(even)[sel][:, None], RESIDUAL_VAR * var0, centre=True)
+    resid = noise_residual(even)[sel][:, None]
+    lam = noise_scale(resid, RESIDUAL_VAR * var0, centre=True)
     sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
-                      1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc)
+                      1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc,
+                      noise_scale_robust=robust_noise_scale(resid, RESIDUAL_VAR * var0, True))

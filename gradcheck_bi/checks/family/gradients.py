@@ -26,7 +26,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
-from gradcheck_bi.checks.fd_judge import kink_verdict, rounding_scale, weight_verdict
+from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
 from gradcheck_bi.checks.gradients import step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
@@ -116,15 +116,14 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
-    scale = rounding_scale(est, x, cfg.working_precision)
     if name in point.op.inputs:
-        rounding = scale * kernel_sigma(point, name, exact_grads(point))
-        return kink_verdict(analytic, est, rounding, cfg, notes, extra, lambda mask: (
-            refine_elements(_input_forward(fn, point, name, returned), point.inputs[name],
-                            [point.cotangents[o] for o in returned], est.step, mask,
-                            est.stencil)))
+        judge = Judge(analytic, kernel_sigma(point, name, exact_grads(point)), x, cfg, notes,
+                      extra)
+        return kink_verdict(judge, est, lambda mask: refine_elements(
+            _input_forward(fn, point, name, returned), point.inputs[name],
+            [point.cotangents[o] for o in returned], est.step, mask, est.stencil))
     # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
     assert est.terms is not None
-    return weight_verdict(_param_forward(fn, point, name), point.params[name], x,
-                          point.cotangents["y"], analytic, est, scale * dw_sigma(est.terms),
-                          cfg, notes, extra)
+    return weight_verdict(Judge(analytic, dw_sigma(est.terms), x, cfg, notes, extra),
+                          _param_forward(fn, point, name), point.params[name],
+                          point.cotangents["y"], est)
