@@ -32,6 +32,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import measured_per_element
 from gradcheck_bi.fd.refine import REFINE, Refined
+from gradcheck_bi.fd.stencil import LEVELS
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel
 from gradcheck_bi.fd.weight import fitted_step, weight_grad_each, weight_shape
 from gradcheck_bi.tolerance.noise import (
@@ -42,8 +43,8 @@ from gradcheck_bi.tolerance.noise import (
     unit_roundoff,
 )
 from gradcheck_bi.tolerance.rules import fd_tolerance, per_element_ratio
-from gradcheck_bi.tolerance.summation import combined_floor, detectable
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.tolerance.summation import combined_floor, detectable, dw_sigma
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 Refine = Callable[[torch.Tensor], Refined]
 Estimate = fd.FDEstimate | fd.DirectionalEstimate
@@ -94,6 +95,8 @@ def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:
 # this many times: rounding noise gives the two within a factor ~1.5, a kink in a few
 # stencils orders of magnitude apart (relu(rms_norm) in fp64: 1.5e15).
 CONTAMINATED = 16.0
+# A forward that rounds coarser than bf16 (u = 2^-8) rounds at no dtype checked here.
+IMPLAUSIBLE_U = 2.0**-8
 
 
 def _tolerance(est: fd.FDEstimate, rounding: torch.Tensor, cfg: Config) -> torch.Tensor:
@@ -102,17 +105,23 @@ def _tolerance(est: fd.FDEstimate, rounding: torch.Tensor, cfg: Config) -> torch
                         float(est.grad.abs().max()), cfg)
 
 
-def _decontaminated(est: fd.FDEstimate) -> fd.FDEstimate | None:
-    """``est`` with its noise at the median's λ where the pooled one is contaminated
-    (:data:`CONTAMINATED`), else ``None``."""
-    robust = est.noise_scale_robust
-    if robust is None or est.noise_scale <= CONTAMINATED * max(robust, 1.0):
+def _decontaminated(est: fd.FDEstimate, judged: float) -> fd.FDEstimate | None:
+    """``est`` with its noise at a λ that kinks did not set, where the pooled one is
+    contaminated, else ``None``: contaminated when it exceeds the median's (at least the
+    dtype model's) :data:`CONTAMINATED` times, or when the unit roundoff it implies is
+    coarser than any dtype's (:data:`IMPLAUSIBLE_U`: no rounding, a kink in every stencil).
+    The new λ: the median's if plausible, else the judged roundoff's (``judged``, in units
+    of the dtype's ``u``)."""
+    robust = max(est.noise_scale_robust or 1.0, 1.0)
+    u = est.u_eff / est.noise_scale if est.noise_scale > 0 else 0.0
+    implausible = est.u_eff > IMPLAUSIBLE_U
+    if not implausible and est.noise_scale <= CONTAMINATED * robust:
         return None
     assert est.sigma is not None and est.truncation is not None
-    lam = max(robust, 1.0)
+    lam = robust if robust * u <= IMPLAUSIBLE_U else max(judged, 1.0)
     sigma = est.sigma * (lam / est.noise_scale)
     return replace(est, sigma=sigma, noise_floor=noise_floor(sigma, est.truncation),
-                   noise_scale=lam, u_eff=est.u_eff * lam / est.noise_scale)
+                   noise_scale=lam, u_eff=lam * u)
 
 
 class Judge:
@@ -125,6 +134,9 @@ class Judge:
         self.sigma_k, self.x, self.cfg = sigma_k, x, cfg
         self.notes, self.extra = notes, dict(extra or {})
 
+    def with_sigma(self, sigma_k: torch.Tensor) -> Judge:
+        return Judge(self.analytic, sigma_k, self.x, self.cfg, self.notes, self.extra)
+
     def rounding(self, est: fd.FDEstimate) -> torch.Tensor:
         return rounding_scale(est, self.x, self.cfg.working_precision) * self.sigma_k
 
@@ -133,6 +145,11 @@ class Judge:
         err = (self.analytic - est.grad).abs() if err is None else err
         return fd_verdict(err, est, est.grad, self.rounding(est), self.cfg, self.notes,
                           {**self.extra, **(more or {})})
+
+    def judged(self) -> float:
+        """The judged roundoff in units of the dtype's (1, or the working precision's)."""
+        return (judged_roundoff(self.x.dtype, self.cfg.working_precision)
+                / unit_roundoff(self.x.dtype))
 
     def failing(self, est: fd.FDEstimate) -> torch.Tensor:
         err = (self.analytic - est.grad).abs()
@@ -148,7 +165,7 @@ def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
     with a note (non-finite values), the first verdict stands untouched."""
     more = dict(more or {})
     m = judge.verdict(est, more=more)
-    clean = _decontaminated(est)
+    clean = _decontaminated(est, judge.judged())
     if (m.passed and clean is None) or refine is None or any(judge.notes):
         return m
     first_lam = est.noise_scale
@@ -169,6 +186,8 @@ def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
     allowed = (K_SIGMA * p2 * torch.hypot(est.sigma / p2, sigma2 / p2)
                + K_TRUNC * (est.truncation + trunc2))
     kink = failing & ((est.grad - grad2).abs() > allowed)
+    at_point = failing & _at_point(fine, sigma2)
+    kink = kink | at_point
     if not bool(kink.any()) and clean is None:
         return m
     merged = replace(est, grad=torch.where(kink, grad2, est.grad),
@@ -177,59 +196,103 @@ def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
                      noise_floor=torch.where(kink, noise_floor(sigma2, trunc2),
                                              est.noise_floor))
     err2 = (judge.analytic - merged.grad).abs()
-    unconverged = kink & (K_TRUNC * trunc2 > K_SIGMA * sigma2) & judge.failing(merged)
+    unconverged = at_point | (kink & judge.failing(merged))
     err2 = torch.where(unconverged, torch.zeros_like(err2), err2)
     n_kink, n_left = int(kink.sum()), int(unconverged.sum())
-    out = judge.verdict(merged, err2, {
-        **more, "not_differentiable": n_kink, "not_differentiable_unjudged": n_left,
-        "finer_step_ratio": fine.ratio, "finer_forward_calls": fine.forward_calls})
-    h = est.step.reshape(-1)
-    steps = (f"{float(h.min()):.3g}" if bool((h == h.min()).all())
-             else f"{float(h.min()):.3g}–{float(h.max()):.3g} by row")
     words = [_lam_words(first_lam, est) if clean is not None else ""]
     if n_kink:
+        h = est.step.reshape(-1)
+        steps = (f"{float(h.min()):.3g}" if bool((h == h.min()).all())
+                 else f"{float(h.min()):.3g}–{float(h.max()):.3g} by row")
         words.append(
             f"{n_kink} of {err2.numel()} elements not differentiable within ±4h (h = "
             f"{steps}): the FD at h and at h/{fine.ratio} disagree beyond their noise and "
-            f"truncation; judged at h/{fine.ratio}"
+            f"truncation, or the slope jumps at the point; judged at h/{fine.ratio}"
             + (f"; {n_left} of them not differentiable within ±4h/{fine.ratio} either, not "
                "judged" if n_left else ""))
-    out.message = "; ".join(w for w in words if w)
+    message = "; ".join(w for w in words if w)
+    if n_left == err2.numel():
+        raise Unsupported(f"{judge.cfg.check}: nothing judged: {message}")
+    out = judge.verdict(merged, err2, {
+        **more, "not_differentiable": n_kink, "not_differentiable_unjudged": n_left,
+        "finer_step_ratio": fine.ratio, "finer_forward_calls": fine.forward_calls})
+    out.message = message
     return out
 
 
+def _at_point(fine: Refined, sigma: torch.Tensor) -> torch.Tensor:
+    """Where the slope jumps at the point itself: the second difference over the step is
+    beyond noise and the same at ``h'`` and ``4h'`` (smooth: four times larger)."""
+    if fine.jumps is None:
+        return torch.zeros_like(fine.mask)
+    j1, j4 = (j.reshape(sigma.shape) for j in fine.jumps)
+    return fine.mask.reshape(sigma.shape) & (j1.abs() > 3 * K_SIGMA * sigma) & (
+        (j4 - j1).abs() < 0.5 * j1.abs())
+
+
 def _lam_words(first: float, est: fd.FDEstimate) -> str:
-    return (f"the FD's rounding pooled over columns (λ = {first:.3g}) is set by a few "
-            f"outliers (kinks or bends inside their stencils): judged at the median's "
-            f"λ = {est.noise_scale:.3g}")
+    return (f"the FD's measured rounding (λ = {first:.3g}, pooled over columns) is set by "
+            f"kinks or bends inside the stencils, not by rounding: judged at λ = "
+            f"{est.noise_scale:.3g}")
 
 
 def _as_refined(est: fd.FDEstimate, mask: torch.Tensor, ratio: int) -> Refined:
     trunc = est.truncation if est.truncation is not None else torch.zeros_like(est.grad)
     return Refined(torch.where(mask, est.grad, 0.0), torch.where(mask, trunc, 0.0),
-                   mask, est.step, est.forward_calls, ratio)
+                   mask, est.step, est.forward_calls, ratio, est.jumps)
+
+
+def _at_least_model(est: fd.FDEstimate) -> fd.FDEstimate:
+    """``est`` with ``λ ≥ 1``: at a small step each output moves by a few ulps and rounds
+    all or nothing (as :mod:`gradcheck_bi.fd.coloured` says), so a pooled ``λ`` below the
+    dtype model measures how often roundings differ, not how large one is."""
+    if est.noise_scale >= 1.0 or est.sigma is None or est.truncation is None:
+        return est
+    sigma = est.sigma / est.noise_scale
+    return replace(est, sigma=sigma, noise_floor=noise_floor(sigma, est.truncation),
+                   noise_scale=1.0, u_eff=est.u_eff / est.noise_scale)
+
+
+def _with_offset(est: fd.FDEstimate, y0: torch.Tensor, g: torch.Tensor,
+                 offset: torch.Tensor) -> fd.FDEstimate:
+    """``est``'s noise with each nonzero output rounding at ``|y - β| + |β|`` rather than
+    ``|y|`` (a bias ``β`` added last: where ``n γ`` and ``β`` nearly cancel, as next to a
+    ReLU's kink, ``|y|`` understates the rounding; :mod:`gradcheck_bi.fd.coloured` does the
+    same for the inputs). Per column, the model's ratio, at least 1."""
+    n = y0.shape[-1]
+    y2, g2 = y0.reshape(-1, n).to(torch.float64), g.reshape(-1, n).to(torch.float64)
+    b = offset.to(y2)
+    mag = torch.where(y2 != 0, (y2 - b).abs() + b.abs(), torch.zeros_like(y2))
+    den = (g2 * y2).pow(2).sum(0).sqrt()
+    ratio = torch.where(den > 0, (g2 * mag).pow(2).sum(0).sqrt() / den.clamp_min(1e-300), 1.0)
+    assert est.sigma is not None and est.truncation is not None
+    sigma = est.sigma * ratio.clamp_min(1.0)
+    return replace(est, sigma=sigma, noise_floor=noise_floor(sigma, est.truncation))
 
 
 def weight_verdict(judge: Judge, forward: Callable[[torch.Tensor], torch.Tensor],
-                   w: torch.Tensor, g: torch.Tensor, est: fd.FDEstimate) -> Measurement:
+                   w: torch.Tensor, g: torch.Tensor, est: fd.FDEstimate,
+                   offset: torch.Tensor | None = None) -> Measurement:
     """A parameter's gradient against ``est`` (:func:`fd.weight_grad`: every element at once,
     the large step), after asking the forward how it depends on the weight
-    (:func:`~gradcheck_bi.fd.weight.weight_shape`, two calls: almost nothing beside the
+    (:func:`~gradcheck_bi.fd.weight.weight_shape`, six calls: little beside the
     input's ``6 D`` columns). Linear and elementwise: ``est`` stands (then kinks as
     :func:`kink_verdict`). Otherwise it is differenced again at a step that fits, and
-    ``details["weight_step"]`` and ``details["weight_fd"]`` say which and why."""
+    ``details["weight_step"]`` and ``details["weight_fd"]`` say which and why; ``offset``,
+    a bias added last, enters the refitted estimate's noise (:func:`_with_offset`)."""
     if any(judge.notes):
         return judge.verdict(est)
     x, stencil = judge.x, est.stencil
     big = float(est.step)
-    separable, linear = weight_shape(forward, w, big,
+    separable, linear = weight_shape(forward, w, big * max(LEVELS),
                                      judged_roundoff(x.dtype, judge.cfg.working_precision))
     if separable and linear:
         return kink_verdict(judge, est, lambda mask: _as_refined(
             fd.weight_grad(forward, w, x, g, stencil, WEIGHT_STEP_REL / REFINE), mask, REFINE))
     h = fitted_step(w, linear, x.dtype)
-    why = ("y is not linear in the weight (a second difference beyond rounding at step "
-           f"{big:g}): step {h:g}, the input's relative step, truncation by Richardson")
+    why = ("y is not linear in the weight (its second difference at step "
+           f"{big:g}, or its change at half that step, is beyond rounding): step {h:g}, the "
+           "input's relative step, truncation measured by Richardson")
     if separable:
         rel = input_step_rel(x.dtype)
         fitted = fd.weight_grad(forward, w, x, g, stencil, rel)
@@ -246,6 +309,12 @@ def weight_verdict(judge: Judge, forward: Callable[[torch.Tensor], torch.Tensor]
         def refine(mask: torch.Tensor) -> Refined:
             return _as_refined(weight_grad_each(forward, w, g, h / REFINE, u, stencil, mask),
                                mask, REFINE)
+    fitted = _at_least_model(fitted)
+    if offset is not None:
+        with torch.no_grad():
+            fitted = _with_offset(fitted, forward(w.detach()), g, offset)
+    if fitted.terms is not None:  # the terms g·∂y/∂w at a step that fits (the kernel's σ)
+        judge = judge.with_sigma(dw_sigma(fitted.terms))
     out = kink_verdict(judge, fitted, refine, {"weight_step": h, "weight_fd": why})
     out.message = "; ".join(s for s in (f"{judge.cfg.check}: {why}", out.message) if s)
     return out

@@ -88,6 +88,15 @@ class FDEstimate:
     # λ from the residual's median (tolerance.noise.robust_noise_scale): far below λ where
     # kinks inside a few stencils set the pooled one (checks.fd_judge)
     noise_scale_robust: float | None = None
+    # dw only: (J_1, J_4), the second differences over the step (:func:`jumps`)
+    jumps: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def jumps(even: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A_1 / h, A_4 / 4h)`` from the even level sums ``A_o = Σ g (y(+o h) + y(-o h) - 2 y0)``:
+    at a kink on the point itself each is the jump of the slope, the same at both levels; a
+    smooth function gives ``o h f''``, four times larger at the outer level."""
+    return even[0] / h, even[LEVELS.index(4)] / (4 * h)
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
                  x: torch.Tensor) -> torch.Tensor:
@@ -318,4 +327,4 @@ def weight_grad(
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma, trunc, terms,
-                      robust_noise_scale(resid, resid_var, centre=False))
+                      robust_noise_scale(resid, resid_var, centre=False), jumps(even, h_t))

@@ -30,6 +30,7 @@ import torch
 
 from gradcheck_bi.fd.budget import CPU_CHUNK_ELEMENTS, batch_rows, ladder_base
 from gradcheck_bi.fd.chunks import pad_rows
+from gradcheck_bi.fd.estimate import jumps
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
@@ -55,6 +56,8 @@ class Refined:
     step: torch.Tensor
     forward_calls: int
     ratio: int = REFINE  # the first step over this one
+    # (J_1, J_4): the second differences over the step (:func:`~gradcheck_bi.fd.estimate.jumps`)
+    jumps: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def refine_elements(
@@ -79,7 +82,7 @@ def refine_elements(
     mask = mask.reshape(n_rows, n_cols).to(dev)
     fine = h / ratio
     grad = torch.zeros(n_rows, n_cols, dtype=torch.float64, device=dev)
-    trunc = torch.zeros_like(grad)
+    trunc, j1, j4 = torch.zeros_like(grad), torch.zeros_like(grad), torch.zeros_like(grad)
     with torch.no_grad():
         y0 = [y.reshape(-1, y.shape[-1]).to(torch.float64) for y in forward(t.detach())]
     g2 = [g.detach().reshape(-1, g.shape[-1]).to(torch.float64) for g in gs]
@@ -87,7 +90,7 @@ def refine_elements(
     counts = mask.sum(-1)
     n_blocks = int(counts.max().item()) if mask.any() else 0
     if n_blocks == 0:
-        return Refined(grad, trunc, mask, fine, calls, ratio)
+        return Refined(grad, trunc, mask, fine, calls, ratio, (j1, j4))
     # cols[b, r]: the b-th failing column of row r (rows with fewer: their first, unused)
     order = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)
     cols = order[:, :n_blocks].T.contiguous()  # (B, R)
@@ -120,8 +123,11 @@ def refine_elements(
                                 1.0)
         est = stencil_sum(odd, stencil) / fine
         tr = richardson_truncation(odd, stencil, fine)
+        jump1, jump4 = jumps(sums[:n_lev] + sums[n_lev:], fine)
         keep = used[b0:b1]
         r_i = rows_idx[None, :].expand_as(c)[keep]
         grad[r_i, c[keep]] = est[keep]
         trunc[r_i, c[keep]] = tr[keep]
-    return Refined(grad, trunc, mask, fine, calls, ratio)
+        j1[r_i, c[keep]] = jump1[keep]
+        j4[r_i, c[keep]] = jump4[keep]
+    return Refined(grad, trunc, mask, fine, calls, ratio, (j1, j4))

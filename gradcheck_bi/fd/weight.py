@@ -5,11 +5,7 @@ that fits it.
 (``WEIGHT_STEP_REL``): exact when output column ``j`` depends on the weight through ``w_j``
 alone (*separable*) and linearly. A weight inside the norm (``rmsnorm(x · (1 + w))``) is
 neither: every column depends on every weight through the statistic. :func:`weight_shape`
-finds out with two forward calls at ``w ± H m``, ``m`` every other element:
-
-* separable iff the columns ``m`` leaves alone do not move (within ``SLACK`` roundings);
-* linear iff the moved columns have no second difference, ``y(w + Hm) + y(w - Hm) - 2 y(w)``
-  (within the same).
+finds out with six forward calls (within ``SLACK`` roundings).
 
 Then the step: a linear function keeps the large step; one that bends gets the input's
 relative step (:data:`~gradcheck_bi.fd.step.STEP_REL`, ``u^(1/5)``-sized) times the same
@@ -33,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from gradcheck_bi.fd.estimate import FDEstimate
+from gradcheck_bi.fd.estimate import FDEstimate, jumps
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
@@ -61,18 +57,32 @@ SLACK = 64.0
 def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor, step: float,
                  u: float) -> tuple[bool, bool]:
     """``(separable, linear)`` of ``forward`` in ``w`` at step ``step``, rounding at ``u``
-    (the unit roundoff the kernel is judged at). Two forward calls."""
+    (the unit roundoff the kernel is judged at). Six forward calls, ``m`` every other
+    element:
+
+    * separable: the columns off ``m`` are the same at ``w + H`` and at ``w + H (1 - m)``
+      (the weights on ``m`` differ between the two; at ``w + H`` no output is 0 merely
+      because its own weight is, as at γ = zeros);
+    * linear: on ``m``, no second difference ``y(w + Hm) + y(w - Hm) - 2 y(w)``, and half the
+      step moves ``y`` half as far (an odd function, a scale-invariant norm at γ = 0, has no
+      second difference).
+    """
     w0 = w.detach()
     n = w0.shape[-1]
     m = (torch.arange(n, device=w0.device) % 2 == 0).to(w0.dtype)
     with torch.no_grad():
-        y0, yp, ym = (forward(w0 + s * step * m).reshape(-1, n).to(torch.float64)
-                      for s in (0, 1, -1))
-    bound = SLACK * u * (yp.abs() + ym.abs() + 2 * y0.abs())
+        y0, yp, ym, yh, ya, yb = (forward(w0 + step * d).reshape(-1, n).to(torch.float64)
+                                  for d in (0 * m, m, -m, m / 2, m + (1 - m), 1 - m))
     on = m.bool()
-    moved = torch.maximum((yp - y0).abs(), (ym - y0).abs())
-    separable = bool((moved[:, ~on] <= bound[:, ~on]).all())
-    linear = bool(((yp + ym - 2 * y0).abs()[:, on] <= bound[:, on]).all())
+
+    def within(diff: torch.Tensor, *ys: torch.Tensor) -> bool:
+        bound = SLACK * u * sum((y.abs() for y in ys), torch.zeros_like(diff))
+        return bool((diff.abs() <= bound).all())
+
+    separable = within((ya - yb)[:, ~on], ya[:, ~on], yb[:, ~on])
+    on_ys = [y[:, on] for y in (y0, yp, ym, yh)]
+    linear = (within(on_ys[1] + on_ys[2] - 2 * on_ys[0], *on_ys[:3], on_ys[0])
+              and within(on_ys[1] + on_ys[0] - 2 * on_ys[3], *on_ys[:2], on_ys[3], on_ys[3]))
     return separable, linear
 
 
@@ -125,4 +135,5 @@ def weight_grad_each(
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc,
-                      noise_scale_robust=robust_noise_scale(resid, RESIDUAL_VAR * var0, True))
+                      noise_scale_robust=robust_noise_scale(resid, RESIDUAL_VAR * var0, True),
+                      jumps=jumps(even, h_t))

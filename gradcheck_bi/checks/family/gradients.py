@@ -126,4 +126,4 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     assert est.terms is not None
     return weight_verdict(Judge(analytic, dw_sigma(est.terms), x, cfg, notes, extra),
                           _param_forward(fn, point, name), point.params[name],
-                          point.cotangents["y"], est)
+                          point.cotangents["y"], est, point.params.get("bias"))
