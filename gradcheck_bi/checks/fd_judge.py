@@ -199,11 +199,16 @@ def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
     unconverged = at_point | (kink & judge.failing(merged))
     err2 = torch.where(unconverged, torch.zeros_like(err2), err2)
     n_kink, n_left = int(kink.sum()), int(unconverged.sum())
+    h = est.step.reshape(-1)
+    steps = (f"{float(h.min()):.3g}" if bool((h == h.min()).all())
+             else f"{float(h.min()):.3g}–{float(h.max()):.3g} by row")
+    if n_left == err2.numel():
+        raise Unsupported(
+            f"{judge.cfg.check}: every element not differentiable within ±4h/{fine.ratio} "
+            f"(h = {steps}): the slope jumps at the point or the FD at h and h/{fine.ratio} "
+            "disagree; nothing to judge")
     words = [_lam_words(first_lam, est) if clean is not None else ""]
     if n_kink:
-        h = est.step.reshape(-1)
-        steps = (f"{float(h.min()):.3g}" if bool((h == h.min()).all())
-                 else f"{float(h.min()):.3g}–{float(h.max()):.3g} by row")
         words.append(
             f"{n_kink} of {err2.numel()} elements not differentiable within ±4h (h = "
             f"{steps}): the FD at h and at h/{fine.ratio} disagree beyond their noise and "
@@ -211,8 +216,6 @@ def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
             + (f"; {n_left} of them not differentiable within ±4h/{fine.ratio} either, not "
                "judged" if n_left else ""))
     message = "; ".join(w for w in words if w)
-    if n_left == err2.numel():
-        raise Unsupported(f"{judge.cfg.check}: nothing judged: {message}")
     out = judge.verdict(merged, err2, {
         **more, "not_differentiable": n_kink, "not_differentiable_unjudged": n_left,
         "finer_step_ratio": fine.ratio, "finer_forward_calls": fine.forward_calls})
@@ -303,7 +306,7 @@ def weight_verdict(judge: Judge, forward: Callable[[torch.Tensor], torch.Tensor]
     else:
         why = ("every output column moves with each weight (not elementwise): each weight "
                f"differenced alone at step {h:g}" + ("" if linear else f"; {why}"))
-        u = unit_roundoff(x.dtype)
+        u = judged_roundoff(x.dtype, judge.cfg.working_precision)
         fitted = weight_grad_each(forward, w, g, h, u, stencil)
 
         def refine(mask: torch.Tensor) -> Refined:

@@ -8,6 +8,7 @@
 * ``relu_layer_norm`` / ``relu_layer_norm_defect`` — ``relu(layer_norm(x) · weight + bias)``
   (the layer_norm op, run by the family's engine); the defect: dbias and dx wrong where the
   pre-activation exceeds 1;
+* ``torch_relu_layer_norm`` — the same through torch's own functions and autograd;
 * ``InputScaledRMSNorm`` — ``rms_norm(x · γ)`` (a weight inside the norm: neither linear nor
   elementwise in it, as transformers' MuseSparkTextInputScaledRMSNorm); ``…Defect``: dw off
   by 1e-4 relative.
@@ -122,3 +123,9 @@ class InputScaledRMSNorm(torch.autograd.Function):
 
 class InputScaledRMSNormDefect(InputScaledRMSNorm):
     defect = 1e-4
+
+
+def torch_relu_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                          eps: float) -> torch.Tensor:
+    """torch's own layer_norm and relu, backward by autograd (code not written here)."""
+    return torch.relu(torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps))
