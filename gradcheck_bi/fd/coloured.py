@@ -52,7 +52,7 @@ from gradcheck_bi.fd.budget import (
     over_budget,
 )
 from gradcheck_bi.fd.chunks import pad_rows
-from gradcheck_bi.fd.estimate import FDEstimate
+from gradcheck_bi.fd.estimate import FDEstimate, jumps
 from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
@@ -215,6 +215,7 @@ def input_grad_outputs(
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
     even = even - (taken[:n_lev] + taken[n_lev:]) * grad.T[None]
+    j1, j4 = jumps(even, h)
     u = unit_roundoff(t.dtype)
     # y0's rounding shared by a row's columns
     coupled = all(k == w for k, w in zip(reach, widths, strict=True))
@@ -249,4 +250,5 @@ def input_grad_outputs(
     trunc = richardson_truncation(odd, stencil, h)
     return FDEstimate(shaped(grad), shaped(noise_floor(sigma_e, trunc).T), h,
                       stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T),
-                      noise_scale_robust=robust)
+                      noise_scale_robust=robust,
+                      jumps=(shaped(j1.T), shaped(j4.T)))

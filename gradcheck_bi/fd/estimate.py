@@ -88,7 +88,7 @@ class FDEstimate:
     # λ from the residual's median (tolerance.noise.robust_noise_scale): far below λ where
     # kinks inside a few stencils set the pooled one (checks.fd_judge)
     noise_scale_robust: float | None = None
-    # dw only: (J_1, J_4), the second differences over the step (:func:`jumps`)
+    # (J_1, J_4): the second differences over the step (:func:`jumps`)
     jumps: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
@@ -175,6 +175,7 @@ def input_grad(
     lam = noise_scale(resid, resid_var, centre=True)
     sigma = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows).T
     trunc_dr = richardson_truncation(odd, stencil, h)
+    j1, j4 = jumps(even, h)
     trunc = trunc_dr.T
     floor = noise_floor(lam * stencil.rss_weight * sigma_m / h, trunc_dr).T
 
@@ -183,7 +184,8 @@ def input_grad(
 
     return FDEstimate(shaped(grad), shaped(floor), h, stencil, calls, lam, lam * u,
                       shaped(sigma), shaped(trunc),
-                      noise_scale_robust=robust_noise_scale(resid, resid_var, centre=True))
+                      noise_scale_robust=robust_noise_scale(resid, resid_var, centre=True),
+                      jumps=(shaped(j1.T), shaped(j4.T)))
 
 
 @dataclass
