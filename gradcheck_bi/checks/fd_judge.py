@@ -178,14 +178,15 @@ def kink_verdict(judge: Judge, est: fd.FDEstimate, refine: Refine | None,
         out.message = _lam_words(first_lam, est)
         return out
     assert est.sigma is not None and est.truncation is not None
-    # Estimated again only where some failing element is suspect — its own two steps (h,
-    # 2h) disagree by an eighth of its error, or its second differences do not grow as the
-    # step squared (:func:`_not_smooth`) — or λ was contaminated; then every failing
-    # element (many small kinks of other outputs in a row can pass for smooth). A smooth
-    # defect shows neither: it fails here at no further cost.
+    # Estimated again only where some failing element is suspect — its own two steps
+    # (h, 2h) disagree beyond noise and by an eighth of its error, or its second
+    # differences do not grow as the step squared (:func:`_not_smooth`) — or λ was
+    # contaminated; then every failing element (many small kinks of other outputs in a
+    # row can pass for smooth). A smooth defect shows neither: it fails at no further cost.
     err = (judge.analytic - est.grad).abs()
     bend = (2.0**est.stencil.order - 1) * est.truncation
-    suspect = failing & ((8 * bend >= err) | _not_smooth(est.jumps, failing, est.sigma))
+    suspect = failing & (((8 * bend >= err) & (bend > K_SIGMA * est.sigma))
+                         | _not_smooth(est.jumps, failing, est.sigma))
     if not bool(suspect.any()) and clean is None:
         return m
     fine = refine(failing)
