@@ -49,8 +49,8 @@ from gradcheck_bi.vocab import Config, Measurement, Unsupported
 Refine = Callable[[torch.Tensor], Refined]
 Estimate = fd.FDEstimate | fd.DirectionalEstimate
 
-def rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor,
-                   working: str | None = None) -> float:
+
+def rounding_scale(est: Estimate, x: torch.Tensor, working: str | None = None) -> float:
     """``max(λ u, u_w)``: the kernel's backward rounds at least at its dtype's ``u`` — or at
     its measured working precision's ``u_w`` where that is coarser
     (:mod:`gradcheck_bi.checks.precision`: it holds where the forward is exactly 0, at
@@ -59,9 +59,9 @@ def rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor,
     return max(est.noise_scale * u, judged_roundoff(x.dtype, working))
 
 
-def fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
-                reference: torch.Tensor, rounding: torch.Tensor, cfg: Config,
-                notes: Sequence[str], extra: dict[str, Any] | None = None) -> Measurement:
+def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
+               rounding: torch.Tensor, cfg: Config, notes: Sequence[str],
+               extra: dict[str, Any] | None = None) -> Measurement:
     """Judge ``err`` element by element against the estimate's noise floor with the kernel's
     own ``rounding`` (σ, absolute) in quadrature — or the config's ``atol``/``rtol``; see
     :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
@@ -76,7 +76,7 @@ def fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
     return m
 
 
-def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:
+def _fd_details(est: Estimate) -> dict[str, Any]:
     steps = est.step.reshape(-1)
     return {
         "stencil": est.stencil.name,
@@ -286,10 +286,9 @@ def _at_least_model(est: fd.FDEstimate) -> fd.FDEstimate:
 
 def _with_offset(est: fd.FDEstimate, y0: torch.Tensor, g: torch.Tensor,
                  offset: torch.Tensor) -> fd.FDEstimate:
-    """``est``'s noise with each nonzero output rounding at ``|y - β| + |β|`` rather than
-    ``|y|`` (a bias ``β`` added last: where ``n γ`` and ``β`` nearly cancel, as next to a
-    ReLU's kink, ``|y|`` understates the rounding; :mod:`gradcheck_bi.fd.coloured` does the
-    same for the inputs). Per column, the model's ratio, at least 1."""
+    """``est``'s noise with each nonzero output rounding at ``|y - β| + |β|``, not ``|y|``
+    (a bias added last nearly cancels next to a ReLU's kink; :mod:`gradcheck_bi.fd.coloured`
+    does the same for inputs): per column, the model's ratio, at least 1."""
     n = y0.shape[-1]
     y2, g2 = y0.reshape(-1, n).to(torch.float64), g.reshape(-1, n).to(torch.float64)
     b = offset.to(y2)
