@@ -16,21 +16,26 @@ differences to fp64/fp32 (:mod:`.lifted`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks._measure import measured_per_element, nonfinite
+from gradcheck_bi.checks._measure import nonfinite
+from gradcheck_bi.checks.fd_judge import (
+    Judge,
+    fd_verdict,
+    kink_verdict,
+    rounding_scale,
+    weight_verdict,
+)
 from gradcheck_bi.checks.lifted import check_dw_lifted, check_dx_lifted
+from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import input_step_rel
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.call import analytic_grads, forward_in_w, forward_in_x
 from gradcheck_bi.kernels.reduction import row_sum
-from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC, judged_roundoff, unit_roundoff
-from gradcheck_bi.tolerance.rules import fd_tolerance
-from gradcheck_bi.tolerance.summation import combined_floor, detectable, dw_sigma, dx_sigma
+from gradcheck_bi.tolerance.summation import dw_sigma, dx_sigma
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, Measurement
 
 
@@ -46,15 +51,12 @@ def check_dx(fn: Any, cfg: Config) -> Measurement:
         return _check_dx_directional(fn, cfg, stencil, x, w, g, dx)
     if cfg.mode != "full":
         raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
-    est = fd.input_grad(
-        forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout), x, g, cfg.eps, stencil,
-        step_rel_of(cfg), cfg.max_memory,
-    )
-    err = (dx.to(torch.float64) - est.grad).abs()
+    forward = forward_in_x(fn, w, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
+    est = fd.input_grad(forward, x, g, cfg.eps, stencil, step_rel_of(cfg), cfg.max_memory)
     notes = [nonfinite("analytic dx", dx), nonfinite("finite-difference dx", est.grad)]
-    rounding = (rounding_scale(est, x, cfg.working_precision)
-                * dx_sigma(x, _gamma(w, cfg), g, cfg.eps))
-    return fd_verdict(err, est, est.grad, rounding, cfg, notes)
+    judge = Judge(dx, dx_sigma(x, _gamma(w, cfg), g, cfg.eps), x, cfg, notes)
+    return kink_verdict(judge, est, lambda mask: refine_elements(
+        lambda t: [forward(t)], x, [g], est.step, mask, stencil))
 
 
 def _check_dx_directional(fn: Any, cfg: Config, stencil: fd.Stencil, x: torch.Tensor,
@@ -98,33 +100,6 @@ def step_rel_of(cfg: Config) -> float | None:
     return input_step_rel(DTYPES[cfg.working_precision])
 
 
-def rounding_scale(est: fd.FDEstimate | fd.DirectionalEstimate, x: torch.Tensor,
-                   working: str | None = None) -> float:
-    """``max(λ u, u_w)``: the kernel's backward rounds at least at its dtype's ``u`` — or at
-    its measured working precision's ``u_w`` where that is coarser
-    (:mod:`gradcheck_bi.checks.precision`: it holds where the forward is exactly 0, at
-    γ = zeros, too) — and at the forward's measured ``λ u`` where that is coarser still."""
-    u = unit_roundoff(x.dtype)
-    return max(est.noise_scale * u, judged_roundoff(x.dtype, working))
-
-
-def fd_verdict(err: torch.Tensor, est: fd.FDEstimate | fd.DirectionalEstimate,
-                reference: torch.Tensor, rounding: torch.Tensor, cfg: Config,
-                notes: Sequence[str], extra: dict[str, Any] | None = None) -> Measurement:
-    """Judge ``err`` element by element against the estimate's noise floor with the kernel's
-    own ``rounding`` (σ, absolute) in quadrature — or the config's ``atol``/``rtol``; see
-    :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
-    assert est.sigma is not None and est.truncation is not None
-    floor = combined_floor(est.sigma, est.truncation, rounding)
-    tol = fd_tolerance(floor, float(reference.abs().max()), cfg)
-    m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
-    at = tuple(m.worst or [])
-    m.details["noise_floor"] = float(est.noise_floor[at].item())
-    m.details["rounding_floor"] = float(K_SIGMA * rounding[at].item())
-    m.details["detectable_rel"] = detectable(tol, reference)
-    return m
-
-
 def check_dw(fn: Any, cfg: Config) -> Measurement:
     """Analytic ``dw`` vs. central differences of the forward in the weight."""
     if cfg.dtype in HALF_DTYPES:
@@ -134,24 +109,6 @@ def check_dw(fn: Any, cfg: Config) -> Measurement:
     _, _, dw = analytic_grads(fn, x, w, g, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     fwd_w = forward_in_w(fn, x, cfg.eps, cfg.zero_centered_gamma, cfg.layout)
     est = fd.weight_grad(fwd_w, w, x, g, stencil)
-    err = (dw.to(torch.float64) - est.grad).abs()
     notes = [nonfinite("analytic dw", dw), nonfinite("finite-difference dw", est.grad)]
     assert est.terms is not None
-    rounding = (rounding_scale(est, x, cfg.working_precision)
-                * dw_sigma(est.terms))
-    return fd_verdict(err, est, est.grad, rounding, cfg, notes)
-
-
-def _fd_details(est: fd.FDEstimate | fd.DirectionalEstimate) -> dict[str, Any]:
-    steps = est.step.reshape(-1)
-    return {
-        "stencil": est.stencil.name,
-        "step_min": float(steps.min()),
-        "step_max": float(steps.max()),
-        "noise_floor_max": float(est.noise_floor.max()),
-        "k_sigma": K_SIGMA,
-        "k_trunc": K_TRUNC,
-        "noise_scale": est.noise_scale,  # λ: the forward's measured rounding / dtype model
-        "u_eff": est.u_eff,  # the unit roundoff the forward actually delivers
-        "forward_calls": est.forward_calls,
-    }
+    return weight_verdict(Judge(dw, dw_sigma(est.terms), x, cfg, notes), fwd_w, w, g, est)

@@ -130,6 +130,7 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
             finally:
                 watch.listen(None)
     working_notes(results)
+    kink_notes(results)
     # A kernel that ran nothing is named by the verdict; the notes are for partial drops.
     partly = [spec for spec in specs if spec.name not in {kernel for kernel, _ in idle}]
     return Executed(results, not_run(sweeps, partly), idle, meta)
@@ -144,6 +145,24 @@ def working_notes(results: list[Result]) -> None:
         sys.stderr.write(f"gradcheck-bi: note: {kernel}: computes in {working} inside at "
                          f"{dtype} ({device}); judged at {working} rounding "
                          "(--precision exact: at the dtype's)\n")
+
+
+def kink_notes(results: list[Result]) -> None:
+    """One note per kernel and check whose finite differences met elements not
+    differentiable within the stencil (:mod:`gradcheck_bi.checks.fd_judge`): how many
+    results, elements and unjudged elements; the message of each result says more."""
+    seen: dict[tuple[str, str], list[int]] = {}
+    for r in results:
+        n = r.details.get("not_differentiable")
+        if n:
+            tally = seen.setdefault((r.kernel, r.check), [0, 0, 0])
+            tally[0] += 1
+            tally[1] += n
+            tally[2] += r.details.get("not_differentiable_unjudged", 0)
+    for (kernel, check), (points, elements, left) in seen.items():
+        sys.stderr.write(f"gradcheck-bi: note: {kernel}: {check}: {elements} elements at "
+                         f"{points} point(s) not differentiable within the FD stencil (±4h), "
+                         f"judged at h/16; {left} left unjudged (see each result's message)\n")
 
 
 def _directional_note(sweeps: list[Sweep]) -> None:

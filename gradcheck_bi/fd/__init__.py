@@ -9,7 +9,10 @@
 * :mod:`~gradcheck_bi.fd.chunks` — the dx chunk loop, spread over processes for large CPU
   checks;
 * :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
-  of dx, every element of dw.
+  of dx, every element of dw;
+* :mod:`~gradcheck_bi.fd.refine` — a second, finer step at chosen elements (kinks);
+* :mod:`~gradcheck_bi.fd.weight` — how the output depends on a weight (linear, elementwise),
+  and the weight estimate one element at a time.
 """
 
 from gradcheck_bi.fd import reduce, threads

@@ -52,7 +52,7 @@ from gradcheck_bi.fd.budget import (
     over_budget,
 )
 from gradcheck_bi.fd.chunks import pad_rows
-from gradcheck_bi.fd.estimate import FDEstimate
+from gradcheck_bi.fd.estimate import FDEstimate, jumps
 from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
@@ -71,6 +71,7 @@ from gradcheck_bi.tolerance.noise import (
     noise_scale,
     pow2_scale,
     reached_sigma,
+    robust_noise_scale,
     unit_roundoff,
 )
 
@@ -214,6 +215,7 @@ def input_grad_outputs(
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
     even = even - (taken[:n_lev] + taken[n_lev:]) * grad.T[None]
+    j1, j4 = jumps(even, h)
     u = unit_roundoff(t.dtype)
     # y0's rounding shared by a row's columns
     coupled = all(k == w for k, w in zip(reach, widths, strict=True))
@@ -235,10 +237,11 @@ def input_grad_outputs(
     sigma_m = p2 * torch.sqrt((sigma_m / p2) ** 2 + u * u * extra / p2 / p2)
     resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
     p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
-    lam = noise_scale(noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2,
-                      centre=coupled)
+    resid, model_var = noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2
+    lam = noise_scale(resid, model_var, centre=coupled)
+    robust = robust_noise_scale(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
-        lam = max(lam, 1.0)
+        lam, robust = max(lam, 1.0), max(robust, 1.0)
     sigma_e = lam * stencil.rss_weight * sigma_m / h
 
     def shaped(v: torch.Tensor) -> torch.Tensor:
@@ -246,4 +249,6 @@ def input_grad_outputs(
 
     trunc = richardson_truncation(odd, stencil, h)
     return FDEstimate(shaped(grad), shaped(noise_floor(sigma_e, trunc).T), h,
-                      stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T))
+                      stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T),
+                      noise_scale_robust=robust,
+                      jumps=(shaped(j1.T), shaped(j4.T)))

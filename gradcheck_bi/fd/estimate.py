@@ -63,6 +63,7 @@ from gradcheck_bi.tolerance.noise import (
     noise_residual,
     noise_scale,
     point_var,
+    robust_noise_scale,
     unit_roundoff,
 )
 
@@ -84,6 +85,18 @@ class FDEstimate:
     truncation: torch.Tensor | None = None
     # dw only: the (rows, D) terms g·∂y/∂w the analytic dw sums, from the forward
     terms: torch.Tensor | None = None
+    # λ from the residual's median (tolerance.noise.robust_noise_scale): far below λ where
+    # kinks inside a few stencils set the pooled one (checks.fd_judge)
+    noise_scale_robust: float | None = None
+    # (J_1, J_4): the second differences over the step (:func:`jumps`)
+    jumps: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def jumps(even: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A_1 / h, A_4 / 4h)`` from the even level sums ``A_o = Σ g (y(+o h) + y(-o h) - 2 y0)``:
+    at a kink on the point itself each is the jump of the slope, the same at both levels; a
+    smooth function gives ``o h f''``, four times larger at the outer level."""
+    return even[0] / h, even[LEVELS.index(4)] / (4 * h)
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
                  x: torch.Tensor) -> torch.Tensor:
@@ -158,9 +171,11 @@ def input_grad(
     grad = (stencil_sum(odd, stencil) / h).T
     u = unit_roundoff(x.dtype)
     sigma_m = model_sigma(g2, y0, u)  # (R,): one point's rounding, dtype model
-    lam = noise_scale(noise_residual(even), RESIDUAL_VAR * sigma_m**2, centre=True)
+    resid, resid_var = noise_residual(even), RESIDUAL_VAR * sigma_m**2
+    lam = noise_scale(resid, resid_var, centre=True)
     sigma = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows).T
     trunc_dr = richardson_truncation(odd, stencil, h)
+    j1, j4 = jumps(even, h)
     trunc = trunc_dr.T
     floor = noise_floor(lam * stencil.rss_weight * sigma_m / h, trunc_dr).T
 
@@ -168,7 +183,9 @@ def input_grad(
         return t.reshape(x.shape).contiguous()
 
     return FDEstimate(shaped(grad), shaped(floor), h, stencil, calls, lam, lam * u,
-                      shaped(sigma), shaped(trunc))
+                      shaped(sigma), shaped(trunc),
+                      noise_scale_robust=robust_noise_scale(resid, resid_var, centre=True),
+                      jumps=(shaped(j1.T), shaped(j4.T)))
 
 
 @dataclass
@@ -302,8 +319,8 @@ def weight_grad(
     odd, even = sums[:n_lev], sums[n_lev:]
     grad = stencil_sum(odd, stencil) / h
     u = unit_roundoff(x.dtype)
-    lam = noise_scale(noise_residual(even)[None], dw_residual_var(stacked, y0, g2, u)[None],
-                      centre=False)
+    resid, resid_var = noise_residual(even)[None], dw_residual_var(stacked, y0, g2, u)[None]
+    lam = noise_scale(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).
     sigma = lam * torch.sqrt(stencil_var(point_var(stacked, g2, u), stencil, h))
@@ -311,4 +328,5 @@ def weight_grad(
     terms = g2 * (stacked[0].to(torch.float64) - stacked[n_lev].to(torch.float64)) / (2 * h)
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
-                      stencil.points + 1, lam, lam * u, sigma, trunc, terms)
+                      stencil.points + 1, lam, lam * u, sigma, trunc, terms,
+                      robust_noise_scale(resid, resid_var, centre=False), jumps(even, h_t))

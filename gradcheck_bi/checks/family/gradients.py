@@ -26,8 +26,10 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
-from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale, step_rel_of
+from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
+from gradcheck_bi.checks.gradients import step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
+from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
 from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
@@ -111,15 +113,17 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     x = point.lead
     est = estimate(fn, point, name, returned, cfg)
     analytic = grads[name]
-    err = (analytic.to(torch.float64) - est.grad).abs()
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
-    if name in point.op.inputs:
-        rounding = (rounding_scale(est, x, cfg.working_precision)
-                    * kernel_sigma(point, name, exact_grads(point)))
-    else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
-        assert est.terms is not None
-        rounding = (rounding_scale(est, x, cfg.working_precision)
-                    * dw_sigma(est.terms))
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
-    return fd_verdict(err, est, est.grad, rounding, cfg, notes, extra)
+    if name in point.op.inputs:
+        judge = Judge(analytic, kernel_sigma(point, name, exact_grads(point)), x, cfg, notes,
+                      extra)
+        return kink_verdict(judge, est, lambda mask: refine_elements(
+            _input_forward(fn, point, name, returned), point.inputs[name],
+            [point.cotangents[o] for o in returned], est.step, mask, est.stencil))
+    # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
+    assert est.terms is not None
+    return weight_verdict(Judge(analytic, dw_sigma(est.terms), x, cfg, notes, extra),
+                          _param_forward(fn, point, name), point.params[name],
+                          point.cotangents["y"], est, point.params.get("bias"))
