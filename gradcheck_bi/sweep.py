@@ -126,15 +126,18 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
                 weight_scale=wscale, layout=layout, **settings(sweep),
             )
-            if spec.op == "rms_norm":
+            if not spec.family:
                 yield spec, cfg
             else:
                 yield from ((spec, c) for c in op_points(spec, cfg, sweep))
 
 
 def takes(spec: KernelSpec, name: str) -> bool:
-    """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``)."""
-    return OPS[spec.op].has(name) and name not in dict(spec.fixed)
+    """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``; an
+    optional one only where the family's engine calls it: Megatron's ``apply`` has no β)."""
+    op = OPS[spec.op]
+    return (op.has(name) and name not in dict(spec.fixed)
+            and (spec.family or name not in {p.name for p in op.params if p.optional}))
 
 
 def checks_of(spec: KernelSpec) -> tuple[str, ...]:

@@ -84,7 +84,7 @@ def _forward(spec: KernelSpec, cfg: Config) -> tuple[Tensors, Tensors, dict[str,
     u_out = unit_roundoff(cfg.torch_dtype)
     u_c = unit_roundoff(compute_dtype(cfg.torch_dtype))
     with torch.no_grad():
-        if spec.op == "rms_norm":
+        if not spec.family:
             x, w, _ = make_inputs(cfg)
             y = call_forward(spec.fn, x, w, cfg.eps, cfg.zero_centered_gamma)
             ref = reference_forward(x, w, cfg.eps, cfg.zero_centered_gamma)

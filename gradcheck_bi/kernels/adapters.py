@@ -259,11 +259,12 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
         return _adapt_rms(obj, name, source, args, override, description)
     skip = kind == "function" and _own_forward_has_ctx(obj)
     rec = recognise_kernel(obj, kind, name, forced, args, skip)
-    if rec.op != "rms_norm":
+    if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
+            rec.takes == frozenset() and kind != "module"):  # a module with no weight: refused
+        # another op, or an RMSNorm without a weight or with a bias: the family's engine
         return adapt_op(obj, kind, name, source, rec, args, override, description, skip)
     spec = _adapt_rms(obj, name, source, args, override, description)
-    # RMSNorm is the default reading: a note only when --op said so.
-    return replace(spec, recognised=rec.note) if forced is not None else spec
+    return replace(spec, recognised=rec.note, mismatch=rec.mismatch)
 
 
 def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override: str | None,

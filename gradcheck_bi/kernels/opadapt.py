@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.recognise import Recognition, recognise, roles_of
+from gradcheck_bi.kernels.behaviour import Seen, probe
+from gradcheck_bi.kernels.recognise import _KEPT, Recognition, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, ctor_slots, fill, parameters
 from gradcheck_bi.ops import OPS
-from gradcheck_bi.ops.names import ROLE_OF, TENSOR_ROLES
+from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
 ABSENT = "absent (γ = w)"
@@ -50,12 +51,19 @@ def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: di
             "prenorm": OPS[op].prenorm, "none": None}
 
 
-def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str,
-           kernel_args: dict[str, Any], what: str) -> list[Slot]:
-    """A slot per parameter: its role for ``op``, its default, a kernel arg, or ``None``."""
+def _needed(op: str | None) -> set[str]:
+    """The roles a call of ``op`` fills (``None``: every role, for the behaviour probe)."""
+    if op is None:
+        return set(ROLE_NAMES)
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    needed |= set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
+    return needed | set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
+
+
+def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str | None,
+           kernel_args: dict[str, Any], what: str) -> list[Slot]:
+    """A slot per parameter: its role for ``op``, its default, a kernel arg, or ``None``."""
+    needed = _needed(op)
     out = []
     for p in params:
         role = roles.get(p.name)
@@ -63,7 +71,8 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
         keyword = p.kind is inspect.Parameter.KEYWORD_ONLY
         if p.name in kernel_args:
             role = "arg"
-        elif role not in needed:
+        elif role not in needed or (op is None and role in _KEPT
+                                    and p.default is not inspect.Parameter.empty):
             if p.default is not inspect.Parameter.empty:
                 role = "default"
             elif role in TENSOR_ROLES:
@@ -110,9 +119,10 @@ def module_tensors(module: torch.nn.Module, d: int) -> dict[str, str]:
 class _ModuleCall:
     """An nn.Module class or factory, built per point, its (D,) parameters bound by name."""
 
-    def __init__(self, factory: Callable[..., Any], name: str, op: str, kernel_args: dict[str, Any]
-                 ) -> None:
+    def __init__(self, factory: Callable[..., Any], name: str, op: str | None,
+                 kernel_args: dict[str, Any], absent: frozenset[str] = frozenset()) -> None:
         self.factory, self.name, self.op, self.kernel_args = factory, name, op, kernel_args
+        self.absent = absent  # the op's parameters the module does not have
         self.ctor = _ctor_slots(factory, name, kernel_args)
         self._built: dict[tuple[Any, ...], tuple[torch.nn.Module, dict[str, str], list[Slot]]] = {}
 
@@ -126,8 +136,9 @@ class _ModuleCall:
                 raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
             module = module.to(values["device"])
             tensors = module_tensors(module, values["size"])
-            missing = [p.name for p in OPS[self.op].params
-                       if p.name not in tensors and not p.optional]
+            missing = [p.name for p in (OPS[self.op].params if self.op else ())
+                       if p.name not in tensors and not p.optional
+                       and p.name not in self.absent]
             if missing:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
@@ -162,9 +173,10 @@ class OpAdapted:
 
 
 def probe_module(factory: Callable[..., Any], what: str, kernel_args: dict[str, Any]
-                 ) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
-    """``(forward's parameters, extra marks)`` of a module built once on CPU at a small D:
-    its constructor's parameters and one required parameter per (D,) weight or bias."""
+                 ) -> tuple[list[inspect.Parameter], list[inspect.Parameter], set[str] | None]:
+    """``(forward's parameters, extra marks, its (D,) tensors' roles)`` of a module built once
+    on CPU at a small D: the marks are its constructor's parameters and one required
+    parameter per (D,) weight or bias; the roles ``None`` where it cannot be built here."""
     ctor = parameters(factory, what)
     try:
         values = {"size": _PROBE_D, "eps": 1e-6, "zcg": False, "offset": 0.0,
@@ -173,26 +185,63 @@ def probe_module(factory: Callable[..., Any], what: str, kernel_args: dict[str, 
         args, kwargs = fill(_ctor_slots(factory, what, kernel_args), values, kernel_args)
         module = factory(*args, **kwargs)
         fwd = parameters(module.forward, f"{what}.forward")
-        tensors = module_tensors(module, _PROBE_D)
+        tensors: dict[str, str] | None = module_tensors(module, _PROBE_D)
     except Exception:  # not buildable here (a CUDA-only module): read the class alone
         fwd = parameters(getattr(factory, "forward", factory), what)[1:]
-        tensors = {}
+        tensors = None
     marks = [inspect.Parameter(attr.rsplit(".", 1)[-1], inspect.Parameter.KEYWORD_ONLY)
-             for attr in tensors.values()] + ctor
-    return fwd, marks
+             for attr in (tensors or {}).values()] + ctor
+    return fwd, marks, None if tensors is None else set(tensors)
+
+
+def _own_names(obj: Any) -> list[str]:
+    """The kernel's own names: its class's or function's (a partial's function's)."""
+    inner = getattr(obj, "func", obj)
+    return [n for n in (getattr(inner, "__name__", ""), getattr(inner, "__qualname__", ""))
+            if n]
+
+
+def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
+          skip_first: bool) -> Seen:
+    """What the kernel's forward matches (:func:`.behaviour.probe`), called with every role
+    its parameters or (D,) tensors fill."""
+    call: Callable[[dict[str, Any]], Any]
+    try:
+        if kind == "module":
+            forward, _, tensors = probe_module(obj, name, kernel_args)
+            if tensors is None:
+                return Seen(why="the module cannot be built here")
+            call, roles = _ModuleCall(obj, name, None, kernel_args), roles_of(forward)
+            taken = tensors
+        else:
+            target = obj.forward if kind == "function" else obj
+            forward = parameters(target, name)[1 if skip_first else 0:]
+            roles = roles_of(forward)
+            slots = _slots(forward, roles, None, kernel_args, name)
+            call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+            taken = set()
+    except KernelLoadError as exc:
+        return Seen(why=str(exc))
+    taken |= {r for p in forward if (r := roles[p.name]) is not None
+              and (r not in _KEPT or p.default is inspect.Parameter.empty)}
+    return probe(call, frozenset(taken))
 
 
 def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
                      kernel_args: dict[str, Any], skip_first: bool = False) -> Recognition:
-    """The op of a Function (``kind="function"``), a callable or a module factory."""
+    """The op of a Function (``kind="function"``), a callable or a module factory: from its
+    parameters, its own names and (unless ``forced``) its forward's output."""
+    seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first)
+    names = _own_names(obj)
     if kind == "module":
-        fwd, marks = probe_module(obj, name, kernel_args)
+        fwd, marks, tensors = probe_module(obj, name, kernel_args)
         stub = inspect.Signature(fwd)
         holder: Callable[..., Any] = lambda *a, **k: None  # noqa: E731
         holder.__signature__ = stub  # type: ignore[attr-defined]
-        return recognise(holder, name, forced, extra=marks)
+        return recognise(holder, name, forced, extra=marks, names=names, seen=seen,
+                         tensors=tensors)
     target = obj.forward if kind == "function" else obj
-    return recognise(target, name, forced, skip_first=skip_first)
+    return recognise(target, name, forced, skip_first=skip_first, names=names, seen=seen)
 
 
 def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]:
@@ -207,37 +256,22 @@ def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]
 
 
 def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
-                   candidates: tuple[Any, ...]) -> Any:
-    """The candidate value of ``option`` whose fp64 reference the kernel's forward matches
-    best, from one call at a small random point (fp64, else fp32, on CPU)."""
-    record = OPS[op]
-    gen = torch.Generator().manual_seed(0)
-    for dtype in (torch.float64, torch.float32):
-        draw = {n: torch.randn(2, _PROBE_D, generator=gen, dtype=torch.float64)
-                for n in (*record.inputs, *(p.name for p in record.params))}
-        inputs = {n: draw[n].to(dtype) for n in record.inputs}
-        params = {p.name: draw[p.name][0].to(dtype) for p in record.params}
-        try:
-            with torch.no_grad():
-                raw = call(_values(op, inputs, params, {"eps": 1e-6}, False))
-        except Exception:  # refused here (a CUDA-only kernel): try the next, else assume
-            continue
-        y = (raw[0] if isinstance(raw, (tuple, list)) else raw).to(torch.float64)
-        p64 = {n: t.to(torch.float64) for n, t in params.items()}
-        i64 = {n: t.to(torch.float64) for n, t in inputs.items()}
-        errors = [float((y - record.reference(i64, p64, {"eps": 1e-6, option: c})[
-            record.outputs[0]]).abs().max()) for c in candidates]
-        return candidates[errors.index(min(errors))]
-    return None
+                   roles: set[str]) -> Any:
+    """The value of ``option`` at which the kernel's forward is closest to its op's fp64
+    reference, from one call at a small random point (:func:`.behaviour.probe`); ``None``
+    where it does not run here."""
+    seen = probe(call, frozenset(roles), (op,))
+    return dict(seen.errors[0][1].options).get(option) if seen.errors else None
 
 
 def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
-           kernel_args: dict[str, Any], params_named: bool
+           kernel_args: dict[str, Any], params_named: bool, seen: dict[str, Any]
            ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
     """The parameters and options of ``op`` the kernel does not take (no parameter fills
     their role), the value each is fixed at (a parameter: ``None``, absent), and one line
     each saying how. A module's required parameters are bound when it is built
-    (``params_named`` false): only an optional one it lacks is absent."""
+    (``params_named`` false: it could not be built here): only an optional one it lacks is
+    absent. ``seen``: the options its output was seen to fix."""
     fixed: list[tuple[str, Any]] = []
     how = []
     for p in OPS[op].params:
@@ -251,11 +285,17 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
             continue
         if option in kernel_args:
             value, why = kernel_args[option], f"given by --kernel-arg {option}"
+        elif option in seen and (option != "group_size" or seen[option] is None):
+            # the output matched one value (kernels/behaviour.py); a group of the probe's
+            # row (8) says nothing of another row's
+            value = seen[option]
+            why = f"the kernel takes no {option} and its output matches {option}={value}"
         elif len(candidates) == 1:
             value = candidates[0]
             why = f"the kernel takes no {option} (run as {option}={value})"
         else:
-            value = _probe_forward(op, call, option, candidates)
+            value = _probe_forward(op, call, option, roles | {
+                p.name for p in OPS[op].params if (p.name, None) not in fixed})
             why = (f"the kernel takes no {option} and its forward matches {option}={value}"
                    if value is not None else
                    f"the kernel takes no {option}; no forward here, so {candidates[0]} assumed")
@@ -270,8 +310,10 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              skip_first: bool = False) -> KernelSpec:
     """A :class:`KernelSpec` of ``rec.op`` whose ``fn`` is an :class:`OpAdapted`."""
     call: Callable[[dict[str, Any]], Any]
+    lacks = frozenset(p.name for p in OPS[rec.op].params
+                      if rec.takes is not None and p.name not in rec.takes)
     if kind == "module":
-        module_call = _ModuleCall(obj, name, rec.op, kernel_args)
+        module_call = _ModuleCall(obj, name, rec.op, kernel_args, lacks)
         call, slots = module_call, module_call.ctor
     else:
         target = obj.forward if kind == "function" else obj
@@ -283,14 +325,20 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         extra = ", ".join(repr(e) for e in sorted(set(kernel_args) - used))
         raise KernelLoadError(f"kernel {name} takes no parameter {extra}")
     zcg, how = _zcg(slots, override)
+    if rec.variant is not None and rec.variant.zcg and len(zcg) == 1 and override is None:
+        zcg, how = frozenset({True}), BUILTIN[:-1] + "; its output)"
     roles = {s.role for s in slots}
     if kind == "module":  # its forward's parameters, its (D,) tensors, may fill a role too
-        forward, marks = probe_module(obj, name, kernel_args)
+        forward, marks, _ = probe_module(obj, name, kernel_args)
         roles |= {r for r in roles_of(forward).values() if r is not None}
-        roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF}
-    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, kind != "module")
+        roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF
+                  and ROLE_OF[m.name.lower()] not in TENSOR_ROLES}
+    roles = (roles - set(lacks)) | (set(rec.takes or ()) if kind == "module" else set())
+    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args,
+                              kind != "module" or rec.takes is not None,
+                              dict(rec.variant.options) if rec.variant else {})
     absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
                       source=source,
                       zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,
-                      fixed_how=fixed_how)
+                      fixed_how=fixed_how, mismatch=rec.mismatch)
