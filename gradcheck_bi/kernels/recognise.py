@@ -187,7 +187,7 @@ def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,
     the note says from what, and the mismatch what else the output matches."""
     basis = [by_params] if len(ops) == 1 or not ops or marked else []
     if by_name is not None and by_name[0] in ops:
-        op, basis = by_name[0], basis + [f"its name ({by_name[1]})"]
+        op, basis = by_name[0], [*basis, f"its name ({by_name[1]})"]
     elif len(ops) == 1:
         op = ops[0]
     else:
