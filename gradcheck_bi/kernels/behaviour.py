@@ -10,7 +10,7 @@ a ``(D,)`` weight); the call decides what is left: which op, whether an optional
 takes drawn at random (a weight away from 1, a bias away from 0), so that any two variants
 differ by O(1) in the output; a variant **matches** when the output is within
 :data:`MATCH` of its reference relative to the reference's largest element (a kernel computing
-in fp32 inside stays ~1e-7 away).
+in fp32 inside stays ~1e-7 away, one in bf16 ~1e-2).
 
 >>> import torch
 >>> seen = probe(lambda v: torch.nn.functional.layer_norm(v["x"], v["shape"], v["weight"],
@@ -34,9 +34,11 @@ import torch
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import first_line
 
-# Within this of a variant's reference (max |y − ref| / max |ref|) the output matches it;
-# two variants of one point differ by O(1) (the mean of 8 N(0,1) values alone is ~0.35).
-MATCH = 1e-3
+# Within this of a variant's reference (max |y − ref| / max |ref|) the output matches it: a
+# few bf16 roundings (a kernel computing in bf16 inside). Any two candidate variants differ
+# by at least 0.155 at the probe's point (measured over every role set: two gated norms with
+# a bias, groups of 4 or the whole row), 7.8 times this.
+MATCH = 2e-2
 PROBE_ROWS, PROBE_D = 3, 8
 _EPS = 1e-5
 

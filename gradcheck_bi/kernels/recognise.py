@@ -144,11 +144,21 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                                if ROLE_OF.get(p.name.lower()) is not None
                                and p.name not in {q.name for q in params}))
     listing = f"({', '.join(p.name for p in params)}{'; ' if named else ''}{', '.join(named)})"
+    required = {ROLE_OF.get(p.name.lower()) for p in every
+                if p.default is inspect.Parameter.empty}
+    # An optional residual or prenorm keeps its default (an RMSNorm with residual=None).
+    taken = {r for p in params if (r := roles[p.name]) is not None
+             and (r not in _KEPT or p.default is inspect.Parameter.empty)}
+    taken |= {r for p in extra or [] if (r := ROLE_OF.get(p.name.lower())) is not None
+              and r not in TENSOR_ROLES} | (tensors or set())
+    unread = not params or (extra is not None and tensors is None)  # not read here
     if forced is not None:
         if forced not in OPS:
             raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
+        bias = {"bias"} & taken & (required | (tensors or set()))  # a required one
         return Recognition(forced, roles_of(params, forced),
-                           f"op {forced} (given by --op) for {what}{listing}")
+                           f"op {forced} (given by --op) for {what}{listing}",
+                           takes=None if unread else frozenset(({"weight"} & taken) | bias))
     chosen, present = _marked(every)
     if len(chosen) > 1:
         raise KernelLoadError(
@@ -160,13 +170,6 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         # a mark among names that say nothing else (f(a, b, c, d)): RMSNorm's rules
         return Recognition(DEFAULT_OP, roles, f"recognised {DEFAULT_OP} from its parameters "
                            f"{listing} (no {', '.join(missing)} for {op.name})")
-    required = {ROLE_OF.get(p.name.lower()) for p in every
-                if p.default is inspect.Parameter.empty}
-    # An optional residual or prenorm keeps its default (an RMSNorm with residual=None).
-    taken = {r for p in params if (r := roles[p.name]) is not None
-             and (r not in _KEPT or p.default is inspect.Parameter.empty)}
-    taken |= {r for p in extra or [] if (r := ROLE_OF.get(p.name.lower())) is not None
-              and r not in TENSOR_ROLES} | (tensors or set())
     why = "; ".join(dict.fromkeys(
         f"{p.name!r} is {ROLE_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
         if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))
@@ -175,7 +178,6 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         f"its parameters {listing}" + (f": {why}" if why and chosen else ""), bool(chosen))
     used = {"bias"} if "bias" in required | (tensors or set()) or (
         variant is not None and variant.bias) else set()
-    unread = not params or (extra is not None and tensors is None)  # not read here
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
                        None if unread else frozenset(({"weight"} & taken)
                                                      | ({"bias"} & taken & used)))
@@ -202,15 +204,15 @@ def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,
     if variant is None and other is not None:
         mismatch = (f"its output matches {other.words}, not {op}: check it as that with "
                     f"--op {other.op}")
+    elif variant is None and seen.errors:
+        mismatch = ("its output at a small random fp64 point matches no known op "
+                    f"({seen.closest})")
     words = variant.words if variant is not None else op
     said = ", ".join(basis[:-1]) + " and " + basis[-1] if len(basis) > 1 else (
         basis[0] if basis else "its parameters")
     note = f"recognised {words} from {said}"
-    if mismatch:
-        note += f"; {mismatch}"
-    elif variant is None and (seen.errors or seen.why):
-        note += ("; its output at a small random fp64 point matches no known op "
-                 f"({seen.closest})" if seen.errors else f"; {seen.closest}")
+    if mismatch or seen.why:
+        note += f"; {mismatch or seen.closest}"
     # RMSNorm is the default reading: no note for a plain one the output confirms.
     quiet = by_name is None and variant is not None and variant.words == DEFAULT_OP
     return op, "" if quiet else note, variant, mismatch
