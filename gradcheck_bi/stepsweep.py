@@ -278,11 +278,14 @@ def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
 
 def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
     """The point of ``spec``'s op where the plot measures ``check``: a gated norm's group is
-    the whole row, normalised before the gate; a layer norm's β is randn (run's defaults)."""
+    the whole row, normalised before the gate; a β the kernel takes is randn (run's
+    defaults)."""
     op = OPS[spec.op]
     cfg = Config(check=check, op=op.name, **fields)
+    takes_bias = spec.family and op.has("bias") and "bias" not in dict(spec.fixed)
     return replace(cfg, group_size=cfg.shape[-1] if op.has("group_size") else None,
-                   norm_before_gate=True if op.has("norm_before_gate") else None)
+                   norm_before_gate=True if op.has("norm_before_gate") else None,
+                   bias="randn" if takes_bias else None)
 
 
 def step_sweep(

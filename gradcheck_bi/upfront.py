@@ -49,8 +49,8 @@ def preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
     """Load the compiled CPU sums up front when this run's full RMSNorm dx checks on CPU
     together reduce enough perturbed elements to repay their start (``fd.reduce.preload``)."""
     work: dict[torch.dtype, int] = {}
-    for spec, cfg, _ in points:
-        if spec.family or (cfg.device, cfg.check, cfg.mode) != ("cpu", "dx", "full"):
+    for _, cfg, _ in points:
+        if (cfg.device, cfg.check, cfg.op, cfg.mode) != ("cpu", "dx", "rms_norm", "full"):
             continue
         dtype = DTYPES.get(cfg.dtype)
         if dtype is not None:

@@ -259,8 +259,9 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
         return _adapt_rms(obj, name, source, args, override, description)
     skip = kind == "function" and _own_forward_has_ctx(obj)
     rec = recognise_kernel(obj, kind, name, forced, args, skip)
+    weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
-            rec.takes == frozenset() and kind != "module"):  # a module with no weight: refused
+            weightless and kind != "module"):  # a module with no weight: refused
         # another op, or an RMSNorm without a weight or with a bias: the family's engine
         return adapt_op(obj, kind, name, source, rec, args, override, description, skip)
     spec = _adapt_rms(obj, name, source, args, override, description)

@@ -202,13 +202,14 @@ def _own_names(obj: Any) -> list[str]:
 
 
 def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
-          skip_first: bool) -> Seen:
+          skip_first: bool, module: tuple[list[inspect.Parameter], set[str] | None]) -> Seen:
     """What the kernel's forward matches (:func:`.behaviour.probe`), called with every role
-    its parameters or (D,) tensors fill."""
+    its parameters or (D,) tensors fill (``module``: a module's forward parameters and
+    tensors' roles, :func:`probe_module`)."""
     call: Callable[[dict[str, Any]], Any]
     try:
         if kind == "module":
-            forward, _, tensors = probe_module(obj, name, kernel_args)
+            forward, tensors = module
             if tensors is None:
                 return Seen(why="the module cannot be built here")
             call, roles = _ModuleCall(obj, name, None, kernel_args), roles_of(forward)
@@ -231,10 +232,11 @@ def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
                      kernel_args: dict[str, Any], skip_first: bool = False) -> Recognition:
     """The op of a Function (``kind="function"``), a callable or a module factory: from its
     parameters, its own names and (unless ``forced``) its forward's output."""
-    seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first)
+    fwd, marks, tensors = (probe_module(obj, name, kernel_args) if kind == "module"
+                           else ([], [], None))
+    seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first, (fwd, tensors))
     names = _own_names(obj)
     if kind == "module":
-        fwd, marks, tensors = probe_module(obj, name, kernel_args)
         stub = inspect.Signature(fwd)
         holder: Callable[..., Any] = lambda *a, **k: None  # noqa: E731
         holder.__signature__ = stub  # type: ignore[attr-defined]

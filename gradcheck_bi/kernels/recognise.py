@@ -155,10 +155,9 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     if forced is not None:
         if forced not in OPS:
             raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
-        bias = {"bias"} & taken & (required | (tensors or set()))  # a required one
         return Recognition(forced, roles_of(params, forced),
                            f"op {forced} (given by --op) for {what}{listing}",
-                           takes=None if unread else frozenset(({"weight"} & taken) | bias))
+                           takes=None if unread else frozenset({"weight", "bias"} & taken))
     chosen, present = _marked(every)
     if len(chosen) > 1:
         raise KernelLoadError(
