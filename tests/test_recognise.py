@@ -193,3 +193,13 @@ def test_plain_rmsnorm_stays_on_its_engine_without_a_note() -> None:
         assert spec.op == "rms_norm" and not spec.family and spec.mismatch == ""
         assert spec.recognised == f"recognised rms_norm from its name ({ref.split(':')[1]})" \
                                   " and its output"
+
+
+def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:
+    """(x, weight, bias, z, eps, group_size, norm_before_gate) used to "fit layer_norm and
+    rms_norm_gated": a bias marks no second op where the gated norm has one."""
+    spec = resolve(f"{VARIANTS}:rmsnorm_fn")
+    assert spec.op == "rms_norm_gated" and spec.fixed == ()
+    assert "dbias" in checks_of(spec) and spec.mismatch == ""
+    results = _run(spec, weights=["randn"], zcg=[False], group_sizes=[8, None])
+    assert {r.group_size for r in results} == {8, 32} and not _failing(results)

@@ -107,9 +107,13 @@ def _marked(every: list[inspect.Parameter]) -> tuple[list[Op], set[str | None]]:
     required = {ROLE_OF.get(p.name.lower()) for p in every
                 if p.default is inspect.Parameter.empty}
     present = {ROLE_OF.get(p.name.lower()) for p in every}
-    return [op for op in OPS.values()
-            if any(m in required for m in op.marks)
-            or any(m in present for m in op.optional_marks)], present
+    chosen = [op for op in OPS.values()
+              if any(m in required for m in op.marks)
+              or any(m in present for m in op.optional_marks)]
+    # A bias marks a norm with a bias: no second op where another marked one has a bias
+    # (mamba's rmsnorm_fn(x, weight, bias, z, eps, group_size, norm_before_gate)).
+    return [op for op in chosen if "bias" not in op.marks
+            or not any(o.has("bias") for o in chosen if o is not op)], present
 
 
 def allowed(chosen: list[Op], roles: set[str]) -> tuple[str, ...]:
