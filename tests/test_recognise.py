@@ -203,3 +203,17 @@ def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:
     assert "dbias" in checks_of(spec) and spec.mismatch == ""
     results = _run(spec, weights=["randn"], zcg=[False], group_sizes=[8, None])
     assert {r.group_size for r in results} == {8, 32} and not _failing(results)
+
+
+@pytest.mark.parametrize("ref, op, basis", [
+    ("tests/kernels/log_softmax.py:LogSoftmax", "log_softmax", "its name (LogSoftmax) and its "
+                                                               "output"),
+    ("tests/kernels/silu_and_mul.py:SiluAndMul", "silu_and_mul", "its name (SiluAndMul) and "
+                                                                 "its output"),
+    ("tests/kernels/swiglu.py:Swiglu", "swiglu", "its name (Swiglu) and its parameters (a, b)"),
+])
+def test_ops_beyond_norms_are_recognised_by_name(ref: str, op: str, basis: str) -> None:
+    spec = resolve(ref)
+    assert (spec.op, spec.recognised) == (op, f"recognised {op} from {basis}")
+    results = _run(spec)
+    assert {r.check for r in results} == set(checks_of(spec)) and not _failing(results)

@@ -162,6 +162,13 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         return Recognition(forced, roles_of(params, forced),
                            f"op {forced} (given by --op) for {what}{listing}",
                            takes=None if unread else frozenset({"weight", "bias"} & taken))
+    by_name = named_op(names or [])
+    if by_name is not None and OPS[by_name[0]].names:  # an op of its own names (swiglu a, b)
+        own = roles_of(params, by_name[0])
+        if set(OPS[by_name[0]].inputs) <= set(own.values()):
+            return Recognition(by_name[0], own, f"recognised {by_name[0]} from its name "
+                               f"({by_name[1]}) and its parameters {listing}",
+                               takes=frozenset())
     chosen, present = _marked(every)
     if len(chosen) > 1:
         raise KernelLoadError(
@@ -177,7 +184,7 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         f"{p.name!r} is {ROLE_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
         if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))
     op_name, note, variant, mismatch = _decide(
-        allowed(chosen, taken), named_op(names or []), seen or Seen(),
+        allowed(chosen, taken), by_name, seen or Seen(),
         f"its parameters {listing}" + (f": {why}" if why and chosen else ""), bool(chosen))
     used = {"bias"} if "bias" in required | (tensors or set()) or (
         variant is not None and variant.bias) else set()
