@@ -44,6 +44,10 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None,
             raise  # the user's Ctrl-C; gradcheck-bi's own bug: exit 4, never the kernel's
         return judge_raised(spec.name, must, cfg, exc)
     result = judge(spec.name, must, cfg, measurement)
+    if spec.mismatch and cfg.check == "forward" and not measurement.passed:
+        # names said one op, the output matches another (kernels/behaviour.py)
+        result.message = f"{result.message}; {spec.mismatch}" if result.message \
+            else spec.mismatch
     if mutations:  # declared by the kernel: a note, never a pass in silence
         note = "declared mutation: " + "; ".join(mutations)
         result.message = f"{result.message}; {note}" if result.message else note

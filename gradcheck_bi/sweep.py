@@ -130,15 +130,18 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
                 weight_scale=wscale, layout=layout, **settings(sweep),
             )
-            if spec.op == "rms_norm":
+            if not spec.family:
                 yield spec, cfg
             else:
                 yield from ((spec, c) for c in op_points(spec, cfg, sweep))
 
 
 def takes(spec: KernelSpec, name: str) -> bool:
-    """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``)."""
-    return OPS[spec.op].has(name) and name not in dict(spec.fixed)
+    """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``; an
+    optional one only where the family's engine calls it: Megatron's ``apply`` has no β)."""
+    op = OPS[spec.op]
+    return (op.has(name) and name not in dict(spec.fixed)
+            and (spec.family or name not in {p.name for p in op.params if p.optional}))
 
 
 def checks_of(spec: KernelSpec) -> tuple[str, ...]:
@@ -217,27 +220,29 @@ def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
             + [f"{spec.name}: {how}" for how in spec.fixed_how if _asking(sweeps, spec)]]
 
 
-def _foreign_checks(sweep: Sweep, op_name: str) -> list[str]:
-    """The checks ``sweep`` names, when not one of them is a check of the op (``dz`` asked of
-    an RMSNorm); otherwise none."""
+def _foreign_checks(sweep: Sweep, has: tuple[str, ...]) -> list[str]:
+    """The checks ``sweep`` names, when not one of them is a check the kernel has (``has``:
+    ``dz`` asked of an RMSNorm); otherwise none."""
     asked = list(sweep.checks or ())
-    return [] if set(asked) & set(OPS[op_name].checks) else asked
+    return [] if set(asked) & set(has) else asked
 
 
-def _checks_absent(checks: list[str], op_name: str) -> str:
-    """Why ``checks`` ran nothing on a kernel of op ``op_name``: they are other ops' checks.
+def _checks_absent(checks: list[str], op_name: str, has: tuple[str, ...]) -> str:
+    """Why ``checks`` ran nothing on a kernel of op ``op_name`` that has the checks ``has``:
+    they are other ops' checks (or of a part it does not take).
 
-    >>> _checks_absent(["dz"], "rms_norm")
+    >>> _checks_absent(["dz"], "rms_norm", ("forward", "dx", "dw", "batch_invariance"))
     "check dz does not apply to rms_norm, whose gradients are dx, dw (dz is rms_norm_gated's)"
     """
     op = OPS[op_name]
-    owners = {c: " or ".join(f"{o.name}'s" for o in OPS.values() if c in o.checks)
-              for c in checks}
+    owners = {c: " or ".join(f"{o.name}'s" for o in OPS.values()
+                             if c in o.checks and o.name != op_name) for c in checks}
     which = (f"check {checks[0]} does" if len(checks) == 1
              else f"checks {', '.join(checks)} do")
     whose = ", ".join(f"{c} is {o}" for c, o in owners.items() if o)
     return (f"{which} not apply to {op.name}, whose gradients are "
-            f"{', '.join(op.gradient_checks)}" + (f" ({whose})" if whose else ""))
+            f"{', '.join(c for c in op.gradient_checks if c in has)}"
+            + (f" ({whose})" if whose else ""))
 
 
 def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
@@ -252,8 +257,8 @@ def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
         if spec.name in ran:
             continue
         asked = _asking(sweeps, spec)
-        foreign = [_foreign_checks(s, spec.op) for s in asked]
-        whys = [_checks_absent(f, spec.op) for f in foreign if f]
+        foreign = [_foreign_checks(s, checks_of(spec)) for s in asked]
+        whys = [_checks_absent(f, spec.op, checks_of(spec)) for f in foreign if f]
         # A zcg setting explains only the sweeps whose checks the kernel has.
         rest = [s for s, f in zip(asked, foreign, strict=True) if not f]
         whys += [spec.why_not(z) for z in _dropped_zcg(rest, spec)]

@@ -27,9 +27,9 @@ def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
     parameter check of the family by :func:`fd.check_budget`, an input check of the family
     (one perturbed column of every row per call) by :func:`fd.coloured.check_input_budget`."""
     seen: set[tuple[Any, ...]] = set()
-    for _, cfg, _ in points:
-        key = (cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions, cfg.stencil,
-               cfg.max_memory)
+    for spec, cfg, _ in points:
+        key = (spec.family, cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions,
+               cfg.stencil, cfg.max_memory)
         name = OPS[cfg.op].gradient_checks.get(cfg.check)
         if name is None or key in seen:
             continue
@@ -37,7 +37,7 @@ def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
         # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
         fd_dtype = torch.float64 if cfg.dtype in HALF_DTYPES else DTYPES[cfg.dtype]
         shape = tuple(cfg.shape)
-        if cfg.op != "rms_norm" and name in OPS[cfg.op].inputs:
+        if spec.family and name in OPS[cfg.op].inputs:
             check_input_budget(shape, fd_dtype, cfg.max_memory)
             continue
         if cfg.mode == "directional" and cfg.check == "dx":  # a stacked row per direction

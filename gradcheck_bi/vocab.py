@@ -60,6 +60,14 @@ class KernelLoadError(Exception):
     """A kernel reference could not be resolved or loaded (exit code 2)."""
 
 
+def family_engine(op: str, fn: Any) -> bool:
+    """Whether a kernel of ``op`` is checked by the family's engine (``checks/family``, a
+    kernel behind ``call(inputs, params, options, zcg)``): every op's, but an RMSNorm called
+    as Megatron's ``apply(x, weight, eps, zcg)``, which RMSNorm's own engine checks (its
+    variants without a weight or with a bias have no ``apply``)."""
+    return op != "rms_norm" or not callable(getattr(fn, "apply", None))
+
+
 @dataclass(frozen=True)
 class Config:
     """One point of a sweep: what to check, where, on which data, judged how."""
@@ -164,7 +172,8 @@ class Result:
         d = asdict(self)
         del d["trace"]
         extra = {k: d.pop(k) for k in OP_FIELDS}
-        if extra["op"] != "rms_norm":
+        if extra["op"] != "rms_norm" or any(v is not None for v in extra.values()
+                                            if v != "rms_norm"):  # an RMSNorm with a β
             d = _with_op_fields(d, extra)
         for key in ("max_abs_err", "tolerance"):
             v = d[key]
@@ -238,6 +247,14 @@ class KernelSpec:
     # The ``kernel_args`` it was resolved with (--kernel-arg, --op): a worker process
     # reloads the kernel from ``ref`` with these, whatever its sweep carries.
     loaded_with: tuple[tuple[str, Any], ...] = ()
+    # Where its output matched another op than the one it is checked as (a kernel named
+    # RMSNorm that subtracts the mean): the words a failed forward adds (kernels/behaviour.py).
+    mismatch: str = ""
+
+    @property
+    def family(self) -> bool:
+        """Checked by the family's engine (:func:`family_engine`)."""
+        return family_engine(self.op, self.fn)
 
     @property
     def ref(self) -> str:

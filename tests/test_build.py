@@ -55,7 +55,7 @@ def test_a_weightless_norm_is_built_and_run_without_weight(attr: str, eps: float
     assert spec.zcg == {False}
     assert any("weight absent" in how for how in spec.fixed_how), spec.fixed_how
     x = torch.randn(3, 16, dtype=torch.float64)
-    y = spec.fn.apply(x, torch.randn(16, dtype=torch.float64), 1e-6, False)
+    y = spec.fn.call({"x": x}, {}, {"eps": 1e-6}, False)
     want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     assert torch.allclose(y, want, rtol=0, atol=1e-15), (y - want).abs().max()
     results = weightless_results(f"{BUILT}:{attr}", "fp64")
@@ -198,7 +198,9 @@ def test_real_weightless_norms_build_and_pass_at_fp32(module: str, cls: str) -> 
     ("bamba", "BambaRMSNormGated", (), {4, 16}),
     ("mamba2", "MambaRMSNormGated", (), {4, 16}),
     ("falcon_h1", "FalconH1RMSNormGated", (), {4, 16}),
-    ("cpmant", "CpmAntLayerNorm", (), {None}),
+    # Named a LayerNorm, computes an RMS norm: read by its name it fails, its message naming
+    # rms_norm (tests/test_recognise.py); built from its config and checked as rms_norm here.
+    ("cpmant", "CpmAntLayerNorm", ("--op", "rms_norm"), {None}),
     ("olmo", "OlmoLayerNorm", ("--op", "layer_norm"), {None}),
 ])
 def test_real_modules_the_tool_builds_pass(capsys: pytest.CaptureFixture[str], module: str,

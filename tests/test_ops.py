@@ -203,9 +203,11 @@ def test_json_keys_of_an_op_result_and_none_for_rmsnorm(capsys: pytest.CaptureFi
 def test_recognised_from_parameter_names(attr: str, op: str) -> None:
     spec = resolve(f"{SHAPES}:{attr}")
     assert spec.op == op, spec.recognised
-    # RMSNorm is the default reading: no note unless --op said so.
+    # A marked op says so from its parameters; an RMSNorm from its own name and output
+    # (this one adds its bias=None when given one: checked with its bias).
     assert spec.recognised.startswith(f"recognised {op} from its parameters") if op != \
-        "rms_norm" else spec.recognised == ""
+        "rms_norm" else spec.recognised == ("recognised rms_norm with a bias from its name "
+                                            "(rms_with_optional) and its output")
     results = run(Sweep(kernels=[], targets=[("cpu", "fp64")], shapes=[(2, 16)],
                         weights=["randn"], zcg=[False]), [spec])
     assert results and all(r.status == "pass" for r in results), [

@@ -28,7 +28,7 @@ from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.checks.forward import check_forward
 from gradcheck_bi.checks.gradients import check_dw, check_dx
 from gradcheck_bi.ops import OPS
-from gradcheck_bi.vocab import Config, Measurement, Unsupported
+from gradcheck_bi.vocab import Config, Measurement, Unsupported, family_engine
 
 CHECK_FUNCTIONS: dict[str, Callable[[Any, Config], Measurement]] = {
     "forward": check_forward,
@@ -60,7 +60,7 @@ def run_check(fn: Any, cfg: Config) -> Measurement:
     """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("--device cuda asked for, but no CUDA GPU is visible here")
-    if cfg.op != "rms_norm":
+    if family_engine(cfg.op, fn):
         return run_op_check(fn, cfg)
     return CHECK_FUNCTIONS[cfg.check](fn, cfg)
 

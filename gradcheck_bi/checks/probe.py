@@ -96,7 +96,7 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
                      bias=at.bias)
         phase.now("forward (probe)")
         with torch.no_grad():
-            if spec.op != "rms_norm":  # the family's other ops: one call with every input
+            if spec.family:  # the family's engine: one call with every input
                 p = make_point(cfg)
                 spec.fn.call(p.inputs, p.params, p.options, min(spec.zcg))
             else:

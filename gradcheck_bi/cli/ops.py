@@ -21,15 +21,22 @@ def _marked_by(op: Op) -> str:
 
 
 def rules() -> str:
-    """How a kernel's op is read from its parameter names, from each op's marks."""
-    marked = "; ".join(f"{_marked_by(op)} → {op.name}" for op in OPS.values() if op.marks)
-    unmarked = [op.name for op in OPS.values() if not op.marks and op.name != DEFAULT_OP]
-    only = f" ({', '.join(unmarked)}: by --op only)" if unmarked else ""
+    """How a kernel's op is read: its parameter names (each op's marks), then its own name,
+    then its output (kernels/recognise.py)."""
+    marked = "; ".join(f"{_marked_by(op)} → {op.name}" for op in OPS.values()
+                       if op.marks and "bias" not in op.marks)
+    biased = " or ".join(op.name + (" with a bias" if op.param("bias").optional else "")
+                         for op in OPS.values() if op.has("bias") and not op.has("z")
+                         and not op.inputs[1:])
     return "\n".join(_wrap(
-        f"A kernel's op is read from its parameter names: {marked}; none of these → "
-        f"{DEFAULT_OP}. An optional parameter the op does not need (bias=None, "
-        f"residual=None, prenorm=False) keeps its default. --op NAME says the op "
-        f"instead{only}.", "", "")) + "\n"
+        f"A kernel's op is read from its parameter names: {marked}; a required bias → a "
+        f"norm with one ({biased}). Among the ops they leave, the kernel's own name (its "
+        f"function's or class's: layer_norm, rms, gated, add_rms, log_softmax, swiglu, "
+        f"silu_and_mul) decides, else one call of its forward against each op's fp64 "
+        f"reference, which also finds the variant (no weight, a bias, γ = 1 + w, a gated "
+        f"norm's fixed groups and gate order); none of these → {DEFAULT_OP}. An optional "
+        f"residual=None or prenorm=False keeps its default. --op NAME says the op "
+        f"instead.", "", "")) + "\n"
 
 
 def _wrap(text: str, first: str, rest: str) -> list[str]:

@@ -115,6 +115,9 @@ def parse_kernel_arg(text: str) -> tuple[str, Any]:
     name = name.strip()
     if not sep or not name.isidentifier():
         raise UsageError(f"--kernel-arg {text!r}: expected name=value, e.g. casting_mode=gemma")
+    python = {"True": True, "False": False, "None": None}  # as a Python user types them
+    if value.strip() in python:
+        return name, python[value.strip()]
     try:
         return name, tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:

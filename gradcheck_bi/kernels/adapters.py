@@ -255,12 +255,14 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     skip = kind == "function" and _own_forward_has_ctx(obj)
     builder = Builder(obj, name, args) if kind == "module" else None
     rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
-    if rec.op != "rms_norm" or (builder is not None and builder.weightless):
+    weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
+    if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
+            builder is not None and builder.weightless) or (weightless and kind != "module"):
+        # another op, or an RMSNorm without a weight or with a bias: the family's engine
         return adapt_op(builder or obj, kind, name, source, rec, args, override, description,
                         skip)
     spec = _adapt_rms(builder or obj, name, source, args, override, description)
-    # RMSNorm is the default reading: a note only when --op said so.
-    return replace(spec, recognised=rec.note) if forced is not None else spec
+    return replace(spec, recognised=rec.note, mismatch=rec.mismatch)
 
 
 def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override: str | None,

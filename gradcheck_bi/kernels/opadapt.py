@@ -26,16 +26,16 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.behaviour import Seen, probe
 from gradcheck_bi.kernels.build import PROBE_D, Builder, probe_values
-from gradcheck_bi.kernels.recognise import Recognition, recognise, roles_of
+from gradcheck_bi.kernels.recognise import _KEPT, Recognition, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, fill, parameters
 from gradcheck_bi.ops import OPS
-from gradcheck_bi.ops.names import ROLE_OF, TENSOR_ROLES
+from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
 ABSENT = "absent (γ = w)"
 BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
-_PROBE_D = PROBE_D
 
 
 def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: dict[str, Any],
@@ -49,12 +49,19 @@ def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: di
             "prenorm": OPS[op].prenorm, "none": None}
 
 
-def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str,
-           kernel_args: dict[str, Any], what: str) -> list[Slot]:
-    """A slot per parameter: its role for ``op``, its default, a kernel arg, or ``None``."""
+def _needed(op: str | None) -> set[str]:
+    """The roles a call of ``op`` fills (``None``: every role, for the behaviour probe)."""
+    if op is None:
+        return set(ROLE_NAMES)
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    needed |= set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
+    return needed | set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
+
+
+def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str | None,
+           kernel_args: dict[str, Any], what: str) -> list[Slot]:
+    """A slot per parameter: its role for ``op``, its default, a kernel arg, or ``None``."""
+    needed = _needed(op)
     out = []
     for p in params:
         role = roles.get(p.name)
@@ -62,7 +69,8 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
         keyword = p.kind is inspect.Parameter.KEYWORD_ONLY
         if p.name in kernel_args:
             role = "arg"
-        elif role not in needed:
+        elif role not in needed or (op is None and role in _KEPT
+                                    and p.default is not inspect.Parameter.empty):
             if p.default is not inspect.Parameter.empty:
                 role = "default"
             elif role in TENSOR_ROLES:
@@ -102,10 +110,11 @@ class _ModuleCall:
     """An nn.Module class or factory (:class:`~.build.Builder`), built per point, its (D,)
     parameters bound by name; ``absent``: the op's parameters it is known not to have."""
 
-    def __init__(self, builder: Builder, op: str) -> None:
+    def __init__(self, builder: Builder, op: str | None,
+                 absent: frozenset[str] = frozenset()) -> None:
         self.builder, self.name, self.op = builder, builder.name, op
         self.ctor, self.kernel_args = builder.slots, builder.kernel_args
-        self.absent: frozenset[str] = frozenset()
+        self.absent = absent  # the op's parameters the module does not have
         self._forward: dict[int, tuple[torch.nn.Module, dict[str, str], list[Slot]]] = {}
 
     def build(self, values: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, str], list[Slot]]:
@@ -113,8 +122,9 @@ class _ModuleCall:
         known = self._forward.get(id(module))
         if known is None or known[0] is not module:
             tensors = module_tensors(module, values["size"])
-            missing = [p.name for p in OPS[self.op].params
-                       if p.name not in tensors and not p.optional and p.name not in self.absent]
+            missing = [p.name for p in (OPS[self.op].params if self.op else ())
+                       if p.name not in tensors and not p.optional
+                       and p.name not in self.absent]
             if missing:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
@@ -147,42 +157,78 @@ class OpAdapted:
                               f"asked of this kernel: zero_centered_gamma is {self.how}")
         return self._call(_values(self.op, inputs, params, options, zcg))
 
-    def apply(self, x: torch.Tensor, w: torch.Tensor, eps: float, zcg: bool) -> Any:
-        """Megatron's ``apply``, for RMSNorm's engine: an rms_norm (one without its weight
-        ignores ``w``, which the sweep holds at γ = ones)."""
-        return self.call({"x": x}, {"weight": w}, {"eps": eps}, zcg)
 
-
-def probe_module(builder: Builder) -> tuple[list[inspect.Parameter], list[inspect.Parameter]]:
-    """``(forward's parameters, extra marks)`` of a module as built when loaded (on CPU at a
-    small D): its constructor's parameters and one required parameter per (D,) weight or
-    bias."""
+def probe_module(builder: Builder
+                 ) -> tuple[list[inspect.Parameter], list[inspect.Parameter], set[str] | None]:
+    """``(forward's parameters, extra marks, its (D,) tensors' roles)`` of a module as built
+    when loaded (on CPU at a small D): the marks are its constructor's parameters and one
+    required parameter per (D,) weight or bias; the roles ``None`` where it cannot be built
+    here (a CUDA-only module: the class is read alone)."""
     ctor = parameters(builder.factory, builder.name)
+    tensors: dict[str, str] | None = None
     if builder.probe is not None:
         fwd = parameters(builder.probe.forward, f"{builder.name}.forward")
         tensors = module_tensors(builder.probe, PROBE_D)
-    else:  # not buildable here (a CUDA-only module): read the class alone
+    else:
         fwd = parameters(getattr(builder.factory, "forward", builder.factory), builder.name)[1:]
-        tensors = {}
     marks = [inspect.Parameter(attr.rsplit(".", 1)[-1], inspect.Parameter.KEYWORD_ONLY)
-             for attr in tensors.values()] + ctor
+             for attr in (tensors or {}).values()] + ctor
     if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor):  # in its config, or fixed
         marks.append(inspect.Parameter("eps", inspect.Parameter.KEYWORD_ONLY, default=None))
-    return fwd, marks
+    return fwd, marks, None if tensors is None else set(tensors)
+
+
+def _own_names(obj: Any) -> list[str]:
+    """The kernel's own names: its class's or function's (a partial's function's)."""
+    inner = getattr(obj, "factory", obj) if isinstance(obj, Builder) else obj
+    inner = getattr(inner, "func", inner)
+    return [n for n in (getattr(inner, "__name__", ""), getattr(inner, "__qualname__", ""))
+            if n]
+
+
+def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
+          skip_first: bool, module: tuple[list[inspect.Parameter], set[str] | None]) -> Seen:
+    """What the kernel's forward matches (:func:`.behaviour.probe`), called with every role
+    its parameters or (D,) tensors fill (``module``: a module's forward parameters and
+    tensors' roles, :func:`probe_module`)."""
+    call: Callable[[dict[str, Any]], Any]
+    try:
+        if kind == "module":
+            forward, tensors = module
+            if tensors is None:
+                return Seen(why="the module cannot be built here")
+            call, roles = _ModuleCall(obj, None), roles_of(forward)
+            taken = tensors
+        else:
+            target = obj.forward if kind == "function" else obj
+            forward = parameters(target, name)[1 if skip_first else 0:]
+            roles = roles_of(forward)
+            slots = _slots(forward, roles, None, kernel_args, name)
+            call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+            taken = set()
+    except KernelLoadError as exc:
+        return Seen(why=str(exc))
+    taken |= {r for p in forward if (r := roles[p.name]) is not None
+              and (r not in _KEPT or p.default is inspect.Parameter.empty)}
+    return probe(call, frozenset(taken))
 
 
 def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
                      kernel_args: dict[str, Any], skip_first: bool = False) -> Recognition:
     """The op of a Function (``kind="function"``), a callable or a module (a
-    :class:`~.build.Builder`)."""
+    :class:`~.build.Builder`): from its parameters, its own names and (unless ``forced``)
+    its forward's output."""
+    fwd, marks, tensors = probe_module(obj) if kind == "module" else ([], [], None)
+    seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first, (fwd, tensors))
+    names = _own_names(obj)
     if kind == "module":
-        fwd, marks = probe_module(obj)
         stub = inspect.Signature(fwd)
         holder: Callable[..., Any] = lambda *a, **k: None  # noqa: E731
         holder.__signature__ = stub  # type: ignore[attr-defined]
-        return recognise(holder, name, forced, extra=marks)
+        return recognise(holder, name, forced, extra=marks, names=names, seen=seen,
+                         tensors=tensors)
     target = obj.forward if kind == "function" else obj
-    return recognise(target, name, forced, skip_first=skip_first)
+    return recognise(target, name, forced, skip_first=skip_first, names=names, seen=seen)
 
 
 def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]:
@@ -197,37 +243,22 @@ def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]
 
 
 def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
-                   candidates: tuple[Any, ...]) -> Any:
-    """The candidate value of ``option`` whose fp64 reference the kernel's forward matches
-    best, from one call at a small random point (fp64, else fp32, on CPU)."""
-    record = OPS[op]
-    gen = torch.Generator().manual_seed(0)
-    for dtype in (torch.float64, torch.float32):
-        draw = {n: torch.randn(2, _PROBE_D, generator=gen, dtype=torch.float64)
-                for n in (*record.inputs, *(p.name for p in record.params))}
-        inputs = {n: draw[n].to(dtype) for n in record.inputs}
-        params = {p.name: draw[p.name][0].to(dtype) for p in record.params}
-        try:
-            with torch.no_grad():
-                raw = call(_values(op, inputs, params, {"eps": 1e-6}, False))
-        except Exception:  # refused here (a CUDA-only kernel): try the next, else assume
-            continue
-        y = (raw[0] if isinstance(raw, (tuple, list)) else raw).to(torch.float64)
-        p64 = {n: t.to(torch.float64) for n, t in params.items()}
-        i64 = {n: t.to(torch.float64) for n, t in inputs.items()}
-        errors = [float((y - record.reference(i64, p64, {"eps": 1e-6, option: c})[
-            record.outputs[0]]).abs().max()) for c in candidates]
-        return candidates[errors.index(min(errors))]
-    return None
+                   roles: set[str]) -> Any:
+    """The value of ``option`` at which the kernel's forward is closest to its op's fp64
+    reference, from one call at a small random point (:func:`.behaviour.probe`); ``None``
+    where it does not run here."""
+    seen = probe(call, frozenset(roles), (op,))
+    return dict(seen.errors[0][1].options).get(option) if seen.errors else None
 
 
 def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
-           kernel_args: dict[str, Any], params_named: bool
+           kernel_args: dict[str, Any], params_named: bool, seen: dict[str, Any]
            ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
     """The parameters and options of ``op`` the kernel does not take (no parameter fills
     their role), the value each is fixed at (a parameter: ``None``, absent), and one line
     each saying how. A module's required parameters are bound when it is built
-    (``params_named`` false): only an optional one it lacks is absent."""
+    (``params_named`` false: it could not be built here): only an optional one it lacks is
+    absent. ``seen``: the options its output was seen to fix."""
     fixed: list[tuple[str, Any]] = []
     how = []
     for p in OPS[op].params:
@@ -241,11 +272,17 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
             continue
         if option in kernel_args:
             value, why = kernel_args[option], f"given by --kernel-arg {option}"
+        elif option in seen and (option != "group_size" or seen[option] is None):
+            # the output matched one value (kernels/behaviour.py); a group of the probe's
+            # row (8) says nothing of another row's
+            value = seen[option]
+            why = f"the kernel takes no {option} and its output matches {option}={value}"
         elif len(candidates) == 1:
             value = candidates[0]
             why = f"the kernel takes no {option} (run as {option}={value})"
         else:
-            value = _probe_forward(op, call, option, candidates)
+            value = _probe_forward(op, call, option, roles | {
+                p.name for p in OPS[op].params if (p.name, None) not in fixed})
             why = (f"the kernel takes no {option} and its forward matches {option}={value}"
                    if value is not None else
                    f"the kernel takes no {option}; no forward here, so {candidates[0]} assumed")
@@ -267,8 +304,10 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              skip_first: bool = False) -> KernelSpec:
     """A :class:`KernelSpec` of ``rec.op`` whose ``fn`` is an :class:`OpAdapted`."""
     call: Callable[[dict[str, Any]], Any]
+    lacks = frozenset(p.name for p in OPS[rec.op].params
+                      if rec.takes is not None and p.name not in rec.takes)
     if kind == "module":
-        module_call = _ModuleCall(obj, rec.op)
+        module_call = _ModuleCall(obj, rec.op, lacks)
         call, slots = module_call, module_call.ctor
     else:
         target = obj.forward if kind == "function" else obj
@@ -280,25 +319,30 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         extra = ", ".join(repr(e) for e in sorted(set(kernel_args) - used))
         raise KernelLoadError(f"kernel {name} takes no parameter {extra}")
     zcg, how = _zcg(slots, override)
+    if rec.variant is not None and rec.variant.zcg and len(zcg) == 1 and override is None:
+        zcg, how = frozenset({True}), BUILTIN[:-1] + "; its output)"
     roles = {s.role for s in slots}
     named = kind != "module"
     if kind == "module":  # its forward's parameters, its (D,) tensors, may fill a role too
-        forward, marks = probe_module(obj)
+        forward, marks, _ = probe_module(obj)
         roles |= {r for r in roles_of(forward).values() if r is not None}
-        roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF}
+        roles |= {ROLE_OF[m.name.lower()] for m in marks if m.name.lower() in ROLE_OF
+                  and ROLE_OF[m.name.lower()] not in TENSOR_ROLES}
         roles |= {"group_size"} if "n_groups" in roles else set()  # D / group size
         # Built here with every (D,) parameter named: what it lacks, it does not take.
-        named = obj.probe is not None and len(module_tensors(obj.probe, PROBE_D)) == len(
-            obj.tensors(obj.probe, PROBE_D))
-    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, named)
+        named = rec.takes is not None and obj.probe is not None and len(
+            module_tensors(obj.probe, PROBE_D)) == len(obj.tensors(obj.probe, PROBE_D))
+    roles = (roles - set(lacks)) | (set(rec.takes or ()) if kind == "module" else set())
+    fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, named,
+                              dict(rec.variant.options) if rec.variant else {})
     if kind == "module":
         own, own_how = obj.fixed()
         fixed, fixed_how = fixed + own, fixed_how + own_how
     absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable and n != "eps")
     if kind == "module":
-        module_call.absent = absent
+        module_call.absent = module_call.absent | absent
         _check_built(module_call)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
                       source=source,
                       zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,
-                      fixed_how=fixed_how)
+                      fixed_how=fixed_how, mismatch=rec.mismatch)

@@ -1,19 +1,24 @@
-"""Which op a kernel computes, read from its parameter names (:mod:`gradcheck_bi.ops.names`).
+"""Which op a kernel computes, and which variant: read from everything the kernel shows.
 
-The roles a kernel's parameters fill decide the op (each op's ``marks``,
-:mod:`gradcheck_bi.ops`):
+Three things are read, in this order of authority:
 
-* a required ``residual`` (residual, R, res) → ``fused_add_rms_norm``;
-* a required ``bias`` (bias, B, b, beta) → ``layer_norm``;
-* a ``z`` (z, gate) that is required, or comes with ``group_size`` / ``norm_before_gate``
-  → ``rms_norm_gated``;
-* none of these → ``rms_norm``.
+* its **parameters** (:mod:`gradcheck_bi.ops.names`): a required ``residual`` (residual, R,
+  res) → ``fused_add_rms_norm``; a ``z`` (z, gate) that is required, or comes with
+  ``group_size`` / ``norm_before_gate`` → ``rms_norm_gated``; a required ``bias`` → a norm
+  with a bias (``layer_norm``, or an RMSNorm with a bias); a weight → an op with one. They
+  decide which ops the kernel **may** compute (:func:`allowed`); two ops marked at once is a
+  :class:`KernelLoadError` naming the parameters (exit 2);
+* its **own names** (the function's or class's, then its module's; ``OP_WORDS``): among the
+  ops allowed, the one its name says (``CohereLayerNorm`` → layer_norm);
+* its **output** (:mod:`.behaviour`): one forward call at a small random fp64 point, which
+  decides what the names leave open (RMSNorm or LayerNorm; a bias used or not; γ or 1 + γ;
+  the groups and gate order of a gated norm without those parameters).
 
-An optional parameter the op does not need (``bias=None`` on an RMSNorm function,
-``residual=None``, ``prenorm=False``) selects nothing: it keeps its default. Two ops selected
-at once is a :class:`KernelLoadError` naming the parameters (exit 2); an op whose other
-roles are missing (``f(a, b, c, d)``: ``b`` alone says bias) is left to RMSNorm's rules,
-which name what they cannot fill. ``--op NAME`` (``forced``) decides instead.
+A wrong op is never explained away: where the names decide one op and the output matches
+another (an ``RMSNorm`` whose forward subtracts the mean), the kernel is checked as the named
+op, and :attr:`Recognition.mismatch` says what its output matches and how to check it as that
+(``--op layer_norm``), for its failed forward to say. An output matching no known op is one
+line of the note. ``--op NAME`` (``forced``) decides instead, read from the names alone.
 
 >>> def fused(X, R, W, eps=1e-6): ...
 >>> r = recognise(fused, "fused")
@@ -26,15 +31,18 @@ which name what they cannot fill. ``--op NAME`` (``forced``) decides instead.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gradcheck_bi.ops import DEFAULT_OP, OPS
-from gradcheck_bi.ops.names import ROLE_OF, ROLE_WORDS
+from gradcheck_bi.kernels.behaviour import Seen, Variant
+from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
+from gradcheck_bi.ops.names import OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+_KEPT = ("residual", "prenorm")  # roles an optional parameter keeps its default for
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,13 @@ class Recognition:
     op: str
     roles: dict[str, str | None]
     note: str
+    # The variant its output matched (its weight, bias, γ or 1 + γ, fixed options), if any.
+    variant: Variant | None = None
+    # Where the output matches another op than ``op``: what a failed forward adds.
+    mismatch: str = ""
+    # The op's parameters (weight, bias) the kernel takes: a parameter of that role, a bias
+    # only where required or its output uses it; ``None`` where that was not read (--op).
+    takes: frozenset[str] | None = None
 
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
@@ -67,13 +82,64 @@ def roles_of(params: list[inspect.Parameter], op: str | None = None
     return roles
 
 
+def snake(name: str) -> str:
+    """``CohereLayerNorm`` → ``cohere_layer_norm``, ``RMSNorm`` → ``rms_norm``.
+
+    >>> snake("Qwen3NextRMSNormGated"), snake("fused_add_rms_norm")
+    ('qwen3_next_rms_norm_gated', 'fused_add_rms_norm')
+    """
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
+    return re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
+
+
+def named_op(names: list[str]) -> tuple[str, str] | None:
+    """``(op, the name that says it)`` from the first of ``names`` whose words name an op."""
+    for name in names:
+        for pattern, op in OP_WORDS:
+            if re.search(pattern, snake(name)):
+                return op, name
+    return None
+
+
+def _marked(every: list[inspect.Parameter]) -> tuple[list[Op], set[str | None]]:
+    """The ops whose marks the parameters carry, and the roles present."""
+    required = {ROLE_OF.get(p.name.lower()) for p in every
+                if p.default is inspect.Parameter.empty}
+    present = {ROLE_OF.get(p.name.lower()) for p in every}
+    chosen = [op for op in OPS.values()
+              if any(m in required for m in op.marks)
+              or any(m in present for m in op.optional_marks)]
+    # A bias marks a norm with a bias: no second op where another marked one has a bias
+    # (mamba's rmsnorm_fn(x, weight, bias, z, eps, group_size, norm_before_gate)).
+    return [op for op in chosen if "bias" not in op.marks
+            or not any(o.has("bias") for o in chosen if o is not op)], present
+
+
+def allowed(chosen: list[Op], roles: set[str]) -> tuple[str, ...]:
+    """The ops a kernel taking ``roles`` may compute, its marked op first: all its inputs
+    taken, a weight where it takes one, eps where it takes one; a bias mark allows any norm
+    with a bias (an RMSNorm's is optional)."""
+    if chosen and "bias" not in chosen[0].marks:
+        return (chosen[0].name,)
+    fits = [op.name for op in OPS.values() if set(op.inputs) <= roles
+            and (op.has("weight") or "weight" not in roles)
+            and (op.has("eps") or "eps" not in roles)
+            and (op.has("bias") or not chosen)]
+    first = [chosen[0].name] if chosen else [n for n in fits if n == DEFAULT_OP]
+    return tuple(dict.fromkeys(first + fits))
+
+
 def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
               extra: list[inspect.Parameter] | None = None,
-              skip_first: bool = False) -> Recognition:
-    """The op ``fn`` computes (``forced`` if given), from its parameters' names.
+              skip_first: bool = False, names: list[str] | None = None,
+              seen: Seen | None = None, tensors: set[str] | None = None) -> Recognition:
+    """The op ``fn`` computes (``forced`` if given), from its parameters' names, then its
+    own ``names`` and what its forward was ``seen`` to match (:mod:`.behaviour`).
 
     ``extra``: more parameters that mark the op (a module constructor's ``group_size``);
-    ``skip_first`` drops ``ctx`` from an autograd Function's ``forward``.
+    ``skip_first`` drops ``ctx`` from an autograd Function's ``forward``; ``tensors``: a
+    module's (D,) parameters by role, where it could be built.
     """
     params = _params(fn, skip_first)
     roles = roles_of(params)
@@ -82,31 +148,81 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                                if ROLE_OF.get(p.name.lower()) is not None
                                and p.name not in {q.name for q in params}))
     listing = f"({', '.join(p.name for p in params)}{'; ' if named else ''}{', '.join(named)})"
+    required = {ROLE_OF.get(p.name.lower()) for p in every
+                if p.default is inspect.Parameter.empty}
+    # An optional residual or prenorm keeps its default (an RMSNorm with residual=None).
+    taken = {r for p in params if (r := roles[p.name]) is not None
+             and (r not in _KEPT or p.default is inspect.Parameter.empty)}
+    taken |= {r for p in extra or [] if (r := ROLE_OF.get(p.name.lower())) is not None
+              and r not in TENSOR_ROLES} | (tensors or set())
+    unread = not params or (extra is not None and tensors is None)  # not read here
     if forced is not None:
         if forced not in OPS:
             raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
         return Recognition(forced, roles_of(params, forced),
-                           f"op {forced} (given by --op) for {what}{listing}")
-    required = {ROLE_OF.get(p.name.lower()) for p in every
-                if p.default is inspect.Parameter.empty}
-    present = {ROLE_OF.get(p.name.lower()) for p in every}
-    chosen = [op for op in OPS.values()
-              if any(m in required for m in op.marks) or any(m in present
-                                                            for m in op.optional_marks)]
+                           f"op {forced} (given by --op) for {what}{listing}",
+                           takes=None if unread else frozenset({"weight", "bias"} & taken))
+    by_name = named_op(names or [])
+    if by_name is not None and OPS[by_name[0]].names:  # an op of its own names (swiglu a, b)
+        own = roles_of(params, by_name[0])
+        if set(OPS[by_name[0]].inputs) <= set(own.values()):
+            return Recognition(by_name[0], own, f"recognised {by_name[0]} from its name "
+                               f"({by_name[1]}) and its parameters {listing}",
+                               takes=frozenset())
+    chosen, present = _marked(every)
     if len(chosen) > 1:
         raise KernelLoadError(
             f"kernel {what}{listing}: its parameters fit {' and '.join(o.name for o in chosen)}"
             f"; say which with --op NAME (`gradcheck-bi ops` lists the ops)")
     op = chosen[0] if chosen else OPS[DEFAULT_OP]
-    if op.name == DEFAULT_OP:
-        return Recognition(op.name, roles, f"recognised {op.name} from its parameters "
-                           f"{listing}")
     missing = [r for r in op.needs if r not in present and r not in roles.values()]
+    if op.name != DEFAULT_OP and missing:
+        # a mark among names that say nothing else (f(a, b, c, d)): RMSNorm's rules
+        return Recognition(DEFAULT_OP, roles, f"recognised {DEFAULT_OP} from its parameters "
+                           f"{listing} (no {', '.join(missing)} for {op.name})")
     why = "; ".join(dict.fromkeys(
         f"{p.name!r} is {ROLE_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
         if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))
-    if missing:  # a mark among names that say nothing else (f(a, b, c, d)): RMSNorm's rules
-        return Recognition(DEFAULT_OP, roles, f"recognised {DEFAULT_OP} from its parameters "
-                           f"{listing} (no {', '.join(missing)} for {op.name})")
-    return Recognition(op.name, roles,
-                       f"recognised {op.name} from its parameters {listing}: {why}")
+    op_name, note, variant, mismatch = _decide(
+        allowed(chosen, taken), by_name, seen or Seen(),
+        f"its parameters {listing}" + (f": {why}" if why and chosen else ""), bool(chosen))
+    used = {"bias"} if "bias" in required | (tensors or set()) or (
+        variant is not None and variant.bias) else set()
+    return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
+                       None if unread else frozenset(({"weight"} & taken)
+                                                     | ({"bias"} & taken & used)))
+
+
+def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,
+            by_params: str, marked: bool) -> tuple[str, str, Variant | None, str]:
+    """The op among ``ops`` its name says, else the one its output matches, else the first;
+    the note says from what, and the mismatch what else the output matches."""
+    basis = [by_params] if len(ops) == 1 or not ops or marked else []
+    if by_name is not None and by_name[0] in ops:
+        op, basis = by_name[0], [*basis, f"its name ({by_name[1]})"]
+    elif len(ops) == 1:
+        op = ops[0]
+    else:
+        found = next((v for v in (seen.match(o) for o in ops) if v is not None), None)
+        op = found.op if found is not None else (ops[0] if ops else DEFAULT_OP)
+        basis = basis if found is not None else [by_params]
+    variant = seen.match(op)
+    if variant is not None:
+        basis.append("its output")
+    other = seen.match()
+    mismatch = ""
+    if variant is None and other is not None:
+        mismatch = (f"its output matches {other.words}, not {op}: check it as that with "
+                    f"--op {other.op}")
+    elif variant is None and seen.errors:
+        mismatch = ("its output at a small random fp64 point matches no known op "
+                    f"({seen.closest})")
+    words = variant.words if variant is not None else op
+    said = ", ".join(basis[:-1]) + " and " + basis[-1] if len(basis) > 1 else (
+        basis[0] if basis else "its parameters")
+    note = f"recognised {words} from {said}"
+    if mismatch or seen.why:
+        note += f"; {mismatch or seen.closest}"
+    # RMSNorm is the default reading: no note for a plain one the output confirms.
+    quiet = by_name is None and variant is not None and variant.words == DEFAULT_OP
+    return op, "" if quiet else note, variant, mismatch

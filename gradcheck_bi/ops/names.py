@@ -30,6 +30,19 @@ ROLE_NAMES: dict[str, tuple[str, ...]] = {
 ROLE_WORDS = {"residual": "a residual", "bias": "a bias", "z": "a gate",
               "group_size": "a group size", "norm_before_gate": "norm_before_gate"}
 ROLE_OF: dict[str, str] = {n: role for role, names in ROLE_NAMES.items() for n in names}
+# Words of a kernel's own names (its function's or class's, then its module's), in
+# snake_case (``CohereLayerNorm`` → ``cohere_layer_norm``), that say which op it computes;
+# the first pattern that matches names it. "rms" alone says only RMSNorm-like: a gated or
+# fused norm is one too, and its parameters say so first (kernels/recognise.py).
+OP_WORDS: tuple[tuple[str, str], ...] = (
+    (r"(^|_)gated(_|$)|(^|_)gate_?norm", "rms_norm_gated"),
+    (r"(^|_)(fused_)?add_rms|rms_?norm_add|(^|_)skip_rms", "fused_add_rms_norm"),
+    (r"layer_?norm", "layer_norm"),
+    (r"log_?softmax", "log_softmax"),
+    (r"silu_?and_?mul", "silu_and_mul"),
+    (r"swi_?glu", "swiglu"),
+    (r"(^|_)rms", "rms_norm"),
+)
 # Roles filled with a tensor shaped like x or (D,): what a module's forward or a call takes.
 TENSOR_ROLES = ("x", "residual", "z", "weight", "bias")
 

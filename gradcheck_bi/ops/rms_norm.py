@@ -1,8 +1,12 @@
-"""``rms_norm``: ``y = x · rsqrt(mean(x²) + eps) · γ`` over the last axis.
+"""``rms_norm``: ``y = x · rsqrt(mean(x²) + eps) · γ (+ β)`` over the last axis.
 
-Checked by RMSNorm's own engine (:mod:`gradcheck_bi.checks`), which reads its reference
-here; the functions below describe it to the family's engine as well (the statistic over
-the row; RMSNorm's rounding models).
+A kernel ``(x, weight, eps)`` is checked by RMSNorm's own engine (:mod:`gradcheck_bi.checks`),
+which reads its reference here; the functions below describe the op to the family's engine
+as well (the statistic over the row; RMSNorm's rounding models), which checks the variants:
+no weight ``(x, eps)``, or a bias ``(x, weight, bias, eps)`` (optional: a kernel without one
+has no β axis). The forward's bound is RMSNorm's with no further rounding for β: a correct
+kernel adding β in its compute dtype and rounding once passes it in fp32, fp16 and bf16
+(tests/kernels/variants.py).
 
 >>> import torch
 >>> x = torch.tensor([[3.0, 4.0]], dtype=torch.float64)
@@ -17,11 +21,12 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.norms import rms, row_length
-from gradcheck_bi.ops.record import WEIGHT, Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
 
 
 def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
-    return {"y": rms(inputs["x"], options["eps"]) * params["weight"]}
+    y = rms(inputs["x"], options["eps"]) * params["weight"]
+    return {"y": y + params["bias"] if "bias" in params else y}
 
 
 def step_scale(point: Point, name: str) -> torch.Tensor:
@@ -41,6 +46,6 @@ def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
 
 OP = Op(
     "rms_norm", "y = x · rsqrt(mean(x²) + eps) · γ",
-    inputs=("x",), params=(WEIGHT,), options=("eps",), outputs=("y",),
+    inputs=("x",), params=(WEIGHT, OPTIONAL_BIAS), options=("eps",), outputs=("y",),
     reference=reference, step_scale=step_scale, input_rounding=input_rounding,
     input_magnitude=input_magnitude, needs=("x", "weight", "eps"))

@@ -174,9 +174,9 @@ class Table:
         if not self.weighted:
             return f"{self.op} · " + (UNWEIGHTED_FORWARD_TITLE if self.check == "forward"
                                       else OP_CHECK_TITLES[self.check])
-        if self.op != "rms_norm":
-            return f"{self.op} · {OP_CHECK_TITLES[self.check]} · {zcg}"
         titles = HALF_CHECK_TITLES if self.half else CHECK_TITLES
+        if self.op != "rms_norm" or self.check not in titles:  # an RMSNorm's dbias too
+            return f"{self.op} · {OP_CHECK_TITLES[self.check]} · {zcg}"
         return f"{titles[self.check]} · {zcg}"
 
     @property

@@ -5,8 +5,8 @@ docs/mutants.md (between its ``ops-mutants`` markers).
     PYTHONPATH=. python tests/mutants/ops/make_table.py ls01 sw02   # those rows only
 
 Each mutant is run as a user would: ``gradcheck-bi run --case cases/family.toml --kernel
-tests/mutants/ops/X.py:Mutant`` (no --op: recognised from its parameters; ``--op`` for the
-ops beyond norms, not yet recognised by name), and must exit 1.
+tests/mutants/ops/X.py:Mutant`` (no --op: recognised from its parameters and output; ``--op``
+for the ops beyond norms, whose mutants' names say nothing), and must exit 1.
 """
 
 from __future__ import annotations

@@ -1,0 +1,175 @@
+"""What a kernel's forward computes: one call at a small random fp64 point, compared with the
+fp64 reference of every op and variant its parameters allow.
+
+A **variant** (:class:`Variant`) is an op (:mod:`gradcheck_bi.ops`) with its optional parts
+decided: a weight or none, a bias or none, ``γ = w`` or ``γ = 1 + w`` (zero-centred, built
+in), and the options the kernel fixes instead of taking (the gated norm's group size and gate
+order). The parts a kernel has are facts of its signature or its module (a ``bias`` parameter,
+a ``(D,)`` weight); the call decides what is left: which op, whether an optional bias is used,
+γ or 1 + γ, which groups and gate order. The probe is one call with every tensor the kernel
+takes drawn at random (a weight away from 1, a bias away from 0), so that any two variants
+differ by O(1) in the output; a variant **matches** when the output is within
+:data:`MATCH` of its reference relative to the reference's largest element (a kernel computing
+in fp32 inside stays ~1e-7 away, one in bf16 ~1e-2).
+
+>>> import torch
+>>> seen = probe(lambda v: torch.nn.functional.layer_norm(v["x"], v["shape"], v["weight"],
+...                                                       v["bias"], v["eps"]),
+...              frozenset({"x", "weight", "bias"}))
+>>> seen.match().words
+'layer_norm'
+>>> seen.match("rms_norm") is None
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradcheck_bi.ops import OPS
+from gradcheck_bi.vocab import first_line
+
+# Within this of a variant's reference (max |y − ref| / max |ref|) the output matches it: a
+# few bf16 roundings (a kernel computing in bf16 inside). Any two candidate variants differ
+# by at least 0.155 at the probe's point (measured over every role set: two gated norms with
+# a bias, groups of 4 or the whole row), 7.8 times this.
+MATCH = 2e-2
+PROBE_ROWS, PROBE_D = 3, 8
+_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An op with its optional parts decided (``options``: the values it fixes)."""
+
+    op: str
+    weight: bool = True
+    bias: bool = False
+    zcg: bool = False  # computes with γ = 1 + w
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def words(self) -> str:
+        """``layer_norm without bias``, ``rms_norm with a bias, γ = 1 + w``, …"""
+        op = OPS[self.op]
+        parts = []
+        if op.has("weight") and not self.weight:
+            parts.append("without weight")
+        if op.has("bias") and self.bias != (not op.param("bias").optional):
+            parts.append("with a bias" if self.bias else "without bias")
+        if self.zcg:
+            parts.append("γ = 1 + w")
+        options = dict(self.options)
+        if options.get("group_size") is not None:
+            parts.append(f"groups of {options['group_size']}")
+        if options.get("norm_before_gate") is False:
+            parts.append("gate before the norm")
+        return self.op + (" " + ", ".join(parts) if parts else "")
+
+    def reference(self, drawn: dict[str, torch.Tensor], d: int) -> torch.Tensor:
+        """Its fp64 output at the drawn tensors (its first output)."""
+        op = OPS[self.op]
+        params = {}
+        if op.has("weight"):
+            w = drawn["weight"] if self.weight else torch.ones_like(drawn["weight"])
+            params["weight"] = w + 1 if self.zcg and self.weight else w
+        if op.has("bias") and (self.bias or not op.param("bias").optional):
+            params["bias"] = drawn["bias"] if self.bias else torch.zeros_like(drawn["bias"])
+        options = {"eps": _EPS, "group_size": None, "norm_before_gate": True,
+                   **dict(self.options)}
+        return op.reference({n: drawn[n] for n in op.inputs}, params, options)[op.outputs[0]]
+
+
+def _groups(d: int) -> tuple[int | None, ...]:
+    return (None, *(g for g in range(2, d) if d % g == 0))
+
+
+def candidates(roles: frozenset[str], ops: tuple[str, ...] | None = None,
+               d: int = PROBE_D) -> list[Variant]:
+    """Every variant of ``ops`` (all by default) that a kernel taking ``roles`` may compute:
+    its inputs among them, a weight exactly where it takes one; a bias it takes used or not;
+    γ or 1 + γ unless a zcg keyword or offset says; each value of an option it does not
+    take."""
+    out = []
+    for op in (OPS[n] for n in ops or tuple(OPS)):
+        if not set(op.inputs) <= roles:
+            continue
+        weight = op.has("weight") and "weight" in roles
+        biases = (False, True) if op.has("bias") and "bias" in roles else (False,)
+        zcgs = (False, True) if weight and not {"zcg", "offset"} & roles else (False,)
+        fixed = [[(name, v) for v in (_groups(d) if name == "group_size" else values)]
+                 for name, values in op.fixable.items() if name not in roles]
+        for bias, zcg, *options in itertools.product(biases, zcgs, *fixed):
+            out.append(Variant(op.name, weight, bias, zcg, tuple(options)))
+    return out
+
+
+def drawn_values(dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
+    """The probe's point: every tensor role drawn (seeded), the options the kernel may take
+    at what the variants assume (eps 1e-5, group = the row, norm before the gate, zcg off)."""
+    gen = torch.Generator().manual_seed(1234)
+    shape = (PROBE_ROWS, PROBE_D)
+    t = {n: torch.randn(shape, generator=gen, dtype=torch.float64)
+         for n in ("x", "residual", "z")}
+    t["weight"] = 0.5 + torch.rand(PROBE_D, generator=gen, dtype=torch.float64)
+    t["bias"] = torch.randn(PROBE_D, generator=gen, dtype=torch.float64)
+    cast = {n: v.to(device=device, dtype=dtype) for n, v in t.items()}
+    return {**cast, "fp64": t, "eps": _EPS, "zcg": False, "offset": 0.0, "shape": (PROBE_D,),
+            "size": PROBE_D, "device": torch.device(device), "dtype": dtype,
+            "group_size": PROBE_D, "norm_before_gate": True, "prenorm": True, "none": None}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the forward matched: ``errors`` per candidate variant, closest first; ``why``
+    when it could not run here."""
+
+    errors: tuple[tuple[float, Variant], ...] = ()
+    why: str = ""
+
+    def match(self, op: str | None = None) -> Variant | None:
+        """The closest variant (of ``op``) the output matches, if any."""
+        return next((v for e, v in self.errors if e <= MATCH and op in (None, v.op)), None)
+
+    @property
+    def closest(self) -> str:
+        """``rms_norm (max relative error 0.41)``: the nearest variant, for a line saying
+        nothing matched."""
+        if not self.errors:
+            return f"its forward did not run here ({self.why})" if self.why else ""
+        e, v = self.errors[0]
+        return f"closest: {v.words}, max relative error {e:.2g}"
+
+
+def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
+          ops: tuple[str, ...] | None = None) -> Seen:
+    """Call ``run(values)`` once (fp64 on CPU; else fp32, else fp32 on CUDA) and compare its
+    first output with every :func:`candidates` variant's reference."""
+    why = ""
+    targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
+    targets += [(torch.float32, "cuda")] if torch.cuda.is_available() else []
+    for dtype, device in targets:
+        values = drawn_values(dtype, device)
+        try:
+            with torch.no_grad():
+                raw = run(values)
+            y = (raw[0] if isinstance(raw, (tuple, list)) else raw)
+            y = y.detach().to(device="cpu", dtype=torch.float64)
+        except Exception as exc:  # refused here (a CUDA-only kernel): the next, else say why
+            why = first_line(exc)
+            continue
+        errors = []
+        for v in candidates(roles, ops):
+            ref = v.reference(values["fp64"], PROBE_D)
+            if ref.shape != y.shape:
+                continue
+            scale = float(ref.abs().max()) or 1.0
+            err = float((y - ref).abs().max()) / scale
+            errors.append((err if err == err else float("inf"), v))
+        return Seen(tuple(sorted(errors, key=lambda ev: ev[0])))
+    return Seen(why=why)
