@@ -198,7 +198,7 @@ def test_training_forward_must_equal_the_checked_one(fn: type) -> None:
     assert not m.passed
     assert m.message.startswith("forward with grad enabled differs from forward under "
                                 "no_grad in "), m.message
-    assert "of 192 elements (max |Δ|" in m.message, m.message
+    assert "of 192 elements of y (max |Δ|" in m.message, m.message
     # The no_grad forward alone is right: the error against the reference stays tiny.
     assert m.max_abs_err <= m.tolerance, (m.max_abs_err, m.tolerance)
     assert run_check(FN["after"], Config(check="forward", shape=(3, 64))).passed

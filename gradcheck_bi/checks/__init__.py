@@ -27,6 +27,7 @@ from gradcheck_bi.checks.batch_invariance import batch_sizes, check_batch_invari
 from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.checks.forward import check_forward
 from gradcheck_bi.checks.gradients import check_dw, check_dx
+from gradcheck_bi.kernels.opadapt import as_op_kernel
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
@@ -60,9 +61,7 @@ def run_check(fn: Any, cfg: Config) -> Measurement:
     """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("--device cuda asked for, but no CUDA GPU is visible here")
-    if cfg.op != "rms_norm":
-        return run_op_check(fn, cfg)
-    return CHECK_FUNCTIONS[cfg.check](fn, cfg)
+    return run_op_check(as_op_kernel(fn), cfg)
 
 
 __all__ = [

@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels import phase
+from gradcheck_bi.kernels.opadapt import as_op_kernel
 from gradcheck_bi.kernels.trace import stops_the_run
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported, first_line
@@ -96,12 +96,8 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
                      bias=at.bias)
         phase.now("forward (probe)")
         with torch.no_grad():
-            if spec.op != "rms_norm":  # the family's other ops: one call with every input
-                p = make_point(cfg)
-                spec.fn.call(p.inputs, p.params, p.options, min(spec.zcg))
-            else:
-                x, w, _ = make_inputs(cfg)
-                spec.fn.apply(x, w, 1e-6, min(spec.zcg))  # zcg off, unless only on is run
+            p = make_point(cfg)  # zcg off, unless only on is run
+            as_op_kernel(spec.fn).call(p.inputs, p.params, p.options, min(spec.zcg))
     except Unsupported as exc:  # e.g. a user kernel whose module could not be imported here
         return str(exc)
     except BaseException as exc:  # a kernel may raise anything; only a refusal decides here

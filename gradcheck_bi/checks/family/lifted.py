@@ -53,7 +53,7 @@ from gradcheck_bi.kernels.opcall import op_grads
 from gradcheck_bi.tolerance.family import kernel_magnitude, kernel_sigma
 from gradcheck_bi.tolerance.half import U_COMPUTE
 from gradcheck_bi.tolerance.summation import combined_floor, dw_sigma
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 Tensors = dict[str, torch.Tensor]
 
@@ -112,6 +112,10 @@ def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str
 def check_op_gradient_lifted(fn: Any, cfg: Config) -> Measurement:
     """``cfg.check`` of ``cfg.op`` in bf16/fp16, against the kernel's own forward lifted to
     fp64 / fp32 (see the module)."""
+    if cfg.mode != "full":
+        raise Unsupported(
+            f"the {cfg.dtype} gradient check compares every element with a lifted reference; "
+            "--mode directional is for fp32/fp64")
     point = make_point(cfg)
     name = point.op.gradient_checks[cfg.check]
     outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
