@@ -22,8 +22,7 @@ Steps go by powers of two: each row's step is rounded to one anyway, so finer sa
 would only repeat points.
 
 Each gradient is measured by the engine ``run`` measures it with
-(:func:`gradcheck_bi.checks.at_step.gradient`): RMSNorm's
-(:mod:`gradcheck_bi.checks.gradients`) or the family's (:mod:`gradcheck_bi.checks.family`),
+(:func:`gradcheck_bi.checks.at_step.gradient`, :mod:`gradcheck_bi.checks.family.gradients`),
 on the same point, so a curve's point at ``run_step_rel`` is the error ``run`` reports.
 
 Numbers only here; :mod:`gradcheck_bi.report.plot` draws them (PNG or plain text).

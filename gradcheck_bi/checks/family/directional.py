@@ -24,7 +24,7 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads
-from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale, step_rel_of
+from gradcheck_bi.checks.family.verdict import fd_verdict, rounding_scale, step_rel_of
 from gradcheck_bi.fd.step import input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.kernels.reduction import row_sum

@@ -18,6 +18,7 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.checks._measure import bitwise_diff, locate, measured_per_element, nonfinite
+from gradcheck_bi.checks.family.lift import LIFT_NAMES
 from gradcheck_bi.checks.family.point import (
     OpPoint,
     lifted_point,
@@ -26,7 +27,6 @@ from gradcheck_bi.checks.family.point import (
     returns_y_alone,
     stored,
 )
-from gradcheck_bi.checks.lifted import LIFT_NAMES
 from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.half import (
@@ -174,6 +174,7 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
             label = other
             m, audit = _audit(y, r, compute_bound(point, name, r, U_C), cfg)
         details[f"max_ulp_{name}"] = audit.max_ulp
+        details[f"mean_signed_ulp_{name}"] = audit.mean_signed_ulp
         details[f"not_correctly_rounded_{name}"] = audit.frac_not_correctly_rounded
         details[f"diagnosis_{name}"] = lowp.classify(audit)
         if audit.n_ties:

@@ -27,7 +27,7 @@ from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.directional import check_directional
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
-from gradcheck_bi.checks.gradients import fd_verdict, rounding_scale, step_rel_of
+from gradcheck_bi.checks.family.verdict import fd_verdict, rounding_scale, step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.opcall import op_forward, op_grads
