@@ -54,6 +54,11 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
     names = OPS[op].outputs
     shape = (*x.shape[:-1], OPS[op].out_width(x.shape[-1]))
     items = list(raw) if isinstance(raw, (tuple, list)) else [raw]
+    if isinstance(raw, (tuple, list)) and len(names) == 1:
+        raise TypeError(f"forward returned {type(raw).__name__}, expected a tensor")
+    if len(items) > len(names):
+        raise TypeError(f"forward returned {len(items)} values, expected at most "
+                        f"{len(names)} ({', '.join(names)})")
     if not items:
         raise TypeError("forward returned an empty tuple, expected y")
     out: Tensors = {}
