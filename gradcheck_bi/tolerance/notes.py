@@ -67,11 +67,12 @@ def _half_gradient(name: str) -> str:
 # The forward of every output, each element's fp32 arithmetic added to its threshold
 # (gradcheck_bi.checks.family.forward).
 HALF_FORWARD = (
-    "ulps of the output dtype at the element shown (the JSON keeps absolute units); pass: "
+    "ulps of the output dtype at the exact value of the element shown (0 or subnormal: at "
+    "|y|, at least the smallest normal's ulp; the JSON keeps absolute units); pass: "
     f"every element of every output within {MAX_ULP_THRESHOLD} ulp + its fp32 arithmetic "
     "(the statistic, the op's extra roundings, β, the mean), at most "
     f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; the fused add's "
-    "y against x + residual as computed or as stored")
+    "y against x + residual as computed or as stored; " + BY_CONSTRUCTION)
 HALF_NOTES = {
     "forward": HALF_FORWARD,
     "dx": _half_gradient("dx"),
