@@ -35,16 +35,15 @@ def _setup(threads: int | None) -> None:
 
 def measure_ours(shape: tuple[int, ...], dtype: str = "fp64", checks: str = "dx,dw",
                  mode: str = "full") -> dict[str, Any]:
-    from gradcheck_bi.checks import check_dw, check_dx
+    from gradcheck_bi.checks import run_check
     from gradcheck_bi.kernels.rmsnorm import After
     from gradcheck_bi.vocab import Config
 
-    fns = {"dx": check_dx, "dw": check_dw}
     out: dict[str, Any] = {"shape": list(shape), "dtype": dtype}
     t0, c0 = time.perf_counter(), time.process_time()
     for name in checks.split(","):
         t = time.perf_counter()
-        m = fns[name](After, Config(check=name, shape=shape, dtype=dtype, mode=mode))
+        m = run_check(After, Config(check=name, shape=shape, dtype=dtype, mode=mode))
         out[name] = {"seconds": time.perf_counter() - t, "passed": m.passed,
                      "max_abs_err": m.max_abs_err, "tolerance": m.tolerance,
                      "forward_calls": m.details.get("forward_calls")}
@@ -159,14 +158,14 @@ def chunk_parts() -> dict[str, Any]:
 
 
 def noise_table() -> dict[str, Any]:
-    from gradcheck_bi.checks import check_dx
+    from gradcheck_bi.checks import run_check
     from gradcheck_bi.kernels.rmsnorm import After, Before
     from gradcheck_bi.vocab import Config
 
     rows = {}
     for dtype in ("fp64", "fp32"):
-        after = check_dx(After, Config(check="dx", dtype=dtype))
-        before = {w: check_dx(Before, Config(check="dx", dtype=dtype, control=w))
+        after = run_check(After, Config(check="dx", dtype=dtype))
+        before = {w: run_check(Before, Config(check="dx", dtype=dtype, control=w))
                   for w in ("randn", "ones")}
         # Largest error anywhere and largest floor (the verdict itself is per element).
         err = {w: m.details["max_abs_err_any"] for w, m in before.items()}

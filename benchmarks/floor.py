@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd, inputs
-from gradcheck_bi.checks import check_dw, check_dx
+from gradcheck_bi.checks import run_check
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.rmsnorm import After
 from gradcheck_bi.vocab import DTYPES, Config
@@ -118,7 +118,7 @@ def full_check(shape: tuple[int, int], dtype: str, device: str) -> Callable[[], 
 
     def run() -> tuple[bool, bool]:
         inputs.forget_draws()
-        return check_dx(After, cfg["dx"]).passed, check_dw(After, cfg["dw"]).passed
+        return run_check(After, cfg["dx"]).passed, run_check(After, cfg["dw"]).passed
 
     return run
 

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/lowp_forward_table.py [--device cpu|cuda]
 
-Runs the forward check (gradcheck_bi.checks.forward, the ulp audit of gradcheck_bi.lowp) on
+Runs the forward check (gradcheck_bi.checks.family.forward, the ulp audit of gradcheck_bi.lowp) on
 two correct single-rounding kernels (`after`, tests/independent/rmsnorm_ref.py) and on the
 three forward mutants that round twice (tests/mutants/m31-m33), over bf16/fp16 × D ∈ {64,
 256, 1000, 4096} × 5 seeds × γ ∈ {randn, randn·100, ones} × zcg off/on. Prints, per kernel
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 import catalog  # noqa: E402
 
-from gradcheck_bi.checks.forward import check_forward  # noqa: E402
+from gradcheck_bi.checks import run_check  # noqa: E402
 from gradcheck_bi.kernels.rmsnorm import After  # noqa: E402
 from gradcheck_bi.vocab import Config  # noqa: E402
 
@@ -50,14 +50,14 @@ def main() -> int:
             for d, seed, (control, scale), zcg in itertools.product(
                     WIDTHS, range(5), GAMMAS, (False, True)):
                 shape = (max(1, 16384 // d), d)
-                m = check_forward(fn, Config(check="forward", device=args.device, dtype=dtype,
+                m = run_check(fn, Config(check="forward", device=args.device, dtype=dtype,
                                              shape=shape, seed=seed, control=control,
                                              weight_scale=scale, zero_centered_gamma=zcg))
                 n += 1
                 passed += m.passed
-                frac = max(frac, m.details["not_correctly_rounded"])
-                ulp = max(ulp, m.max_abs_err)
-                bias = max(bias, abs(m.details["mean_signed_ulp"]))
+                frac = max(frac, m.details["not_correctly_rounded_y"])
+                ulp = max(ulp, m.details["max_ulp_y"])
+                bias = max(bias, abs(m.details["mean_signed_ulp_y"]))
             print(f"| {name} | {dtype} | {n} | {passed} | {frac:.3g} | {ulp:.4g} | {bias:.3g} |")
     return 0
 

@@ -107,13 +107,16 @@ def gpu_sized(elements: int | None) -> Iterator[None]:
 
     users = [m for m in (budget, chunks, coloured, estimate) if hasattr(m, "ladder_base")]
     saved = budget.CPU_CHUNK_ELEMENTS, [m.ladder_base for m in users]
+    caps = coloured.CPU_CHUNK_ELEMENTS, coloured.MAX_ELEMENTS  # the input checks' calls
     budget.CPU_CHUNK_ELEMENTS = elements
+    coloured.CPU_CHUNK_ELEMENTS = coloured.MAX_ELEMENTS = elements  # type: ignore[misc]
     for m in users:
         m.ladder_base = lambda device: 8  # type: ignore[attr-defined]
     try:
         yield
     finally:
         budget.CPU_CHUNK_ELEMENTS = saved[0]
+        coloured.CPU_CHUNK_ELEMENTS, coloured.MAX_ELEMENTS = caps  # type: ignore[misc]
         for m, f in zip(users, saved[1], strict=True):
             m.ladder_base = f  # type: ignore[attr-defined]
 

@@ -22,8 +22,7 @@ Steps go by powers of two: each row's step is rounded to one anyway, so finer sa
 would only repeat points.
 
 Each gradient is measured by the engine ``run`` measures it with
-(:func:`gradcheck_bi.checks.at_step.gradient`): RMSNorm's
-(:mod:`gradcheck_bi.checks.gradients`) or the family's (:mod:`gradcheck_bi.checks.family`),
+(:func:`gradcheck_bi.checks.at_step.gradient`, :mod:`gradcheck_bi.checks.family.gradients`),
 on the same point, so a curve's point at ``run_step_rel`` is the error ``run`` reports.
 
 Numbers only here; :mod:`gradcheck_bi.report.plot` draws them (PNG or plain text).
@@ -280,7 +279,7 @@ def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
     """The point of ``spec``'s op where the plot measures ``check``: a gated norm's group is
     the whole row, normalised before the gate; a β it takes randn (run's defaults)."""
     op, cfg = OPS[spec.op], Config(check=check, op=spec.op, **fields)
-    bias = "randn" if spec.family and op.has("bias") and "bias" not in dict(spec.fixed) else None
+    bias = "randn" if spec.by_roles and op.has("bias") and "bias" not in dict(spec.fixed) else None
     return replace(cfg, group_size=cfg.shape[-1] if op.has("group_size") else None,
                    norm_before_gate=True if op.has("norm_before_gate") else None, bias=bias)
 

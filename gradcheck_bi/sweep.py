@@ -130,7 +130,7 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
                 weight_scale=wscale, layout=layout, **settings(sweep),
             )
-            if not spec.family:
+            if not spec.by_roles:
                 yield spec, cfg
             else:
                 yield from ((spec, c) for c in op_points(spec, cfg, sweep))
@@ -141,7 +141,7 @@ def takes(spec: KernelSpec, name: str) -> bool:
     optional one only where the family's engine calls it: Megatron's ``apply`` has no β)."""
     op = OPS[spec.op]
     return (op.has(name) and name not in dict(spec.fixed)
-            and (spec.family or name not in {p.name for p in op.params if p.optional}))
+            and (spec.by_roles or name not in {p.name for p in op.params if p.optional}))
 
 
 def checks_of(spec: KernelSpec) -> tuple[str, ...]:

@@ -27,9 +27,9 @@ def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
     parameter check of the family by :func:`fd.check_budget`, an input check of the family
     (one perturbed column of every row per call) by :func:`fd.coloured.check_input_budget`."""
     seen: set[tuple[Any, ...]] = set()
-    for spec, cfg, _ in points:
-        key = (spec.family, cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions,
-               cfg.stencil, cfg.max_memory)
+    for _, cfg, _ in points:
+        key = (cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions, cfg.stencil,
+               cfg.max_memory)
         name = OPS[cfg.op].gradient_checks.get(cfg.check)
         if name is None or key in seen:
             continue
@@ -37,25 +37,28 @@ def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
         # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
         fd_dtype = torch.float64 if cfg.dtype in HALF_DTYPES else DTYPES[cfg.dtype]
         shape = tuple(cfg.shape)
-        if spec.family and name in OPS[cfg.op].inputs:
+        if cfg.mode == "directional" and name in OPS[cfg.op].inputs:  # a row per direction
+            shape = (cfg.directions, *shape)
+        elif name in OPS[cfg.op].inputs:
             check_input_budget(shape, fd_dtype, cfg.max_memory)
             continue
-        if cfg.mode == "directional" and cfg.check == "dx":  # a stacked row per direction
-            shape = (cfg.directions, *shape)
         fd.check_budget(shape, fd.STENCILS[cfg.stencil], fd_dtype, cfg.max_memory)
 
 
 def preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
-    """Load the compiled CPU sums up front when this run's full RMSNorm dx checks on CPU
-    together reduce enough perturbed elements to repay their start (``fd.reduce.preload``)."""
+    """Load the compiled CPU sums up front when this run's full input-gradient checks on CPU
+    together reduce enough perturbed elements to repay their start (``fd.reduce.preload``):
+    every level of every column of every row, each reaching the row of every output."""
     work: dict[torch.dtype, int] = {}
     for _, cfg, _ in points:
-        if (cfg.device, cfg.check, cfg.op, cfg.mode) != ("cpu", "dx", "rms_norm", "full"):
+        op = OPS[cfg.op]
+        if (cfg.device != "cpu" or cfg.mode != "full"
+                or op.gradient_checks.get(cfg.check) not in op.inputs):
             continue
         dtype = DTYPES.get(cfg.dtype)
         if dtype is not None:
             d = cfg.shape[-1]
             rows = math.prod(cfg.shape[:-1])
-            points_per_column = fd.STENCILS[cfg.stencil].points
-            work[dtype] = work.get(dtype, 0) + points_per_column * d * rows * d
+            levels = 2 * len(fd.LEVELS)
+            work[dtype] = work.get(dtype, 0) + levels * d * rows * d * len(op.outputs)
     fd.reduce.preload(work)

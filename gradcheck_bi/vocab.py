@@ -60,11 +60,11 @@ class KernelLoadError(Exception):
     """A kernel reference could not be resolved or loaded (exit code 2)."""
 
 
-def family_engine(op: str, fn: Any) -> bool:
-    """Whether a kernel of ``op`` is checked by the family's engine (``checks/family``, a
-    kernel behind ``call(inputs, params, options, zcg)``): every op's, but an RMSNorm called
-    as Megatron's ``apply(x, weight, eps, zcg)``, which RMSNorm's own engine checks (its
-    variants without a weight or with a bias have no ``apply``)."""
+def by_roles(op: str, fn: Any) -> bool:
+    """Whether a kernel of ``op`` is called with every role of its op by name (an
+    ``OpAdapted``: optional parts such as β as it takes them), not as Megatron's
+    ``apply(x, weight, eps, zcg)`` (an RMSNorm with a weight and no bias; every check wraps
+    it, :func:`gradcheck_bi.kernels.opadapt.as_op_kernel`)."""
     return op != "rms_norm" or not callable(getattr(fn, "apply", None))
 
 
@@ -252,9 +252,9 @@ class KernelSpec:
     mismatch: str = ""
 
     @property
-    def family(self) -> bool:
-        """Checked by the family's engine (:func:`family_engine`)."""
-        return family_engine(self.op, self.fn)
+    def by_roles(self) -> bool:
+        """Called with every role of its op by name (:func:`by_roles`)."""
+        return by_roles(self.op, self.fn)
 
     @property
     def ref(self) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.family.gradients import check_op_gradient
-from gradcheck_bi.checks.gradients import check_dw, check_dx
 from gradcheck_bi.fd.refine import REFINE, refine_elements
 from gradcheck_bi.fd.weight import weight_shape
 from gradcheck_bi.kernels.loader import load
@@ -59,7 +59,7 @@ def test_weight_shape_reads_linear_elementwise_and_inside_the_norm() -> None:
 
 @pytest.mark.parametrize("control", ["randn", "ones"])
 def test_relu_after_rmsnorm_passes_with_its_kinks_counted(control: str) -> None:
-    m = check_dx(_fn("ReluRMSNorm"), Config(check="dx", control=control))
+    m = run_check(_fn("ReluRMSNorm"), Config(check="dx", control=control))
     assert m.passed, _explain(m)
     assert m.details["not_differentiable"] > 0, m.details
     assert "not differentiable within ±4h" in m.message, m.message
@@ -68,14 +68,14 @@ def test_relu_after_rmsnorm_passes_with_its_kinks_counted(control: str) -> None:
 
 @pytest.mark.parametrize("control", ["randn", "ones"])
 def test_a_defect_away_from_the_kinks_still_fails(control: str) -> None:
-    m = check_dx(_fn("ReluRMSNormDefect"), Config(check="dx", control=control))
+    m = run_check(_fn("ReluRMSNormDefect"), Config(check="dx", control=control))
     assert not m.passed, _explain(m)
     assert m.max_abs_err > 1e6 * m.tolerance, _explain(m)  # 1e-3 relative, tol ~1e-12
     assert m.details["not_differentiable"] > 0  # the kinks are still counted, not blamed
 
 
 def test_weight_in_front_of_a_relu_is_differenced_at_a_small_step() -> None:
-    m = check_dw(_fn("ReluRMSNorm"), Config(check="dw", control="randn"))
+    m = run_check(_fn("ReluRMSNorm"), Config(check="dw", control="randn"))
     assert m.passed, _explain(m)
     assert m.details["weight_step"] < 2.0**-8, m.details
     assert "not linear in the weight" in m.details["weight_fd"]
@@ -85,15 +85,15 @@ def test_weight_in_front_of_a_relu_is_differenced_at_a_small_step() -> None:
 def test_every_weight_on_the_kink_is_unsupported_not_a_pass() -> None:
     # γ = zeros puts every pre-activation on relu's kink: nothing can be judged
     with pytest.raises(Unsupported, match="every element not differentiable"):
-        check_dw(_fn("ReluRMSNorm"), Config(check="dw", control="zeros"))
+        run_check(_fn("ReluRMSNorm"), Config(check="dw", control="zeros"))
 
 
 @pytest.mark.parametrize("control", ["randn", "ones"])
 def test_a_weight_inside_the_norm(control: str) -> None:
-    ok = check_dw(_fn("InputScaledRMSNorm"), Config(check="dw", control=control))
+    ok = run_check(_fn("InputScaledRMSNorm"), Config(check="dw", control=control))
     assert ok.passed, _explain(ok)
     assert "not elementwise" in ok.details["weight_fd"], ok.details
-    bad = check_dw(_fn("InputScaledRMSNormDefect"), Config(check="dw", control=control))
+    bad = run_check(_fn("InputScaledRMSNormDefect"), Config(check="dw", control=control))
     assert not bad.passed and bad.max_abs_err > 1e4 * bad.tolerance, _explain(bad)
 
 
@@ -115,6 +115,6 @@ def test_family_defect_away_from_the_kinks_fails(check: str) -> None:
 
 @pytest.mark.parametrize("check", ["dx", "dw"])
 def test_a_healthy_kernel_gets_no_new_keys(check: str) -> None:
-    m = (check_dx if check == "dx" else check_dw)(After, Config(check=check))
+    m = run_check(After, Config(check=check))
     assert m.passed and not m.message
     assert not NEW_KEYS & set(m.details), m.details

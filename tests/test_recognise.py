@@ -168,7 +168,7 @@ def test_rms_norm_variants_pass_with_every_gradient_they_have(
         attr: str, args: dict[str, str], checks: set[str], biases: set[str | None],
         dtype: str) -> None:
     spec = resolve(f"{VARIANTS}:{attr}", args or None)
-    assert spec.op == "rms_norm" and spec.family
+    assert spec.op == "rms_norm" and spec.by_roles
     results = _run(spec, targets=[("cpu", dtype)])
     assert {r.check for r in results} == set(checks_of(spec)) == checks
     assert {r.bias for r in results} == biases
@@ -190,7 +190,7 @@ def test_a_bias_variant_defect_is_caught_by_dbias() -> None:
 def test_plain_rmsnorm_stays_on_its_engine_without_a_note() -> None:
     for ref in ("torch.nn.functional:rms_norm", "torch.nn:RMSNorm"):
         spec = resolve(ref)
-        assert spec.op == "rms_norm" and not spec.family and spec.mismatch == ""
+        assert spec.op == "rms_norm" and not spec.by_roles and spec.mismatch == ""
         assert spec.recognised == f"recognised rms_norm from its name ({ref.split(':')[1]})" \
                                   " and its output"
 

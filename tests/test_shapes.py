@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from gradcheck_bi.checks.batch_invariance import batch_sizes
+from gradcheck_bi.checks import batch_sizes
 from gradcheck_bi.fd.budget import batch_rows
 
 ONE_POINT = ["--kernel", "after", "--shape", "2,8,256", "--weight", "randn", "--zcg", "off"]

@@ -217,7 +217,7 @@ def test_run_markdown_embeds_the_plot(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_point_at_the_run_step_is_the_error_run_reports() -> None:
-    from gradcheck_bi.checks import check_dx
+    from gradcheck_bi.checks import run_check
     from gradcheck_bi.vocab import Config
 
     sw = step_sweep([resolve("after"), resolve("before")], weights=["randn"], shape=(2, 32),
@@ -226,7 +226,7 @@ def test_point_at_the_run_step_is_the_error_run_reports() -> None:
         at_run = dict(zip(c.step_rel, c.max_abs_err, strict=True))[sw.run_step_rel]
         # The plot shows the largest error anywhere; run reports it as max_abs_err_any (its
         # max_abs_err is the error at the element nearest its own tolerance).
-        m = check_dx(resolve(c.kernel).fn, Config(check="dx", shape=(2, 32)))
+        m = run_check(resolve(c.kernel).fn, Config(check="dx", shape=(2, 32)))
         measured = m.details["max_abs_err_any"]
         assert at_run == measured, f"{c.kernel}: plot {at_run!r} vs run {measured!r}"
 

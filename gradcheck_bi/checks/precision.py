@@ -9,7 +9,7 @@ bf16, the finest first, each coarser than the dtype) when
 
 * per element: ``|y_i - ref_i| ≤ u_p |ref_i| + compute_bound_i(u_p)`` — one rounding of the
   output plus the forward check's model of a correct kernel's arithmetic in ``p``
-  (:func:`~gradcheck_bi.tolerance.family.compute_bound`; RMSNorm's ``forward_factor(D)``);
+  (:func:`~gradcheck_bi.tolerance.family.compute_bound`);
 * unbiased: the mean of the rows' mean relative errors is within ``BIAS_SE`` standard errors
   of 0 (the rows' spread: a rounding of the row statistic is shared by a row) plus
   ``BIAS_U · u_p`` — a scaled output, a wrong eps, a wrong mean are systematic and stay out;
@@ -36,14 +36,11 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks.family.point import make_point, reference
-from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import call_forward
+from gradcheck_bi.kernels.opadapt import as_op_kernel
 from gradcheck_bi.kernels.opcall import op_forward
-from gradcheck_bi.kernels.rmsnorm import compute_dtype, reference_forward
+from gradcheck_bi.kernels.rmsnorm import compute_dtype
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
-from gradcheck_bi.tolerance.rules import forward_tolerance
-from gradcheck_bi.tolerance.summation import forward_factor
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
 
 CANDIDATES = [(name, unit_roundoff(DTYPES[name])) for name in ("fp32", "fp16", "bf16")]
@@ -85,16 +82,9 @@ def _forward(spec: KernelSpec, cfg: Config) -> tuple[Tensors, Tensors, dict[str,
     u_out = unit_roundoff(cfg.torch_dtype)
     u_c = unit_roundoff(compute_dtype(cfg.torch_dtype))
     with torch.no_grad():
-        if not spec.family:
-            x, w, _ = make_inputs(cfg)
-            y = call_forward(spec.fn, x, w, cfg.eps, cfg.zero_centered_gamma)
-            ref = reference_forward(x, w, cfg.eps, cfg.zero_centered_gamma)
-            factor = forward_factor(cfg.shape[-1])
-            own = {"y": forward_tolerance(float(ref.abs().max()), u_out, u_c, cfg.shape[-1])}
-            return ({"y": y.to(torch.float64)}, {"y": ref}, own,
-                    lambda _, u: u * (1 + factor) * ref.abs())
         point = make_point(cfg)
-        outs = op_forward(spec.fn, point.inputs, point.params, point.options, point.zcg)
+        outs = op_forward(as_op_kernel(spec.fn), point.inputs, point.params, point.options,
+                          point.zcg)
         refs = reference(point)
     refs = {n: refs[n] for n in outs}
     own = forward_tolerances(point, refs, u_out, u_c)

@@ -50,12 +50,12 @@ import torch
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks._measure import bitwise_diff, kept_judgements, measured_per_element
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.call import allowed_mutations, analytic_grads, declared_mutations
+from gradcheck_bi.kernels.call import allowed_mutations, declared_mutations
+from gradcheck_bi.kernels.opadapt import as_op_kernel
 from gradcheck_bi.kernels.opcall import laid_out, op_grads
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.tolerance.rules import per_element_ratio
-from gradcheck_bi.vocab import Config, Measurement, family_engine
+from gradcheck_bi.vocab import Config, Measurement
 
 TWIN_DTYPES = ("fp64", "fp32")
 # What one process keeps of its twins: a twin's layout points follow it in a sweep's grid,
@@ -159,14 +159,7 @@ def _own_check(fn: Any, cfg: Config, said: dict[str, Any], why: str) -> Measurem
 def _both_layouts(fn: Any, cfg: Config) -> tuple[Tensors, Tensors]:
     """Every output and gradient of one forward and backward in ``cfg.layout``, then on
     contiguous tensors of the same values (its declared writes are the first call's notes)."""
-    if not family_engine(cfg.op, fn):  # an RMSNorm behind Megatron's apply
-        x, w, g = make_inputs(cfg)
-        laid = dict(zip(("y", "dx", "dw"), analytic_grads(
-            fn, x, w, g, cfg.eps, cfg.zero_centered_gamma, cfg.layout), strict=True))
-        with _notes_aside():
-            flat = dict(zip(("y", "dx", "dw"), analytic_grads(
-                fn, x, w, g, cfg.eps, cfg.zero_centered_gamma, "contiguous"), strict=True))
-        return laid, flat
+    fn = as_op_kernel(fn)  # the one call path every check uses
     point = make_point(cfg)
     names = {t: c for c, t in point.op.gradient_checks.items()}
     out: list[Tensors] = []

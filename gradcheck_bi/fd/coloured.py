@@ -36,6 +36,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -62,6 +63,7 @@ from gradcheck_bi.fd.stencil import (
     richardson_truncation,
     stencil_sum,
 )
+from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.tolerance.noise import (
     RESIDUAL_VAR,
     Y0_VAR,
@@ -191,7 +193,7 @@ def input_grad_outputs(
     native = native_worth(2 * n_lev * n_rows * n_cols * sum(widths), dev, t.dtype)
     if dev.type == "cpu":
         keep_freed_memory()
-    for c0 in range(0, n_cols, per_call):
+    def call(c0: int) -> None:  # one batched forward of columns c0 … c0 + per_call
         c1 = min(n_cols, c0 + per_call)
         cols = torch.arange(c1 - c0, device=dev)
         xs = t2.expand(2 * n_lev, c1 - c0, n_rows, n_cols).clone()
@@ -200,7 +202,6 @@ def input_grad_outputs(
         taken[:, c0:c1] = (xs[:, cols, :, c0 + cols].to(torch.float64) - base).transpose(0, 1)
         with torch.no_grad():
             ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
-        calls += 1
         if len(ys) != len(g2):
             raise ValueError(f"forward returned {len(ys)} outputs for {len(g2)} cotangents")
         # RMSNorm's sums, output by output (the padding's rows left out): one fused pass on
@@ -211,6 +212,13 @@ def input_grad_outputs(
         for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
             sums[:, c0:c1] += level_sums(y[:rows].reshape(*xs.shape[:-1], y_ref.shape[-1]),
                                          y_ref, g, native=native)
+
+    # RMSNorm's thread choice: torch's threads by the call's size, and one thread while one
+    # proves faster (fd.threads.run_steps: two threads on two shared cores can be 10× slower)
+    starts = range(0, n_cols, per_call)
+    with cpu_threads(dev, batch * sum(widths)):
+        run_steps([functools.partial(call, c0) for c0 in starts], dev)
+    calls += len(starts)
     odd, even = _steps_taken(sums, taken, h)
     grad = (stencil_sum(odd, stencil) / h).T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.

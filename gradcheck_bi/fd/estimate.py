@@ -99,15 +99,16 @@ def jumps(even: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return even[0] / h, even[LEVELS.index(4)] / (4 * h)
 
 def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
-                 x: torch.Tensor) -> torch.Tensor:
+                 x: torch.Tensor, width: int | None = None) -> torch.Tensor:
     """``y0 = forward(x)`` in fp64, as ``(rows, D)``: the centre of the even level sums.
     Called at ``x``'s own shape, which the check's analytic call already fed the kernel (a
     2-D view of a 3-D ``x`` would be one more shape to compile for)."""
     with torch.no_grad():
         y0 = forward(x)
-    if tuple(y0.shape) != tuple(x.shape):
+    shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
+    if tuple(y0.shape) != shape:
         raise ValueError(f"forward returned shape {tuple(y0.shape)} for {tuple(x.shape)}")
-    return y0.reshape(-1, x.shape[-1]).to(torch.float64)
+    return y0.reshape(-1, shape[-1]).to(torch.float64)
 
 
 def input_grad(
@@ -220,14 +221,18 @@ def directional_input_grad(
     stencil: Stencil = CENTRAL4,
     step_rel: float | None = None,
     max_memory: int | None = None,
+    *,
+    h: torch.Tensor | None = None,
 ) -> DirectionalEstimate:
     """Central differences of ``L = Σ g·forward(x)`` along ``directions`` random unit vectors
     per row, as jax's ``check_vjp`` does with one: ``stencil.points × directions`` forward
     calls' worth of rows instead of ``stencil.points × D``.
 
     Each row ``r`` gets its own Gaussian direction ``v`` (unit length, drawn from ``seed``)
-    and the step ``h_r`` of :func:`input_grad`; the stencil is applied to ``x_r + o h_r v``.
-    Noise floor: the model of :func:`input_grad`; a row's directions share its ``y0``.
+    and the step ``h_r`` of :func:`input_grad` (or the given ``h``, ``(R,)``); the stencil
+    is applied to ``x_r + o h_r v``. ``forward`` may return rows of another width than
+    ``x`` (several outputs side by side), ``g``'s. Noise floor: the model of
+    :func:`input_grad` over the whole output row; a row's directions share its ``y0``.
     """
     n_cols = x.shape[-1]
     check_budget(tuple(x.shape), stencil, x.dtype, max_memory)
@@ -235,15 +240,16 @@ def directional_input_grad(
         raise ValueError(f"directions must be >= 1, got {directions}")
     x2 = x.detach().reshape(-1, n_cols)
     n_rows, dev = x2.shape[0], x.device
-    g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
-    rel = input_step_rel(x.dtype, step_rel)
-    h = row_steps(x2, eps, rel)
+    width = g.shape[-1]
+    g2 = g.detach().reshape(-1, width).to(torch.float64)
+    if h is None:
+        h = row_steps(x2, eps, input_step_rel(x.dtype, step_rel))
     gen = torch.Generator().manual_seed(seed)
     v = torch.randn(directions, n_rows, n_cols, generator=gen, dtype=torch.float64)
     v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
     n_lev = len(LEVELS)
     signed = level_offsets().to(dev)
-    y0 = _unperturbed(forward, x.detach())
+    y0 = _unperturbed(forward, x.detach(), width)
     # Stack (direction, row) pairs as rows m = k·R + r.
     n_m = directions * n_rows
     x_m = x2.repeat(directions, 1)
@@ -252,6 +258,9 @@ def directional_input_grad(
     y0_m = y0.repeat(directions, 1)
     v_m = v.reshape(n_m, n_cols)
     _, per_call = chunk_shape(n_m, n_cols, stencil, x.dtype, max_memory, dev)
+    # Whole multiples of R rows a call: row i of every call is a copy of x's row i mod R
+    # (what a forward holding other inputs per row reads, as for input_grad_outputs).
+    per_call = max(n_rows, per_call - per_call % n_rows)
     batch = batch_rows(stencil.points * per_call, ladder_base(dev))  # every call's, padded
     sums = torch.empty(2 * n_lev, n_m, dtype=torch.float64, device=dev)
     veff = torch.empty(n_m, n_cols, dtype=torch.float64, device=dev)
@@ -264,12 +273,13 @@ def directional_input_grad(
         xs = xm[None] + steps.to(x.dtype)
         with torch.no_grad():
             ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
-        if tuple(ys.shape) != (batch, n_cols):
+        if tuple(ys.shape) != (batch, width):
             raise ValueError(f"forward returned shape {tuple(ys.shape)} for a batch of "
                              f"{(batch, n_cols)}")
         ys = ys[: xs.shape[0] * xs.shape[1]]
         real = xs.to(torch.float64) - xm.to(torch.float64)[None]  # the steps actually taken
-        sums[:, sl] = level_sums(ys.reshape(xs.shape), y0_m[sl], g_m[sl], native=native)
+        sums[:, sl] = level_sums(ys.reshape(*xs.shape[:-1], width), y0_m[sl], g_m[sl],
+                                 native=native)
         veff[sl] = stencil_sum(real[:n_lev] - real[n_lev:], stencil) / hm[:, None]
 
     starts = range(0, n_m, per_call)

@@ -26,6 +26,7 @@ import torch
 from gradcheck_bi.kernels import phase
 from gradcheck_bi.kernels.call import unchanged
 from gradcheck_bi.kernels.layout import lay_out
+from gradcheck_bi.kernels.watch import first_call
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import ContractViolation, first_line
 
@@ -53,6 +54,11 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
     names = OPS[op].outputs
     shape = (*x.shape[:-1], OPS[op].out_width(x.shape[-1]))
     items = list(raw) if isinstance(raw, (tuple, list)) else [raw]
+    if isinstance(raw, (tuple, list)) and len(names) == 1:
+        raise TypeError(f"forward returned {type(raw).__name__}, expected a tensor")
+    if len(items) > len(names):
+        raise TypeError(f"forward returned {len(items)} values, expected at most "
+                        f"{len(names)} ({', '.join(names)})")
     if not items:
         raise TypeError("forward returned an empty tuple, expected y")
     out: Tensors = {}
@@ -81,7 +87,9 @@ def _called(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
             zcg: bool) -> Tensors:
     phase.now("forward")
     lead = inputs[OPS[fn.op].inputs[0]]
-    return outputs_of(fn.op, fn.call(inputs, params, options, zcg), lead)
+    with first_call(fn, tuple(lead.shape), str(lead.dtype), lead.device.type):
+        raw = fn.call(inputs, params, options, zcg)
+    return outputs_of(fn.op, raw, lead)
 
 
 def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,

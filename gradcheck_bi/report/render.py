@@ -27,7 +27,7 @@ from gradcheck_bi.report.tables import (
     shown,
     ulp_unit,
 )
-from gradcheck_bi.tolerance.notes import FAMILY_HALF_FORWARD, HALF_NOTES, LIKE, NOTES, forward_note
+from gradcheck_bi.tolerance.notes import HALF_NOTES, LIKE, NOTES, forward_note
 from gradcheck_bi.vocab import Result
 
 # The default stencil's words, after the tolerance's (gradcheck_bi.tolerance.notes).
@@ -48,8 +48,7 @@ def _steps(table: Table) -> str:
 
 def method_line(table: Table) -> str:
     if table.half:
-        parts = [FAMILY_HALF_FORWARD if table.check == "forward" and table.op != "rms_norm"
-                 else HALF_NOTES[table.check]]
+        parts = [HALF_NOTES[table.check]]
     else:
         stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
         note = forward_note(OPS[table.op]) if table.check == "forward" else NOTES[table.check]

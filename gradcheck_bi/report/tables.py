@@ -29,7 +29,7 @@ CHECK_TITLES = {
     "run to run (y, dx, dw)",
 }
 # bf16/fp16 results get tables of their own: their forward is measured in ulps and their
-# gradients against a lifted reference (gradcheck_bi.checks.lifted), not like fp32/fp64.
+# gradients against a lifted reference (gradcheck_bi.checks.family.lift), not like fp32/fp64.
 HALF_CHECK_TITLES = {
     "forward": "forward (bf16/fp16): y in ulps vs the correctly rounded fp64 reference",
     "dx": "dx (bf16/fp16): analytic vs central differences of the kernel's own forward "

@@ -64,20 +64,20 @@ def _half_gradient(name: str) -> str:
             + BY_CONSTRUCTION)
 
 
+# The forward of every output, each element's fp32 arithmetic added to its threshold
+# (gradcheck_bi.checks.family.forward).
+HALF_FORWARD = (
+    "ulps of the output dtype at the exact value of the element shown (0 or subnormal: at "
+    "|y|, at least the smallest normal's ulp; the JSON keeps absolute units); pass: "
+    f"every element of every output within {MAX_ULP_THRESHOLD} ulp + its fp32 arithmetic "
+    "(the statistic, the op's extra roundings, β, the mean), at most "
+    f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; the fused add's "
+    "y against x + residual as computed or as stored; " + BY_CONSTRUCTION)
 HALF_NOTES = {
-    "forward": "ulps of the output dtype at the exact value (0 or subnormal: at |y|, at least "
-    f"the smallest normal's ulp); pass: max ≤ {MAX_ULP_THRESHOLD} ulp, at most "
-    f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; " + BY_CONSTRUCTION,
+    "forward": HALF_FORWARD,
     "dx": _half_gradient("dx"),
     "dw": _half_gradient("dw"),
     "batch_invariance": NOTES["batch_invariance"],
 }
-# The family's other ops: each gradient in its own name; the forward of every output with
-# each element's fp32 arithmetic added to the threshold (gradcheck_bi.checks.family).
+# Every op's other gradients, each in its own name.
 HALF_NOTES.update({check: _half_gradient(check) for check in LIKE})
-FAMILY_HALF_FORWARD = (
-    "ulps of the output dtype at the element shown (the JSON keeps absolute units); pass: "
-    f"every element of every output within {MAX_ULP_THRESHOLD} ulp + its fp32 arithmetic "
-    "(the statistic, the op's extra roundings, β, the mean), at most "
-    f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; the fused add's "
-    "y against x + residual as computed or as stored")

@@ -1,21 +1,23 @@
-"""The checks of the family's other ops (fused add, layer norm, gated norm), driven by the
-op's record (:mod:`gradcheck_bi.ops`): ``forward`` (every output vs the fp64 reference),
-``d<input>`` and ``d<parameter>`` (every gradient vs finite differences of the kernel's own
-forward, random cotangents on every output), ``batch_invariance`` (every output and input
-gradient, bitwise). RMSNorm keeps its own engine (:mod:`gradcheck_bi.checks`).
+"""The checks of every op (RMSNorm, fused add, layer norm, gated norm and the ops beyond
+norms), driven by the op's record (:mod:`gradcheck_bi.ops`): ``forward`` (every output vs
+the fp64 reference, the training forward bitwise, the precision delivered), ``d<input>``
+and ``d<parameter>`` (every gradient vs finite differences of the kernel's own forward,
+random cotangents on every output; an input's with ``--mode directional``: random
+projections, :mod:`.directional`), ``batch_invariance`` (every output and input gradient,
+bitwise).
 
-fp64 and fp32 hold each output and gradient to its own dtype's floor. bf16/fp16 reuse
-RMSNorm's low-precision machinery (:mod:`gradcheck_bi.lowp`, :mod:`gradcheck_bi.checks.
-lifted`): the forward audits every output in ulps against the exact fp64 reference, each
-element allowed ``MAX_ULP_THRESHOLD`` ulps plus its fp32 arithmetic (:func:`.forward.
-compute_bound`: the statistic, the add of ``residual_out``, the layer norm's mean and β,
-the gate's silu); every gradient is *lifted* (:mod:`.lifted`): the kernel's half-precision
-backward against finite differences of its own forward in fp64 at the same inputs, within
-½ ulp plus the op's fp32 rounding model (:mod:`.rounding`). The fused add has two correct
-references in low precision — ``s = x + residual`` as computed, or as stored (rounded once,
-what Liger and vLLM normalise) — and passes against either. Batch invariance is bitwise in
-every dtype. The other checks run in every memory layout
-(:func:`gradcheck_bi.kernels.opcall.laid_out`); batch invariance on contiguous tensors.
+fp64 and fp32 hold each output and gradient to its own dtype's floor. bf16/fp16: the
+forward audits every output in ulps against the exact fp64 reference
+(:mod:`gradcheck_bi.lowp`), each element allowed ``MAX_ULP_THRESHOLD`` ulps plus its fp32
+arithmetic (:func:`gradcheck_bi.tolerance.family.compute_bound`: the statistic, the add of
+``residual_out``, the layer norm's mean and β, the gate's silu); every gradient is *lifted*
+(:mod:`.lift`, :mod:`.lifted`): the kernel's half-precision backward against finite
+differences of its own forward in fp64 at the same inputs, within ½ ulp plus the op's fp32
+rounding model. The fused add has two correct references in low precision — ``s = x +
+residual`` as computed, or as stored (rounded once, what Liger and vLLM normalise) — and
+passes against either. Batch invariance is bitwise in every dtype. The other checks run in
+every memory layout (:func:`gradcheck_bi.kernels.opcall.laid_out`); batch invariance on
+contiguous tensors.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.checks._measure import bitwise_diff, locate, measured_per_element, nonfinite
+from gradcheck_bi.checks.family.lift import LIFT_NAMES
 from gradcheck_bi.checks.family.point import (
     OpPoint,
     lifted_point,
@@ -26,7 +27,6 @@ from gradcheck_bi.checks.family.point import (
     returns_y_alone,
     stored,
 )
-from gradcheck_bi.checks.lifted import LIFT_NAMES
 from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.half import (
@@ -62,6 +62,23 @@ def inaccuracy(fn: Any, point: OpPoint, margin: float = 0.0) -> str | None:
     return None
 
 
+def delivered_precision(errs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
+                        dtype: torch.dtype) -> dict[str, float]:
+    """The precision the forward delivers beside its output dtype's ``u_dtype``: per output
+    ``u_eff_<name> = ‖y - ref‖₂ / ‖ref‖₂`` (0 for an all-zero reference) — a correctly
+    rounded output gives about ``u/√3``; a kernel computing in a narrower type than its
+    dtype (fp32 inside an fp64 kernel) shows that type's ``u`` — and the largest of them as
+    ``u_eff``, with ``u_eff_ratio = u_eff / u_dtype``."""
+    u = unit_roundoff(dtype)
+    out: dict[str, float] = {"u_dtype": u}
+    for name, err in errs.items():
+        norm = float(torch.linalg.vector_norm(ref[name]))
+        out[f"u_eff_{name}"] = float(torch.linalg.vector_norm(err)) / norm if norm > 0 else 0.0
+    out["u_eff"] = max(out[f"u_eff_{n}"] for n in errs)
+    out["u_eff_ratio"] = out["u_eff"] / u
+    return out
+
+
 def _training_note(fn: Any, point: OpPoint, outs: dict[str, torch.Tensor]) -> str:
     leaves = {n: t.detach().clone().requires_grad_(True)
               for n, t in {**point.inputs, **point.params}.items()}
@@ -91,8 +108,8 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
                                               working))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}
     worst_name, worst_ratio = "y", -1.0
-    for name, y in outs.items():
-        err = (y.to(torch.float64) - ref[name]).abs()
+    errs = {n: (y.to(torch.float64) - ref[n]).abs() for n, y in outs.items()}
+    for name, err in errs.items():
         tol = overridden(tols[name], float(ref[name].abs().max()), cfg)
         max_err, where = locate(err)
         ratio = max_err / tol if tol > 0 else (0.0 if max_err == 0 else math.inf)
@@ -102,6 +119,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
         if ratio > worst_ratio:
             worst_name, worst_ratio, worst = name, ratio, (max_err, tol, where)
     details.update(returns_y_alone(point, list(outs)))
+    details.update(delivered_precision(errs, ref, dtype))
     details["worst_output"] = worst_name
     notes = [nonfinite(n, y) for n, y in outs.items()] + [_training_note(fn, point, outs)]
     problems = [n for n in notes if n]
@@ -156,6 +174,7 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
             label = other
             m, audit = _audit(y, r, compute_bound(point, name, r, U_C), cfg)
         details[f"max_ulp_{name}"] = audit.max_ulp
+        details[f"mean_signed_ulp_{name}"] = audit.mean_signed_ulp
         details[f"not_correctly_rounded_{name}"] = audit.frac_not_correctly_rounded
         details[f"diagnosis_{name}"] = lowp.classify(audit)
         if audit.n_ties:

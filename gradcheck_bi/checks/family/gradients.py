@@ -25,9 +25,10 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
+from gradcheck_bi.checks.family.directional import check_directional
 from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
+from gradcheck_bi.checks.family.verdict import step_rel_of
 from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
-from gradcheck_bi.checks.gradients import step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
@@ -104,15 +105,20 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
 
 def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     """``cfg.check`` (``dx``, ``dresidual``, ``dz``, ``dw``, ``dbias``) of ``cfg.op``, fp64
-    or fp32 (bf16/fp16: :mod:`.lifted`)."""
+    or fp32 (bf16/fp16: :mod:`.lifted`); an input's with ``--mode directional``:
+    :mod:`.directional`."""
     point = make_point(cfg)
     name = point.op.gradient_checks[cfg.check]
     outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
                            point.zcg)
     returned = list(outs)
     x = point.lead
-    est = estimate(fn, point, name, returned, cfg)
     analytic = grads[name]
+    if cfg.mode not in ("full", "directional"):
+        raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
+    if cfg.mode == "directional" and name in point.op.inputs:
+        return check_directional(fn, cfg, point, name, returned, analytic)
+    est = estimate(fn, point, name, returned, cfg)
     notes = [nonfinite(f"analytic {cfg.check}", analytic),
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}

@@ -1,5 +1,5 @@
-"""bf16/fp16 gradients of the family's other ops, lifted as RMSNorm's are
-(:mod:`gradcheck_bi.checks.lifted`, whose judge, lift choice and diagnosis this reuses).
+"""bf16/fp16 gradients of every op, lifted (:mod:`.lift`: the judge, the lift choice and
+the diagnosis).
 
 The kernel's half-precision ``d<name>`` (every input and parameter: ``dx``, ``dresidual``,
 ``dz``, ``dw``, ``dbias``; random cotangents on every output) is compared, element by
@@ -9,8 +9,8 @@ the inputs, parameters and cotangents its backward saw (:func:`lifted_point`), a
     tol_i = ½ ulp_out(R_i) + u_fp32 · K_OPS · M_i
           + K_SIGMA · sqrt(σ_fd,i² + (u_fp32 σ_k,i)²) + K_TRUNC · T_i
 
-``σ_fd``, ``T``: the lifted estimate's noise and truncation (:mod:`.gradients`, the fp64
-engine's); ``σ_k``: the op's rounding model (:func:`gradcheck_bi.tolerance.family.
+``σ_fd``, ``T``: the lifted estimate's noise and truncation (:mod:`.gradients`); ``σ_k``:
+the op's rounding model (:func:`gradcheck_bi.tolerance.family.
 kernel_sigma`; parameters: RMSNorm's ``dw`` model on the terms ``g ∂y/∂p`` the forward
 makes); ``M``: the magnitude of the terms (:func:`gradcheck_bi.tolerance.family.
 kernel_magnitude`; parameters ``Σ_rows |terms|``). The formula:
@@ -33,6 +33,13 @@ import torch
 
 from gradcheck_bi.checks.family.forward import inaccuracy
 from gradcheck_bi.checks.family.gradients import estimate
+from gradcheck_bi.checks.family.lift import (
+    Lift,
+    fd_extra,
+    first_lift,
+    higher_verdict,
+    judge_lifted,
+)
 from gradcheck_bi.checks.family.point import (
     OpPoint,
     exact_grads,
@@ -42,18 +49,11 @@ from gradcheck_bi.checks.family.point import (
     returns_y_alone,
     stored,
 )
-from gradcheck_bi.checks.lifted import (
-    Lift,
-    fd_extra,
-    first_lift,
-    higher_verdict,
-    judge_lifted,
-)
 from gradcheck_bi.kernels.opcall import op_grads
 from gradcheck_bi.tolerance.family import kernel_magnitude, kernel_sigma
 from gradcheck_bi.tolerance.half import U_COMPUTE
 from gradcheck_bi.tolerance.summation import combined_floor, dw_sigma
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 Tensors = dict[str, torch.Tensor]
 
@@ -112,6 +112,10 @@ def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str
 def check_op_gradient_lifted(fn: Any, cfg: Config) -> Measurement:
     """``cfg.check`` of ``cfg.op`` in bf16/fp16, against the kernel's own forward lifted to
     fp64 / fp32 (see the module)."""
+    if cfg.mode != "full":
+        raise Unsupported(
+            f"the {cfg.dtype} gradient check compares every element with a lifted reference; "
+            "--mode directional is for fp32/fp64")
     point = make_point(cfg)
     name = point.op.gradient_checks[cfg.check]
     outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,

@@ -1,0 +1,90 @@
+"""``--mode directional`` for an input gradient: projections on random directions per row.
+
+The kernel's ``d<input>`` is projected on ``cfg.directions`` random unit directions per row
+and compared with central differences of its own forward along each
+(:func:`gradcheck_bi.fd.directional_input_grad`: ``stencil.points × directions`` rows of
+forward calls instead of ``stencil.points × D``), every output the kernel returns against
+its own cotangent, side by side in one row. The step is run's (the op's ``step_scale``);
+each element's rounding (the op's model, :func:`gradcheck_bi.tolerance.family.kernel_sigma`)
+is added along the direction without cancellation (a bound). No single element is checked:
+an error orthogonal to every direction drawn goes unseen, and the details say so.
+
+The noise model is the row's: it holds where the input moves every element of every output
+of its row (``Op.reach`` the whole row). An input that moves only part of a row (the gated
+norm's ``z`` before the norm, the fused add's ``residual_out``, an elementwise op) is not
+checked this way: ``unsupported``, with the full mode named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gradcheck_bi import fd
+from gradcheck_bi.checks._measure import nonfinite
+from gradcheck_bi.checks.family.point import OpPoint, exact_grads
+from gradcheck_bi.checks.family.verdict import step_rel_of
+from gradcheck_bi.checks.fd_judge import fd_verdict, rounding_scale
+from gradcheck_bi.fd.step import input_step_rel, pow2
+from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.tolerance.family import kernel_sigma
+from gradcheck_bi.vocab import Config, Measurement, Unsupported
+
+
+def _side_by_side(fn: Any, point: OpPoint, name: str, returned: list[str]) -> Any:
+    """The op's outputs as one row each, side by side, as a function of input ``name``: at
+    the point's shape, or as ``(N, D)`` rows whose row ``i`` holds the other inputs' row
+    ``i mod R``."""
+    d = point.lead.shape[-1]
+    others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
+    n_rows = point.lead.numel() // d
+
+    def forward(t2: torch.Tensor) -> torch.Tensor:
+        if t2.shape == point.inputs[name].shape:
+            ins = {**point.inputs, name: t2}
+        else:
+            k, n = -(-t2.shape[0] // n_rows), t2.shape[0]
+            ins = {name: t2, **{n_: o.repeat(k, 1)[:n] for n_, o in others.items()}}
+        outs = op_forward(fn, ins, point.params, point.options, point.zcg)
+        if list(outs) != returned:
+            raise ValueError(f"forward returned {list(outs)} here, {returned} before")
+        return torch.cat([outs[o] for o in returned], -1)
+
+    return forward
+
+
+def check_directional(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str],
+                      analytic: torch.Tensor) -> Measurement:
+    """``⟨d<name>, v⟩`` vs central differences along ``cfg.directions`` random unit ``v`` per
+    row; the worst index is ``[direction, *row]``."""
+    t = point.inputs[name]
+    widths = [point.cotangents[o].shape[-1] for o in returned]
+    if [point.op.reach(point, name, o) for o in returned] != widths:
+        raise Unsupported(f"--mode directional checks an input that moves its whole row; "
+                          f"d{name} of {point.op.name} moves part of one: run --mode full")
+    rel = input_step_rel(t.dtype, step_rel_of(cfg))
+    h = pow2(rel * point.op.step_scale(point, name))
+    g = torch.cat([point.cotangents[o] for o in returned], -1)
+    try:
+        est = fd.directional_input_grad(
+            _side_by_side(fn, point, name, returned), t, g, point.options.get("eps", 0.0),
+            cfg.directions, cfg.seed, fd.STENCILS[cfg.stencil], None, cfg.max_memory, h=h)
+    except fd.MemoryBudgetError as exc:  # the budget, not the kernel: not run
+        raise Unsupported(str(exc)) from None
+    projected = row_sum(analytic.to(torch.float64).unsqueeze(0) * est.directions)
+    err = (projected - est.projection).abs()
+    sigma = (rounding_scale(est, t, cfg.working_precision)
+             * kernel_sigma(point, name, exact_grads(point)))
+    rounding = row_sum(est.directions.abs() * sigma.unsqueeze(0))
+    details = {
+        "mode": "directional",
+        "directions": cfg.directions,
+        "projections_checked": int(est.projection.numel()),
+        "coverage": f"d{name} projected on {cfg.directions} random unit direction(s) per "
+                    f"row; individual d{name} elements were not checked",
+    }
+    notes = [nonfinite(f"analytic {cfg.check}", analytic),
+             nonfinite("finite-difference projection", est.projection)]
+    return fd_verdict(err, est, est.projection, rounding, cfg, notes, details)
