@@ -64,7 +64,7 @@ def by_roles(op: str, fn: Any) -> bool:
     """Whether a kernel of ``op`` is called with every role of its op by name (an
     ``OpAdapted``: optional parts such as β as it takes them), not as Megatron's
     ``apply(x, weight, eps, zcg)`` (an RMSNorm with a weight and no bias; every check wraps
-    it, :func:`gradcheck_bi.kernels.opadapt.as_op_kernel`)."""
+    it, :func:`gradcheck_bi.kernels.asop.as_op_kernel`)."""
     return op != "rms_norm" or not callable(getattr(fn, "apply", None))
 
 

@@ -22,7 +22,7 @@ import torch
 
 from gradcheck_bi.checks.family.gradients import estimate
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.kernels.opadapt import as_op_kernel
+from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.opcall import op_grads
 from gradcheck_bi.vocab import Config, KernelSpec
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks.family.point import make_point, reference
-from gradcheck_bi.kernels.opadapt import as_op_kernel
+from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.kernels.rmsnorm import compute_dtype
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances

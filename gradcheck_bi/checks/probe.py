@@ -12,7 +12,7 @@ import torch
 
 from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.kernels import phase
-from gradcheck_bi.kernels.opadapt import as_op_kernel
+from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.refusal import refusal
 from gradcheck_bi.kernels.trace import stops_the_run
 from gradcheck_bi.ops import OPS

@@ -21,7 +21,6 @@ norm_before_gate under its own names) and its ``(D,)`` parameters are bound by n
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -157,37 +156,6 @@ class OpAdapted:
             raise Unsupported(f"zero_centered_gamma={'on' if zcg else 'off'} cannot be "
                               f"asked of this kernel: zero_centered_gamma is {self.how}")
         return self._call(_values(self.op, inputs, params, options, zcg))
-
-
-class _Apply:
-    """Megatron's ``apply(x, weight, eps, zcg)`` (an RMSNorm kernel: a Function, an
-    :class:`~gradcheck_bi.kernels.adapters.Adapted`, an apply object) called by role."""
-
-    def __init__(self, kernel: Any) -> None:
-        self.kernel = kernel
-
-    def __call__(self, values: dict[str, Any]) -> Any:
-        return self.kernel.apply(values["x"], values["weight"], values["eps"], values["zcg"])
-
-
-_AS_OP: weakref.WeakKeyDictionary[Any, OpAdapted] = weakref.WeakKeyDictionary()
-
-
-def as_op_kernel(fn: Any) -> Any:
-    """``fn`` behind :meth:`OpAdapted.call`, the one call path every check uses: an
-    :class:`OpAdapted` as it is; an RMSNorm kernel with Megatron's ``apply`` wrapped (one
-    wrapper per kernel, so a first call at a shape is announced once: :mod:`.watch`). The
-    wrapper asks every zcg setting of the kernel: an ``Adapted`` refuses those it lacks."""
-    if isinstance(fn, OpAdapted) or not callable(getattr(fn, "apply", None)):
-        return fn
-    try:
-        return _AS_OP[fn]
-    except KeyError:
-        pass
-    except TypeError:  # not weakly referable: a fresh wrapper (the watch keys on it)
-        return OpAdapted("rms_norm", _Apply(fn), frozenset({False, True}), "")
-    wrapped = _AS_OP[fn] = OpAdapted("rms_norm", _Apply(fn), frozenset({False, True}), "")
-    return wrapped
 
 
 def probe_module(builder: Builder
