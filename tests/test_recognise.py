@@ -86,6 +86,24 @@ def test_layer_norm_modules_without_bias_pass(ref: str, args: list[str],
     assert "dbias" not in {r["check"] for r in results}
 
 
+def test_a_t5_style_layer_norm_is_checked_as_the_rms_norm_it_computes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # "LayerNorm" names a family (T5LayerNorm and its copies: no mean, no bias): its output
+    # decides, one note says so, and --op layer_norm still holds it to the name.
+    ref = f"{VARIANTS}:T5StyleLayerNorm"
+    code = cli.main(["run", "--kernel", ref, "--shape", "3,32", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "recognised rms_norm from its name (T5StyleLayerNorm) taken as the wider family" in err
+    assert cli.main(["run", "--kernel", ref, "--op", "layer_norm", "--check", "forward",
+                     "--shape", "3,32", "--no-progress"]) == 1
+    # A layer norm with a bias that forgets its mean is not excused: named, it fails.
+    capsys.readouterr()
+    code = cli.main(["run", "--kernel", f"{VARIANTS}:MeanlessLayerNorm", "--check", "forward",
+                     "--shape", "3,32", "--no-progress"])
+    assert code == 1, capsys.readouterr().err
+
+
 def test_rmsnorm_whose_forward_subtracts_the_mean_fails_naming_layer_norm(
         capsys: pytest.CaptureFixture[str]) -> None:
     ref = f"{VARIANTS}:MeanSubtractingRMSNorm"

@@ -38,7 +38,7 @@ from typing import Any
 
 from gradcheck_bi.kernels.behaviour import Seen, Variant
 from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
-from gradcheck_bi.ops.names import OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
+from gradcheck_bi.ops.names import GENERIC_NAMES, OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError
 
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -198,7 +198,14 @@ def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,
     """The op among ``ops`` its name says, else the one its output matches, else the first;
     the note says from what, and the mismatch what else the output matches."""
     basis = [by_params] if len(ops) == 1 or not ops or marked else []
-    if by_name is not None and by_name[0] in ops:
+    seen_wider = None
+    if by_name is not None and (wider := GENERIC_NAMES.get(by_name[0])) in ops:
+        seen_wider = seen.match(wider) if seen.match(by_name[0]) is None else None
+    if by_name is not None and seen_wider is not None and not seen_wider.bias:
+        op, basis = seen_wider.op, [*basis, f"its name ({by_name[1]}) taken as the wider "
+                                    f"family — no mean subtracted, no bias; --op {by_name[0]} "
+                                    "holds it to the name —"]
+    elif by_name is not None and by_name[0] in ops:
         op, basis = by_name[0], [*basis, f"its name ({by_name[1]})"]
     elif len(ops) == 1:
         op = ops[0]

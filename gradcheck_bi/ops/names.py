@@ -43,6 +43,11 @@ OP_WORDS: tuple[tuple[str, str], ...] = (
     (r"swi_?glu", "swiglu"),
     (r"(^|_)rms", "rms_norm"),
 )
+# A name that says one op yet names a wider family, and the op whose output it may compute:
+# "LayerNorm" in T5LayerNorm and its many copies (MT5, UMT5, LongT5, Pix2Struct, ImageGPT, …)
+# is x·rsqrt(mean(x²) + eps)·γ, no mean subtracted and no bias. A kernel so named whose output
+# matches that op exactly, with no bias, is checked as it (one note; --op restores the name's).
+GENERIC_NAMES: dict[str, str] = {"layer_norm": "rms_norm"}
 # Roles filled with a tensor shaped like x or (D,): what a module's forward or a call takes.
 TENSOR_ROLES = ("x", "residual", "z", "weight", "bias")
 

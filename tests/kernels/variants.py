@@ -97,6 +97,31 @@ class MeanSubtractingRMSNorm(torch.nn.Module):
         return _affine(c, self.weight, None, self.eps)
 
 
+class T5StyleLayerNorm(torch.nn.Module):
+    """Named a LayerNorm, computes an RMS norm (no mean, no bias): T5's convention."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return _affine(hidden_states, self.weight, None, self.variance_epsilon)
+
+
+class MeanlessLayerNorm(torch.nn.Module):
+    """Named a LayerNorm, with a bias, but its forward forgets the mean: a defect."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.bias = torch.nn.Parameter(torch.zeros(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return _affine(hidden_states, self.weight, self.bias, self.eps)
+
+
 class SiluRMSNormGated(torch.nn.Module):
     """A gated RMSNorm (silu gate after the norm, whole row) whose gate defaults to None and
     that takes neither group_size nor norm_before_gate (as transformers' gated classes)."""
