@@ -86,6 +86,18 @@ def test_layer_norm_modules_without_bias_pass(ref: str, args: list[str],
     assert "dbias" not in {r["check"] for r in results}
 
 
+def test_a_weightless_norm_computing_in_fp32_is_judged_at_fp32(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Its working precision is measured at the weight it has (none: γ ≡ 1), not at γ =
+    # randn, which it cannot take; --precision exact keeps the fp64 judgement.
+    ref = f"{VARIANTS}:rms_norm_unweighted_fp32_inside"
+    code = cli.main(["run", "--kernel", ref, "--shape", "3,32", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0 and "computes in fp32 inside" in err, err
+    assert cli.main(["run", "--kernel", ref, "--shape", "3,32", "--no-progress",
+                     "--precision", "exact"]) == 1
+
+
 def test_a_t5_style_layer_norm_is_checked_as_the_rms_norm_it_computes(
         capsys: pytest.CaptureFixture[str]) -> None:
     # "LayerNorm" names a family (T5LayerNorm and its copies: no mean, no bias): its output

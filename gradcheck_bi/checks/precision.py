@@ -59,10 +59,12 @@ def working_precision(spec: KernelSpec, at: Config) -> str | None:
     caller decides)."""
     if at.precision == "exact" or at.dtype in HALF_DTYPES:
         return None
-    cfg = replace(at, check="forward", control="randn", working_precision=None,
+    # a kernel without a weight or bias (spec.fixed: absent) runs at their identity
+    absent = dict(spec.fixed)
+    cfg = replace(at, check="forward", working_precision=None,
+                  control="ones" if "weight" in absent else "randn",
                   zero_centered_gamma=min(spec.zcg),
-                  bias="randn" if at.bias is not None and "bias" not in dict(spec.fixed)
-                  else at.bias)  # a kernel without a bias: β ≡ its identity
+                  bias="randn" if at.bias is not None and "bias" not in absent else at.bias)
     outs, refs, own_tol, bound = _forward(spec, cfg)
     if all(float((y - refs[n]).abs().max()) <= own_tol[n] for n, y in outs.items()):
         return None  # within the dtype's own rounding

@@ -34,6 +34,11 @@ def rms_norm_unweighted(x: torch.Tensor, eps: float) -> torch.Tensor:
     return _rms(x, eps).to(x.dtype)
 
 
+def rms_norm_unweighted_fp32_inside(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(x, eps)`` computing in fp32 whatever x's dtype (Llama4TextL2Norm's way)."""
+    return _rms(x.float(), eps).to(x.dtype)
+
+
 def rms_norm_bias(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                   eps: float) -> torch.Tensor:
     """``(x, weight, bias, eps)``, named as an RMSNorm."""
