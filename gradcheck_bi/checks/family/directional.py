@@ -23,36 +23,19 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.point import OpPoint, exact_grads
+from gradcheck_bi.checks.family.point import OpPoint, exact_grads, input_forward
 from gradcheck_bi.checks.family.verdict import step_rel_of
 from gradcheck_bi.checks.fd_judge import fd_verdict, rounding_scale
 from gradcheck_bi.fd.step import input_step_rel, pow2
-from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.kernels.reduction import row_sum
 from gradcheck_bi.tolerance.family import kernel_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 
 def _side_by_side(fn: Any, point: OpPoint, name: str, returned: list[str]) -> Any:
-    """The op's outputs as one row each, side by side, as a function of input ``name``: at
-    the point's shape, or as ``(N, D)`` rows whose row ``i`` holds the other inputs' row
-    ``i mod R``."""
-    d = point.lead.shape[-1]
-    others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
-    n_rows = point.lead.numel() // d
-
-    def forward(t2: torch.Tensor) -> torch.Tensor:
-        if t2.shape == point.inputs[name].shape:
-            ins = {**point.inputs, name: t2}
-        else:
-            k, n = -(-t2.shape[0] // n_rows), t2.shape[0]
-            ins = {name: t2, **{n_: o.repeat(k, 1)[:n] for n_, o in others.items()}}
-        outs = op_forward(fn, ins, point.params, point.options, point.zcg)
-        if list(outs) != returned:
-            raise ValueError(f"forward returned {list(outs)} here, {returned} before")
-        return torch.cat([outs[o] for o in returned], -1)
-
-    return forward
+    """The op's outputs (:func:`.point.input_forward`) as one row each, side by side."""
+    outputs = input_forward(fn, point, name, returned)
+    return lambda t2: torch.cat(outputs(t2), -1)
 
 
 def check_directional(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str],

@@ -26,7 +26,13 @@ import torch
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.directional import check_directional
-from gradcheck_bi.checks.family.point import OpPoint, exact_grads, make_point, returns_y_alone
+from gradcheck_bi.checks.family.point import (
+    OpPoint,
+    exact_grads,
+    input_forward,
+    make_point,
+    returns_y_alone,
+)
 from gradcheck_bi.checks.family.verdict import step_rel_of
 from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
 from gradcheck_bi.fd.coloured import input_grad_outputs
@@ -42,29 +48,6 @@ def reach(point: OpPoint, name: str, returned: list[str]) -> list[int]:
     """Per returned output, the group of elements one element of ``name`` moves
     (``Op.reach``: the row, the statistic's group, or itself alone)."""
     return [point.op.reach(point, name, o) for o in returned]
-
-
-def _input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
-                   ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
-    """The op's outputs as a function of input ``name`` alone: at the point's own shape, or
-    as ``(N, D)`` rows (the perturbed copies, then padding), row ``i`` holding the other
-    inputs' row ``i mod R``."""
-    d = point.lead.shape[-1]
-    others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
-    n_rows = point.lead.numel() // d
-
-    def forward(t2: torch.Tensor) -> list[torch.Tensor]:
-        if t2.shape == point.inputs[name].shape:
-            ins = {**point.inputs, name: t2}
-        else:
-            k, n = -(-t2.shape[0] // n_rows), t2.shape[0]
-            ins = {name: t2, **{n_: o.repeat(k, 1)[:n] for n_, o in others.items()}}
-        outs = op_forward(fn, ins, point.params, point.options, point.zcg)
-        if list(outs) != returned:
-            raise ValueError(f"forward returned {list(outs)} here, {returned} before")
-        return [outs[o] for o in returned]
-
-    return forward
 
 
 def _param_forward(fn: Any, point: OpPoint, name: str
@@ -91,7 +74,7 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
         h = pow2(rel * point.op.step_scale(point, name))
         try:
             return input_grad_outputs(
-                _input_forward(fn, point, name, returned), point.inputs[name],
+                input_forward(fn, point, name, returned), point.inputs[name],
                 [point.cotangents[o] for o in returned], h, stencil,
                 reach(point, name, returned), shared_sigma(point),
                 [point.params.get("bias") if o == "y" else None for o in returned],
@@ -126,7 +109,7 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
         judge = Judge(analytic, kernel_sigma(point, name, exact_grads(point)), x, cfg, notes,
                       extra)
         return kink_verdict(judge, est, lambda mask: refine_elements(
-            _input_forward(fn, point, name, returned), point.inputs[name],
+            input_forward(fn, point, name, returned), point.inputs[name],
             [point.cotangents[o] for o in returned], est.step, mask, est.stencil))
     # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
     assert est.terms is not None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.vocab import Config
 
@@ -155,3 +157,26 @@ def returns_y_alone(point: OpPoint, returned: list[str]) -> dict[str, Any]:
         return {"note": f"the kernel returns {', '.join(returned)} alone: no "
                         f"{', '.join(missing)} to check"}
     return {}
+
+
+def input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
+                   ) -> Callable[[torch.Tensor], list[torch.Tensor]]:
+    """The op's outputs as a function of input ``name`` alone: at the point's own shape, or
+    as ``(N, D)`` rows (the perturbed copies, then padding), row ``i`` holding the other
+    inputs' row ``i mod R``."""
+    d = point.lead.shape[-1]
+    others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
+    n_rows = point.lead.numel() // d
+
+    def forward(t2: torch.Tensor) -> list[torch.Tensor]:
+        if t2.shape == point.inputs[name].shape:
+            ins = {**point.inputs, name: t2}
+        else:
+            k, n = -(-t2.shape[0] // n_rows), t2.shape[0]
+            ins = {name: t2, **{n_: o.repeat(k, 1)[:n] for n_, o in others.items()}}
+        outs = op_forward(fn, ins, point.params, point.options, point.zcg)
+        if list(outs) != returned:
+            raise ValueError(f"forward returned {list(outs)} here, {returned} before")
+        return [outs[o] for o in returned]
+
+    return forward
