@@ -68,3 +68,14 @@ def test_a_layout_correct_kernel_passes_every_layout() -> None:
                                 raise_on_failure=False)
     assert report.ok, str(report)
     assert {r.layout for r in report.results} == set(LAYOUTS)
+
+
+def test_a_declared_write_into_x_keeps_the_finite_differences_right() -> None:
+    """The finite differences perturb one batch in place and put it back after each call;
+    a kernel declared to write into x (its numbers right) gets the batch afresh per call,
+    so its dx is still measured, not corrupted by its own earlier writes."""
+    ref = f"{KERNELS}:ForwardWritesX"
+    report = gradcheck_bi.check(ref, allow_mutation="x", checks=["dx"], weights="randn",
+                                zcg=False, **SMALL)  # type: ignore[arg-type]
+    assert report.ok, [r.message for r in report.results]
+    assert report.results and all(r.status == "pass" for r in report.results)

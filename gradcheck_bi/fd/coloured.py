@@ -52,7 +52,6 @@ from gradcheck_bi.fd.budget import (
     ladder_chunk,
     over_budget,
 )
-from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.estimate import FDEstimate, jumps
 from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
@@ -83,8 +82,10 @@ MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
 # docs/ops.md). There a call takes up to CUDA_MAX_ELEMENTS per output, as the free device
 # memory allows at BYTES_PER_ELEMENT (the perturbed input, the other inputs repeated, every
 # output, the forward's temporaries), rounded down to a power of two so that the chunking
-# does not move between runs. The sums' bits do not depend on it.
-CUDA_MAX_ELEMENTS = 1 << 26
+# does not move between runs. The sums' bits do not depend on it. At 2^26 (64, 8192) still
+# took 820 calls of 4096 rows per input, and the check was bound by the host's ~1 ms of work
+# per call (issue 32's profile, H200); 2^28 gives 97 calls of 32768 rows (1 GiB of fp32).
+CUDA_MAX_ELEMENTS = 1 << 28
 BYTES_PER_ELEMENT = 64
 
 
@@ -120,6 +121,24 @@ def check_input_budget(shape: tuple[int, ...], dtype: torch.dtype, max_memory: i
     need = least_bytes(shape)
     if need > budget(max_memory):
         raise over_budget(shape, dtype, need, max_memory)
+
+
+def plan(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+         max_memory: int | None = None, held: int = 0) -> tuple[int, int]:
+    """``(columns, rows)`` of :func:`input_grad_outputs`'s calls for an input of ``shape``:
+    the columns perturbed per call (every row, every level) and the rows each call feeds the
+    kernel, padding included — a benchmark's forward floor uses the same calls."""
+    n_cols = shape[-1] if shape else 1
+    n_rows = math.prod(shape[:-1])
+    n_lev = len(LEVELS)
+    ladder = ladder_base(device)
+    room = elements_per_call(device, max_memory, held)
+    column = 2 * n_lev * n_rows * n_cols  # one perturbed column of every row
+    if room < column:  # below the preferred call size (or its power of two): one column a call
+        check_input_budget(shape, dtype, max_memory)
+        room = column
+    per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
+    return per_call, batch_rows(2 * n_lev * per_call * n_rows, ladder)
 
 
 def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
@@ -179,38 +198,47 @@ def input_grad_outputs(
     delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
-    ladder = ladder_base(dev)
     held = 2 * sums.numel() * sums.element_size()  # sums and taken
-    room = elements_per_call(dev, max_memory, held)
-    column = 2 * n_lev * n_rows * n_cols  # one perturbed column of every row
-    if room < column:  # below the preferred call size (or its power of two): one column a call
-        check_input_budget(tuple(t.shape), t.dtype, max_memory)
-        room = column
-    per_call, _ = ladder_chunk(room // n_cols, n_rows, n_cols, 2 * n_lev, ladder)
-    batch = batch_rows(2 * n_lev * per_call * n_rows, ladder)  # every call's rows, padded
+    per_call, batch = plan(tuple(t.shape), t.dtype, dev, max_memory, held)
     calls = 1
     # RMSNorm's CPU machinery: the compiled one-pass sums (same bits) and freed chunks kept
     native = native_worth(2 * n_lev * n_rows * n_cols * sum(widths), dev, t.dtype)
     if dev.type == "cpu":
         keep_freed_memory()
+    # One batch for every call: t's rows repeated (row i is row i mod R; the rows past a
+    # chunk's are the padding), perturbed in place at the chunk's columns and put back after
+    # the call — no copy of the batch per call (a kernel declared to write into its inputs
+    # is handed a copy: kernels.opcall.op_forward).
+    buf = t2.repeat(-(-batch // n_rows), 1)[:batch]
+    flat = buf.view(-1)
+    # Every perturbed value x ± o h (in t's dtype, as the kernel gets it) and the step it
+    # took after rounding, made once for every column: (2L, D, R).
+    pert = t2.T[None] + delta[:, None, :]
+    taken.copy_(pert.to(torch.float64) - t2.T.to(torch.float64)[None])
+    # where column c0 + k of level l, row r of a call's chunk sits in the flat batch, less c0
+    at = {k: ((torch.arange(2 * n_lev, device=dev)[:, None, None] * k
+               + torch.arange(k, device=dev)[None, :, None]) * n_rows
+              + torch.arange(n_rows, device=dev)[None, None, :]) * n_cols
+          + torch.arange(k, device=dev)[None, :, None]
+          for k in {per_call, n_cols % per_call} if k}
+
     def call(c0: int) -> None:  # one batched forward of columns c0 … c0 + per_call
         c1 = min(n_cols, c0 + per_call)
-        cols = torch.arange(c1 - c0, device=dev)
-        xs = t2.expand(2 * n_lev, c1 - c0, n_rows, n_cols).clone()
-        xs[:, cols, :, c0 + cols] += delta  # advanced indices first: (columns, 2L, R)
-        base = t2[:, c0:c1].T.to(torch.float64)[:, None, :]
-        taken[:, c0:c1] = (xs[:, cols, :, c0 + cols].to(torch.float64) - base).transpose(0, 1)
+        where = at[c1 - c0] + c0
+        flat[where] = pert[:, c0:c1]
+        rows = 2 * n_lev * (c1 - c0) * n_rows
+        chunk = (2 * n_lev, c1 - c0, n_rows)
         with torch.no_grad():
-            ys = forward(pad_rows(xs.reshape(-1, n_cols), batch))
+            ys = forward(buf)
         if len(ys) != len(g2):
             raise ValueError(f"forward returned {len(ys)} outputs for {len(g2)} cotangents")
+        flat[where] = t2.T[c0:c1][None].expand(chunk)  # the batch unperturbed again
         # RMSNorm's sums, output by output (the padding's rows left out): one fused pass on
         # CUDA, each difference exact.
-        rows = xs.numel() // n_cols
-        sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(*xs.shape[:-1], widths[0]), y0[0],
+        sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(*chunk, widths[0]), y0[0],
                                     g2[0], native=native)
         for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
-            sums[:, c0:c1] += level_sums(y[:rows].reshape(*xs.shape[:-1], y_ref.shape[-1]),
+            sums[:, c0:c1] += level_sums(y[:rows].reshape(*chunk, y_ref.shape[-1]),
                                          y_ref, g, native=native)
 
     # RMSNorm's thread choice: torch's threads by the call's size, and one thread while one

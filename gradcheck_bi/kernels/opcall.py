@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels import phase
-from gradcheck_bi.kernels.call import unchanged
+from gradcheck_bi.kernels.call import allowed_mutations, unchanged
 from gradcheck_bi.kernels.layout import lay_out
 from gradcheck_bi.kernels.watch import first_call
 from gradcheck_bi.ops import OPS
@@ -79,7 +79,13 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
 
 def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
                zcg: bool) -> Tensors:
-    """The kernel's outputs by name (its tensors in the layout of :func:`laid_out`)."""
+    """The kernel's outputs by name (its tensors in the layout of :func:`laid_out`). A
+    kernel declared to write into its tensors (:func:`~gradcheck_bi.kernels.call.
+    declared_mutations`) gets copies: the caller's stay as they were (the finite
+    differences reuse theirs from call to call)."""
+    if allowed_mutations():
+        inputs = {n: t.clone() for n, t in inputs.items()}
+        params = {n: t.clone() for n, t in params.items()}
     return _called(fn, _lay(inputs, "x"), _lay(params, "weight"), options, zcg)
 
 

@@ -168,12 +168,16 @@ def input_forward(fn: Any, point: OpPoint, name: str, returned: list[str]
     others = {n: t.reshape(-1, d) for n, t in point.inputs.items() if n != name}
     n_rows = point.lead.numel() // d
 
+    tiled: dict[int, dict[str, torch.Tensor]] = {}  # the other inputs at N rows, made once
+
     def forward(t2: torch.Tensor) -> list[torch.Tensor]:
         if t2.shape == point.inputs[name].shape:
             ins = {**point.inputs, name: t2}
         else:
             k, n = -(-t2.shape[0] // n_rows), t2.shape[0]
-            ins = {name: t2, **{n_: o.repeat(k, 1)[:n] for n_, o in others.items()}}
+            if n not in tiled:
+                tiled[n] = {n_: o.repeat(k, 1)[:n] for n_, o in others.items()}
+            ins = {name: t2, **tiled[n]}
         outs = op_forward(fn, ins, point.params, point.options, point.zcg)
         if list(outs) != returned:
             raise ValueError(f"forward returned {list(outs)} here, {returned} before")
