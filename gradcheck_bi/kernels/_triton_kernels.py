@@ -22,6 +22,7 @@ interpreter's own library functions do.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,6 +167,13 @@ def launch(rows: torch.Tensor, out: torch.Tensor, width: int) -> None:
                   rows.stride(0), BLOCK_D=width)
 
 
+@functools.lru_cache(maxsize=64)
+def _eps_tensor(eps: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``eps`` as a one-element tensor on ``device``, made once: a fresh one per call was a
+    pageable host-to-device copy, and so a stream synchronisation, in every forward."""
+    return torch.tensor([eps], dtype=dtype, device=device)
+
+
 def rmsnorm_forward(
     x_c: torch.Tensor, w_c: torch.Tensor, eps: float, add_one: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,7 +187,7 @@ def rmsnorm_forward(
     n_rows = rows.shape[0]
     y = torch.empty_like(rows)
     r = torch.empty(n_rows, dtype=x_c.dtype, device=x_c.device)
-    eps_t = torch.tensor([eps], dtype=x_c.dtype, device=x_c.device)
+    eps_t = _eps_tensor(eps, x_c.dtype, x_c.device)
     if n_rows > 0:
         launch_kernel(_rmsnorm_fwd_kernel, n_rows, rows.is_cuda, rows, w_c.contiguous(), eps_t,
                       y, r, n_rows, n_cols, rows.stride(0), ADD_ONE=add_one,
