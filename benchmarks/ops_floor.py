@@ -14,6 +14,7 @@ autotuning), alternates check and floor ``reps`` times; prints the medians and t
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import torch
 from gradcheck_bi.checks.family import make_point, run_op_check
 from gradcheck_bi.fd.coloured import plan
 from gradcheck_bi.fd.stencil import CENTRAL4
+from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.opcall import op_forward
@@ -57,10 +59,11 @@ def floor(fn: Any, cfg: Config) -> Callable[[], None]:
     """A callable running every forward call the op's gradient checks cannot avoid, on
     unperturbed rows made up front: per input, the batch once and the chunked calls of
     :func:`gradcheck_bi.fd.coloured.input_grad_outputs` (its very plan: columns per call,
-    rows per call with the padding); per parameter ``stencil.points + 1`` calls."""
+    rows per call with the padding); per parameter ``stencil.points + 1`` calls. On CPU the
+    calls run on the threads the check's own loops choose (:mod:`gradcheck_bi.fd.threads`)."""
     p = make_point(cfg)
     dev = torch.device(cfg.device)
-    batches = []
+    loops: list[tuple[list[dict[str, torch.Tensor]], int]] = []
     for name in p.op.inputs:
         t = p.inputs[name]
         per_call, rows = plan(tuple(t.shape), t.dtype, dev)
@@ -68,13 +71,15 @@ def floor(fn: Any, cfg: Config) -> Callable[[], None]:
         n = t.numel() // t.shape[-1]
         ins = {k: v.reshape(-1, v.shape[-1]).repeat(-(-rows // n), 1)[:rows]
                for k, v in p.inputs.items()}
-        batches += [p.inputs] + [ins] * calls
-    batches += [p.inputs] * ((CENTRAL4.points + 1) * len(p.op.params))
+        loops.append(([p.inputs] + [ins] * calls, rows * t.shape[-1]))
+    loops.append(([p.inputs] * ((CENTRAL4.points + 1) * len(p.op.params)), p.lead.numel()))
 
-    def run() -> None:
+    def run() -> None:  # on CPU with the check's thread choice (fd.threads), loop by loop
         with torch.no_grad():
-            for ins in batches:
-                op_forward(fn, ins, p.params, p.options, p.zcg)
+            for batches, elements in loops:
+                with cpu_threads(dev, elements):
+                    run_steps([functools.partial(op_forward, fn, ins, p.params, p.options,
+                                                 p.zcg) for ins in batches], dev)
 
     return run
 
