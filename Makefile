@@ -33,7 +33,7 @@ test-slow: $(STAMP)
 # chooses them (by chunk size and idle cores); BENCH_THREADS=N pins every op to N.
 BENCH_THREADS ?=
 bench: $(STAMP)
-	PYTHONPATH=. $(BIN)/python benchmarks/cpu_bench.py $(if $(BENCH_THREADS),--threads $(BENCH_THREADS),)
+	PYTHONPATH=. $(BIN)/python benchmarks/cpu_cost.py $(if $(BENCH_THREADS),--threads $(BENCH_THREADS),)
 
 # Re-run the commands whose output README.md and docs/*.md quote, and paste it in again
 # (between <!-- docs:begin NAME --> markers; docs/make_docs.py). A few minutes on 2 cores.

@@ -5,7 +5,7 @@ sums, or the rest of gradcheck-bi (issue 22: our own work per result).
 
 One process runs ``gradcheck-bi run --format json RUN ARGS`` with every aten op counted (a
 ``TorchDispatchMode``, views aside), each call filed under the part it runs in
-(the parts of ``gpu_run_profile.py``'s breakdown). A count is machine-independent where a
+(the parts of ``run_profile.py``'s breakdown). A count is machine-independent where a
 time on a shared machine is not: on CUDA each op outside the kernel is a launch, each
 ``item``, ``float``, ``bool`` or ``equal`` of a tensor a host sync. Prints Markdown: ops per
 part and per result, syncs, and the rest's most frequent ops with the function making them.
@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_run_profile import Clock, instrument
+from run_profile import Clock, instrument
 
 # aten ops that bring a value to the host (on CUDA: a sync)
 SYNCS = {"_local_scalar_dense", "equal", "is_nonzero"}

@@ -5,7 +5,7 @@ and fp32, and separately bf16 and fp16, on CPU: every shape, scale, weight, eps 
 the generator draws. Slow
 (minutes); ``pytest -m slow tests/test_false_alarms.py -s`` prints the table recorded in
 docs/false_alarms.md (set GRADCHECK_BI_FALSE_ALARMS_OUT=path to write it there). The GPU
-counterpart is benchmarks/gpu_false_alarms.py. A default-suite smoke test runs 5 small ones.
+counterpart is benchmarks/rmsnorm_false_alarms.py. A default-suite smoke test runs 5 small ones.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ MUTANTS: list[Mutant] = [
     Mutant("m16_backward_recomputes_r_without_eps", "dx", _p("dx")),
     # D = 200: on CUDA in fp64 at D = 128 the two half-row sums are bitwise the compiled
     # Triton row sum (its tree's last step adds the halves), so no batch-dependence exists
-    # there to catch (benchmarks/m17_cuda_probe.py); at D = 200 it shows on CPU and CUDA.
+    # there to catch (docs/gpu_validation.md, "m17 on CUDA"); at D = 200 it shows on CPU and CUDA.
     Mutant("m17_batch_dependent_order", "batch_invariance",
            _p("batch_invariance", shape=ODD_SHAPE), (_p("dx"), _p("forward"))),
     Mutant("m18_dx_wrong_d", "dx", _p("dx")),

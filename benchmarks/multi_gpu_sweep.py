@@ -1,7 +1,7 @@
 """Multi-GPU sweep benchmark (issue 15): one case file run by the CLI on one GPU and on every
 visible GPU; wall times, the speed-up, and whether the two JSON reports are identical.
 
-    PYTHONPATH=. python3 benchmarks/gpu_sweep.py [--seeds 84] [--shape 32,8192]
+    PYTHONPATH=. python3 benchmarks/multi_gpu_sweep.py [--seeds 84] [--shape 32,8192]
 
 The case: kernels before and after, cuda/fp32, the dx check, three γ controls, both zcg
 settings, ``--seeds`` seeds (2 × 3 × 2 × seeds points: 1008 by default). Each run is a fresh

@@ -1,6 +1,6 @@
 """Where a whole run's time goes, for a kernel written by someone else (issue 22).
 
-    PYTHONPATH=. python3 benchmarks/gpu_run_profile.py --kernel liger [--reps 5] [-- RUN ARGS]
+    PYTHONPATH=. python3 benchmarks/run_profile.py [--reps 5] [--no-fresh] -- --kernel liger
 
 Two parts, both printed as Markdown:
 

@@ -1,6 +1,6 @@
 """False alarms on a GPU: `after` and the independent RMSNorm on CUDA, 200+ configs.
 
-    PYTHONPATH=. python3 benchmarks/gpu_false_alarms.py [N] [--dtype fp32 --dtype bf16 ...]
+    PYTHONPATH=. python3 benchmarks/rmsnorm_false_alarms.py [N] [--dtype fp32 --dtype bf16 ...]
 
 The same seeded generator as tests/test_false_alarms.py (tests/independent/false_alarms.py),
 with device cuda and each configuration's dtype drawn from ``--dtype`` (default fp32;
@@ -47,7 +47,7 @@ def main() -> int:
               f"{'/'.join(dtypes)}\n\n{where}, torch {torch.__version__}, triton "
               f"{triton.__version__}, {platform.python_version()}; "
               f"{time.perf_counter() - started:.0f} s; "
-              f"`PYTHONPATH=. python3 benchmarks/gpu_false_alarms.py {args.n}"
+              f"`PYTHONPATH=. python3 benchmarks/rmsnorm_false_alarms.py {args.n}"
               f"{''.join(' --dtype ' + d for d in args.dtype or [])}`")
     text = false_alarms.summary(tallies, header)
     print(text)

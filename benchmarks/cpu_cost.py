@@ -1,12 +1,14 @@
-"""CPU benchmarks for issue 5: side by side with torch.autograd.gradcheck, the (16, 8192)
-full check (time and peak RSS), the CLI end to end, growth in D and rows, noise floors.
+"""What does a full check cost on CPU (issue 5)? Side by side with torch.autograd.gradcheck,
+the (16, 8192) full check (time and peak RSS), the CLI end to end, growth in D and rows, and
+the noise floor beside the error of a defect.
 
-    PYTHONPATH=. python3 benchmarks/cpu_bench.py            # everything (make bench)
-    PYTHONPATH=. python3 benchmarks/cpu_bench.py --only big  # one section
+    PYTHONPATH=. python3 benchmarks/cpu_cost.py            # everything (make bench)
+    PYTHONPATH=. python3 benchmarks/cpu_cost.py --only big  # one section
 
 Each timed measurement runs in a fresh subprocess, so peak RSS is that measurement's own.
 ``--threads N`` pins torch's threads in those subprocesses to N (default: as the CLI chooses).
-Prints markdown tables for docs/benchmarks.md.
+Prints markdown tables for docs/benchmarks.md. A check against its forward floor:
+benchmarks/ops_floor.py (``--op rms_norm --dtype fp64 --shape 16,8192`` for issue 5's).
 """
 
 from __future__ import annotations
@@ -75,88 +77,6 @@ def side_by_side(shape: tuple[int, ...]) -> dict[str, Any]:
     return {"cold": cold, "warm": warm, "gradcheck": measure_gradcheck(shape)}
 
 
-def thread_crossover(counts: list[int]) -> dict[str, Any]:
-    """ns per perturbed element of a (16, 1024) fp64 dx check by chunk size and threads."""
-    import torch
-
-    from gradcheck_bi.fd import input_grad, threads
-    from gradcheck_bi.kernels.rmsnorm import After
-
-    gen = torch.Generator().manual_seed(0)
-    x, g = (torch.randn(16, 1024, generator=gen, dtype=torch.float64) for _ in range(2))
-    w = torch.randn(1024, generator=gen, dtype=torch.float64)
-
-    def fwd(t: torch.Tensor) -> torch.Tensor:
-        return After.apply(t, w, 1e-6, False)
-
-    out: dict[str, Any] = {}
-    for chunk in ((1, 1), (1, 4), (1, 16), (4, 16), (16, 16)):
-        elements = 4 * chunk[0] * chunk[1] * 1024
-        for n in counts:
-            threads.fix_threads(n)
-            input_grad(fwd, x[:2], g[:2], 1e-6, chunk=chunk)  # warm the thread pool
-            best = math.inf
-            for _ in range(3):
-                t = time.perf_counter()
-                input_grad(fwd, x, g, 1e-6, chunk=chunk)
-                best = min(best, time.perf_counter() - t)
-            out[f"{elements}/{n}"] = best / (4 * 16 * 1024 * 1024) * 1e9
-    threads.fix_threads(None)
-    return out
-
-
-def _copy_first_level_sums(ys: Any, y0: Any, g: Any) -> Any:
-    """The level sums as computed before issue 15 (an fp64 copy of the chunk first), kept
-    here only as the yardstick for :func:`chunk_parts`."""
-    import torch
-
-    from gradcheck_bi.kernels.reduction import row_sum
-
-    n = ys.shape[0] // 2
-    work = torch.empty((2 * n, *ys.shape[1:]), dtype=torch.float64)
-    work.copy_(ys)
-    work[:n].sub_(work[n:])
-    work[n:].sub_(y0)
-    plus = torch.empty_like(work[0])
-    for j in range(n):
-        plus.copy_(ys[j])
-        work[n + j].add_(plus.sub_(y0))
-    work.mul_(g)
-    return row_sum(work)
-
-
-def chunk_parts() -> dict[str, Any]:
-    """CPU seconds per (16, 8192) fp64 chunk: the forward, the level sums, the old sums."""
-    import torch
-
-    from gradcheck_bi import fd
-    from gradcheck_bi.kernels.rmsnorm import After
-
-    gen = torch.Generator().manual_seed(1)
-    rows, cols, points = 16, 8192, fd.CENTRAL4.points
-    n_c, n_r = fd.chunk_shape(rows, cols, fd.CENTRAL4, torch.float64, None, "cpu")
-    x = torch.randn(n_r, cols, generator=gen, dtype=torch.float64)
-    g, y0 = (torch.randn(n_r, cols, generator=gen, dtype=torch.float64) for _ in range(2))
-    w = torch.randn(cols, generator=gen, dtype=torch.float64)
-    xs = x.repeat(points * n_c, 1)
-    ys = After.apply(xs, w, 1e-6, False).view(points, n_c, n_r, cols)
-    new, old = fd.reduce.level_sums(ys, y0, g), _copy_first_level_sums(ys, y0, g)
-    parts = {"forward": lambda: After.apply(xs, w, 1e-6, False),
-             "level sums (now)": lambda: fd.reduce.level_sums(ys, y0, g),
-             "level sums (copy first, before)": lambda: _copy_first_level_sums(ys, y0, g)}
-    out: dict[str, Any] = {"chunk": [n_c, n_r, points], "same_bits": bool(torch.equal(new, old))}
-    for name, fn in parts.items():
-        fn()
-        runs = []
-        for _ in range(7):
-            c = time.process_time()
-            for _ in range(10):
-                fn()
-            runs.append((time.process_time() - c) / 10)
-        out[name] = sorted(runs)[3]
-    return out
-
-
 def noise_table() -> dict[str, Any]:
     from gradcheck_bi.checks import run_check
     from gradcheck_bi.kernels.rmsnorm import After, Before
@@ -189,14 +109,6 @@ def _child(args: argparse.Namespace) -> None:
                            spec.get("checks", "dx,dw"), spec.get("mode", "full"))
     elif kind == "side":
         res = side_by_side(tuple(spec["shape"]))
-    elif kind == "floor":
-        from floor import side_by_side as check_vs_floor
-
-        res = check_vs_floor(tuple(spec["shape"]), "fp64", "cpu", spec["reps"])
-    elif kind == "parts":
-        res = chunk_parts()
-    elif kind == "threads":
-        res = thread_crossover(spec["threads"])
     else:
         res = noise_table()
     res["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -207,7 +119,7 @@ def run_child(spec: dict[str, Any], threads: int | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
     if threads:
         cmd += ["--threads", str(threads)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")])}
+    env = {**os.environ, "PYTHONPATH": ROOT}
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=ROOT)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
@@ -325,48 +237,8 @@ def section_noise(threads: int | None) -> None:
               f"{r['ratio']:.2e} | {targets[dtype]} |")
 
 
-def section_floor(threads: int | None, shapes: tuple[tuple[int, int], ...] = ((16, 8192),),
-                  reps: int = 3) -> None:
-    print("\n### Full dx + dw (fp64 CPU) over its forward-evaluation floor, one process\n")
-    print("The floor runs exactly the forward calls the check needs (same chunks) and nothing "
-          f"else; check and floor alternate {reps} times, medians.\n")
-    print("| shape | forward calls | check s (CPU s) | floor s (CPU s) | check / floor, wall "
-          "(CPU) | passed (dx, dw) |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
-    for shape in shapes:
-        r = run_child({"kind": "floor", "shape": shape, "reps": reps}, threads)
-        print(f"| {tuple(shape)} | {r['forward_calls']} | {r['check_s']:.2f} "
-              f"({r['check_cpu_s']:.2f}) | {r['floor_s']:.2f} ({r['floor_cpu_s']:.2f}) | "
-              f"**{r['ratio']:.2f}x** ({r['ratio_cpu']:.2f}x) | {tuple(r['passed'])} |")
-    print("\ntarget: (16, 8192) check / floor <= 1.5x")
-
-
-def section_sums(threads: int | None) -> None:
-    r = run_child({"kind": "parts"}, threads)
-    n_c, n_r, points = r["chunk"]
-    print(f"\n### One (16, 8192) fp64 chunk ({n_c} column x {n_r} rows x {points} points), "
-          "CPU ms (median of 7 x 10)\n")
-    print("| part | CPU ms | / forward |\n| --- | ---: | ---: |")
-    for name in ("forward", "level sums (now)", "level sums (copy first, before)"):
-        print(f"| {name} | {r[name] * 1e3:.2f} | {r[name] / r['forward']:.2f} |")
-    print(f"\nnow and before give the same bits: {r['same_bits']}")
-
-
-def section_threads(threads: int | None) -> None:
-    counts = sorted({1, 2, os.cpu_count() or 1} | ({threads} if threads else set()))
-    res = run_child({"kind": "threads", "threads": counts}, None)
-    print("\n### Threads by chunk size: (16, 1024) fp64 dx, ns per perturbed element "
-          "(min of 3)\n")
-    print("| chunk elements | " + " | ".join(f"{n} thread(s)" for n in counts) + " |")
-    print("| ---: | " + " | ".join("---:" for _ in counts) + " |")
-    for elements in sorted({int(k.split("/")[0]) for k in res if "/" in k}):
-        print(f"| {elements} | " + " | ".join(f"{res[f'{elements}/{n}']:.2f}" for n in counts)
-              + " |")
-
-
 SECTIONS = {"gradcheck": section_gradcheck, "big": section_big, "cli": section_cli,
-            "growth": section_growth, "noise": section_noise, "floor": section_floor,
-            "threads": section_threads, "sums": section_sums}
+            "growth": section_growth, "noise": section_noise}
 
 
 def main() -> None:

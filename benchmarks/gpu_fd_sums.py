@@ -1,23 +1,20 @@
-"""GPU benchmark (issue 15): full dx + dw checks beside their forward-evaluation floor, the
-fused finite-difference reduction against the torch ops it replaces, and its correctness.
+"""Are the fused finite-difference sums right on CUDA, and how fast beside a call's forward?
 
-    PYTHONPATH=.:benchmarks python3 benchmarks/gpu_bench.py [--reps 5] [--threads 1,4,16]
+    PYTHONPATH=. python3 benchmarks/gpu_fd_sums.py [--reps 5] [--only correctness|chunk]
 
 Sections (each prints a markdown table; a failing section prints its error and the rest run):
 
-1. the fused level-sum kernel on fresh random data against an fp64 reference, a sub-batch
-   bitwise equal to the full batch, and two runs bitwise equal;
-2. for (64, 8192), (64, 16384) and (256, 8192) fp32: the full check and the forward calls it
-   needs, alternated ``--reps`` times (medians), and their ratio;
-3. one (64, 8192) chunk: the forward, the fused sums, the torch-op sums, against a measured
-   device-to-device copy;
-4. the CPU crossover of threads by chunk size on this host's cores.
+1. ``correctness``: the fused level-sum kernel on fresh random data against an fp64
+   reference, a sub-batch bitwise equal to the full batch, and two runs bitwise equal;
+2. ``chunk``: one (64, 8192) fp32 call as ``gradcheck_bi.fd.coloured.plan`` sizes it: the
+   forward, the fused sums, the torch-op sums, against a measured device-to-device copy.
+
+A check's time beside its forward floor: benchmarks/ops_floor.py (every op, RMSNorm too).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import traceback
@@ -25,18 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.fd import _triton_fd
+from gradcheck_bi.fd.coloured import plan
+from gradcheck_bi.fd.stencil import LEVELS
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.reduction import use_backend
 from gradcheck_bi.kernels.rmsnorm import After
 from gradcheck_bi.vocab import Config
-
-SHAPES = ((64, 8192), (64, 16384), (256, 8192))
 
 
 def timed(fn: Callable[[], object], reps: int) -> list[float]:
@@ -90,45 +86,30 @@ def section_correctness() -> None:
               f"{torch.equal(got, again)} |")
 
 
-def section_ratio(reps: int) -> None:
-    from floor import side_by_side
-
-    print("\n### Full dx + dw (fp32 CUDA) over its forward-evaluation floor, one process\n")
-    print(f"Check and floor alternate {reps} times after a warm-up of each; medians.\n")
-    print("| shape | forward calls | check s | floor s | check / floor | passed (dx, dw) |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
-    for shape in SHAPES:
-        r = side_by_side(shape, "fp32", "cuda", reps)
-        print(f"| {shape} | {r['forward_calls']} | {r['check_s']:.4f} | {r['floor_s']:.4f} | "
-              f"**{r['ratio']:.2f}x** | {tuple(r['passed'])} |", flush=True)
-        torch.cuda.empty_cache()
-    print("\ntarget: (64, 8192) check / floor <= 2x")
-
-
 def section_chunk(reps: int) -> None:
     rows, cols = 64, 8192
     cfg = Config(check="dx", device="cuda", dtype="fp32", shape=(rows, cols))
     x, w, g = make_inputs(cfg)
-    stencil = fd.CENTRAL4
-    n_c, n_r = fd.chunk_shape(rows, cols, stencil, torch.float32, None, "cuda")
-    n_c, n_r = min(n_c, cols), min(n_r, rows)
-    xs = x[:n_r].repeat(stencil.points * n_c, 1)
-    g64, y0 = g[:n_r].double(), After.apply(x[:n_r], w, 1e-6, False).double()
+    points = 2 * len(LEVELS)
+    n_c, batch = plan((rows, cols), torch.float32, torch.device("cuda"))
+    xs = x.repeat(-(-batch // rows), 1)[:batch]  # the call's rows, padding included
+    g64, y0 = g.double(), After.apply(x, w, 1e-6, False).double()
 
     def fwd() -> torch.Tensor:
         with torch.no_grad():
             return After.apply(xs, w, 1e-6, False)
 
-    ys = fwd().view(stencil.points, n_c, n_r, cols)
+    ys = fwd()[: points * n_c * rows].view(points, n_c, rows, cols)
     fused = min(timed(lambda: fd.reduce.level_sums(ys, y0, g64), reps * 4))
     with use_backend("torch"):
         ops = min(timed(lambda: fd.reduce.level_sums(ys, y0, g64), reps * 2))
     f_best = min(timed(fwd, reps * 4))
     bw = copy_bandwidth()
     moved = 2 * xs.numel() * 4
-    read = xs.numel() * 4
-    print(f"\n### One ({rows}, {cols}) fp32 chunk: {n_c} columns x {n_r} rows x "
-          f"{stencil.points} points ({xs.numel() * 4 / 2**30:.2f} GiB of y), min of runs\n")
+    read = ys.numel() * 4  # the padding's rows are not summed
+    print(f"\n### One ({rows}, {cols}) fp32 call: {n_c} columns x {rows} rows x "
+          f"{points} points, {batch} rows with padding ({xs.numel() * 4 / 2**30:.2f} GiB of y), "
+          "min of runs\n")
     print("| what | ms | GB/s | of copy |\n| --- | ---: | ---: | ---: |")
     print(f"| copy (4 GiB D2D, read + write) | | {bw / 1e9:.0f} | 100% |")
     print(f"| batched forward (x read, y written) | {f_best * 1e3:.2f} | "
@@ -139,35 +120,19 @@ def section_chunk(reps: int) -> None:
           f"{read / ops / bw:.0%} |")
 
 
-def section_threads(counts: list[int]) -> None:
-    from cpu_bench import thread_crossover
-
-    res = thread_crossover(counts)
-    print(f"\n### CPU threads by chunk size on this host ({os.cpu_count()} cores): "
-          "(16, 1024) fp64 dx, ns per perturbed element (min of 3)\n")
-    print("| chunk elements | " + " | ".join(f"{n} thread(s)" for n in counts) + " |")
-    print("| ---: | " + " | ".join("---:" for _ in counts) + " |")
-    for elements in sorted({int(k.split("/")[0]) for k in res}):
-        print(f"| {elements} | " + " | ".join(f"{res[f'{elements}/{n}']:.2f}" for n in counts)
-              + " |")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--threads", default="1,4,16")
     ap.add_argument("--only", action="append",
-                    choices=["correctness", "ratio", "chunk", "threads"])
+                    choices=["correctness", "chunk"])
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("gpu_bench: no CUDA GPU visible")
+        sys.exit("gpu_fd_sums: no CUDA GPU visible")
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"GPUs visible: {torch.cuda.device_count()}")
     sections: dict[str, Callable[[], None]] = {
         "correctness": section_correctness,
-        "ratio": lambda: section_ratio(args.reps),
         "chunk": lambda: section_chunk(args.reps),
-        "threads": lambda: section_threads([int(n) for n in args.threads.split(",")]),
     }
     for name in args.only or list(sections):
         t = time.perf_counter()

@@ -1,7 +1,7 @@
 """The fp64 input draw: one ``torch.randn`` after another against the split draw of
 :func:`gradcheck_bi.inputs.draw_normal`, timed and compared bit for bit.
 
-    PYTHONPATH=. python3 benchmarks/draw_bench.py [--shapes 64,8192 256,8192] [--reps 5]
+    PYTHONPATH=. python3 benchmarks/input_draw.py [--shapes 64,8192 256,8192] [--reps 5]
 """
 
 from __future__ import annotations
