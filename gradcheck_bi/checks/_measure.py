@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels.call import all_bits_equal
 from gradcheck_bi.tolerance.rules import overridden, per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
 
@@ -46,15 +47,31 @@ def bitwise_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[int, float, list[int
 @dataclass
 class BitwiseLog:
     """Bitwise comparisons of a batch-invariance check: each difference one line, the worst
-    element (its row, its last index) and the count; :meth:`measurement` is the verdict."""
+    element (its row, its last index) and the count; :meth:`measurement` is the verdict.
+
+    :meth:`compare` queues; :meth:`settle` compares the queue with one host sync when all of
+    it is equal (the usual case), pair by pair, in order, when not. Settle before the kernel
+    runs again, so each comparison sees the tensors as the kernel returned them."""
 
     failures: list[str] = field(default_factory=list)
     worst_err: float = 0.0
     worst_at: list[int] | None = None
     compared: int = 0
+    queued: list[tuple[str, torch.Tensor, torch.Tensor, int]] = field(default_factory=list)
 
     def compare(self, label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
         self.compared += 1
+        self.queued.append((label, a, b, row))
+
+    def settle(self) -> None:
+        """Compare what was queued (see the class)."""
+        queued, self.queued = self.queued, []
+        if all_bits_equal([(a, b) for _, a, b, _ in queued]):
+            return
+        for label, a, b, row in queued:
+            self._one(label, a, b, row)
+
+    def _one(self, label: str, a: torch.Tensor, b: torch.Tensor, row: int) -> None:
         n, err, first = bitwise_diff(a, b)
         if n:
             self.failures.append(f"{label}: {n} of {a.numel()} elements differ "
@@ -64,6 +81,7 @@ class BitwiseLog:
 
     def measurement(self, details: dict[str, Any]) -> Measurement:
         """Pass iff no bits differed; the first three differences in the message."""
+        self.settle()
         more = len(self.failures) - 3
         msg = "; ".join(self.failures[:3]) + (f"; and {more} more" if more > 0 else "")
         return Measurement(self.worst_err, 0.0, not self.failures, self.worst_at, msg,
