@@ -94,6 +94,8 @@ def _int_view(dtype: torch.dtype) -> torch.dtype:
 
 def nonfinite(name: str, t: torch.Tensor) -> str:
     """A note naming how many elements of ``t`` are inf or NaN ("" when none are)."""
+    if not t.is_floating_point() or math.isfinite(float(t.detach().sum())):
+        return ""  # the usual case in one op: a sum of finite values (it may overflow: count)
     bad = int((~torch.isfinite(t)).sum().item())
     return f"{name} has {bad} non-finite element(s)" if bad else ""
 
