@@ -21,12 +21,7 @@ def locate(err: torch.Tensor) -> tuple[float, list[int]]:
     """``(max err, its index)``; a NaN counts as the worst."""
     flat = int(torch.argmax(torch.nan_to_num(err, nan=math.inf)).item())
     worst = float(err.reshape(-1)[flat].item())
-    idx: list[int] = []
-    for size in reversed(err.shape):  # (torch.unravel_index would import sympy: ~0.3 s)
-        flat, i = divmod(flat, size)
-        idx.append(i)
-    idx.reverse()
-    return worst, idx
+    return worst, _unravel(flat, err.shape)
 
 
 def bitwise_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[int, float, list[int] | None]:
@@ -141,13 +136,42 @@ def measured_per_element(err: torch.Tensor, tol: torch.Tensor, notes: Sequence[s
     if kept is not None:
         kept.append((err, tol))
     ratio = per_element_ratio(err, tol)
-    top, worst = locate(ratio)
-    at = tuple(worst)
-    at_err, at_tol = float(err[at].item()), float(tol[at].item())
-    max_err, where_max = locate(err)
+    if ratio.shape == err.shape == tol.shape and ratio.numel():
+        (top, at_err, at_tol, max_err, tol_at_max, tol_max), (worst, where_max) = _worst(
+            ratio, err, tol)
+    else:
+        top, worst = locate(ratio)
+        at = tuple(worst)
+        at_err, at_tol = float(err[at].item()), float(tol[at].item())
+        max_err, where_max = locate(err)
+        tol_at_max, tol_max = float(tol[tuple(where_max)].item()), float(tol.max().item())
     problems = [n for n in notes if n]
     passed = not problems and math.isfinite(at_err) and top <= 1.0
-    extra = {"ratio": top, "max_abs_err_any": max_err,
-             "tolerance_at_max_err": float(tol[tuple(where_max)].item()),
-             "tolerance_max": float(tol.max().item())}
+    extra = {"ratio": top, "max_abs_err_any": max_err, "tolerance_at_max_err": tol_at_max,
+             "tolerance_max": tol_max}
     return Measurement(at_err, at_tol, passed, worst, "; ".join(problems), {**details, **extra})
+
+
+def _worst(ratio: torch.Tensor, err: torch.Tensor, tol: torch.Tensor
+           ) -> tuple[list[float], tuple[list[int], list[int]]]:
+    """What :func:`measured_per_element` reports, brought to the host at once (one sync,
+    where an ``item`` each took eight): ratio, err and tol at the largest ratio, err and tol
+    at the largest error (NaN the largest, as :func:`locate`), the largest tol; and the
+    indices of the two elements."""
+    flat = torch.stack([t.reshape(-1).to(torch.float64) for t in (ratio, err, tol)])
+    at = torch.argmax(torch.nan_to_num(flat[:2], nan=math.inf), dim=1)  # (2,)
+    picked = flat[:, at]  # (3, 2): [ratio, err, tol] at [largest ratio, largest err]
+    got = torch.cat([picked.T.reshape(-1), flat[2].max().reshape(1), at.to(torch.float64)])
+    r_top, r_err, r_tol, _, e_err, e_tol, t_max, i_r, i_e = got.tolist()
+    return [r_top, r_err, r_tol, e_err, e_tol, t_max], (_unravel(int(i_r), ratio.shape),
+                                                        _unravel(int(i_e), ratio.shape))
+
+
+def _unravel(flat: int, shape: torch.Size) -> list[int]:
+    """The index of element ``flat`` of a tensor of ``shape``, as a list."""
+    idx: list[int] = []
+    for size in reversed(shape):  # (torch.unravel_index would import sympy: ~0.3 s)
+        flat, i = divmod(flat, size)
+        idx.append(i)
+    idx.reverse()
+    return idx
