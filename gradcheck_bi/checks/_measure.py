@@ -167,6 +167,15 @@ def _worst(ratio: torch.Tensor, err: torch.Tensor, tol: torch.Tensor
                                                         _unravel(int(i_e), ratio.shape))
 
 
+def to_host(*scalars: torch.Tensor) -> list[float]:
+    """One-element tensors as floats, brought to the host together: one sync, not one each.
+
+    >>> to_host(torch.tensor(0.5), torch.tensor([2.0], dtype=torch.float16))
+    [0.5, 2.0]
+    """
+    return torch.cat([t.reshape(1).to(torch.float64) for t in scalars]).tolist()
+
+
 def _unravel(flat: int, shape: torch.Size) -> list[int]:
     """The index of element ``flat`` of a tensor of ``shape``, as a list."""
     idx: list[int] = []
