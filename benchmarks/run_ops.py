@@ -7,7 +7,8 @@ One process runs ``gradcheck-bi run --format json RUN ARGS`` with every aten op 
 ``TorchDispatchMode``, views aside), each call filed under the part it runs in
 (the parts of ``run_profile.py``'s breakdown). A count is machine-independent where a
 time on a shared machine is not: on CUDA each op outside the kernel is a launch, each
-``item``, ``float``, ``bool`` or ``equal`` of a tensor a host sync. Prints Markdown: ops per
+``item``, ``float``, ``bool`` or ``equal`` of a tensor a host sync, and so is a ``tolist``
+(counted with the syncs and listed among the calls, not among the ops). Prints Markdown: ops per
 part and per result, syncs, and the rest's most frequent ops with the function making them.
 """
 
@@ -91,11 +92,28 @@ def count(run_args: list[str]) -> tuple[dict[str, int], collections.Counter[tupl
                     rest[(name, _caller())] += 1
             return func(*args, **(kwargs or {}))
 
+    # ``tolist`` brings a whole tensor to the host in one go: on CUDA a copy to the host and
+    # a sync, on CPU no aten op at all, so it is counted here (a tensor made on the CPU,
+    # such as fd.stencil.level_offsets(), is no sync on CUDA: the caller tells which).
+    import torch
+
+    real_tolist = torch.Tensor.tolist
+
+    def tolist(self: torch.Tensor) -> Any:
+        syncs[clock.part] += 1
+        if clock.part == "rest":
+            rest[("tolist", _caller())] += 1
+        return real_tolist(self)
+
     sink = io.StringIO()
     from gradcheck_bi.runner import measured_here
 
-    with contextlib.redirect_stdout(sink), Mode(), measured_here():  # the ops run here
-        cli.main(["run", "--no-progress", "--format", "json", *run_args])
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+    try:
+        with contextlib.redirect_stdout(sink), Mode(), measured_here():  # the ops run here
+            cli.main(["run", "--no-progress", "--format", "json", *run_args])
+    finally:
+        torch.Tensor.tolist = real_tolist  # type: ignore[method-assign]
     import json
     n_results = len(json.loads(sink.getvalue())["results"])
     return parts, rest, syncs, n_results
@@ -108,7 +126,7 @@ def main() -> None:
     opts = ap.parse_args()
     parts, rest, syncs, n = count(opts.run_args)
     print(f"`run {' '.join(opts.run_args)}`: {n} results\n")
-    print("| part | aten ops (views aside) | per result | of them syncs (item, equal, bool) |")
+    print("| part | aten ops (views aside) | per result | syncs (item, equal, bool; tolist) |")
     print("| --- | ---: | ---: | ---: |")
     for part in ("kernel", "fd", "rest"):
         print(f"| {part} | {parts[part]} | {parts[part] / n:.0f} | {syncs[part]} |")

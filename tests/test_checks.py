@@ -233,3 +233,29 @@ def test_batch_filler_rows_are_shared_but_never_modified() -> None:
     fresh = fillers()
     for c, f in zip(cached, fresh, strict=True):
         assert all(torch.equal(c[n], f[n]) for n in c), "a probe row was written into the cache"
+
+
+def test_queued_bitwise_comparisons_report_as_one_by_one() -> None:
+    from gradcheck_bi.checks._measure import BitwiseLog
+
+    gen = torch.Generator().manual_seed(3)
+    a = [torch.randn(5, 7, generator=gen, dtype=torch.float64) for _ in range(4)]
+    b = [t.clone() for t in a]
+    b[1][2, 3] += 1e-3
+    b[3][0, 6] = float("nan")
+    pairs = [(f"t{i}", x, y, i) for i, (x, y) in enumerate(zip(a, b, strict=True))]
+    queued, single = BitwiseLog(), BitwiseLog()
+    for label, x, y, row in pairs:
+        queued.compare(label, x, y, row)
+        single.compare(label, x, y, row)
+        single.settle()  # one comparison at a time, as before queueing
+    assert queued.queued and not single.queued
+    got, want = queued.measurement({}), single.measurement({})
+    assert (got.passed, got.message, got.worst, got.max_abs_err) == (
+        want.passed, want.message, want.worst, want.max_abs_err), (got, want)
+    assert not got.passed and got.message.startswith("t1: 1 of 35 elements differ"), got
+    assert got.details["comparisons"] == 4
+    clean = BitwiseLog()
+    for x in a:
+        clean.compare("same", x, x.clone(), 0)
+    assert clean.measurement({}).passed

@@ -86,3 +86,31 @@ def test_the_bound_covers_a_sequential_sum_with_room(dtype: torch.dtype) -> None
 def test_forward_factor_grows_like_sqrt_d_and_keeps_the_worst_case_for_few_terms() -> None:
     assert forward_factor(1) == 1 / 2 + 4
     assert forward_factor(4096) < 8 * forward_factor(64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_pow2_scale_is_the_power_of_two_at_or_below(dtype: torch.dtype) -> None:
+    """Every magnitude the dtype holds — subnormals, its largest, 0, ±inf, NaN — against
+    ``2^(e-1)`` from frexp's exponent (1 where t is 0 or not finite)."""
+    import math
+
+    from gradcheck_bi.tolerance.noise import pow2_scale
+
+    fi = torch.finfo(dtype)
+    gen = torch.Generator().manual_seed(7)
+    e = torch.randint(int(math.log2(fi.smallest_normal)) - 30, int(math.log2(fi.max)) + 2,
+                      (20000,), generator=gen)
+    t = (torch.randn(20000, generator=gen, dtype=torch.float64) * torch.pow(2.0, e.double())
+         ).to(dtype)
+    t[:8] = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, fi.max, fi.tiny,
+                          -fi.tiny], dtype=torch.float64).to(dtype)
+    a = t.abs()
+    ok = (a > 0) & torch.isfinite(a)
+    want = torch.where(ok, torch.ldexp(torch.ones_like(a), torch.frexp(
+        torch.where(ok, a, torch.ones_like(a))).exponent - 1), torch.ones_like(a))
+    got = pow2_scale(t)
+    differ = got.double() != want.double()
+    assert got.dtype == dtype and not differ.any(), (
+        f"{int(differ.sum())} differ, e.g. t={t[differ][:3].tolist()}: "
+        f"{got[differ][:3].tolist()} against {want[differ][:3].tolist()}")
+    assert ((a < fi.tiny) & (a > 0)).any()  # subnormals were among them

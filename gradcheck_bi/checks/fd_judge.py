@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks._measure import measured_per_element
+from gradcheck_bi.checks._measure import measured_per_element, to_host
 from gradcheck_bi.fd.refine import REFINE, Refined
 from gradcheck_bi.fd.stencil import LEVELS
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel
@@ -70,19 +70,19 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     tol = fd_tolerance(floor, float(reference.abs().max()), cfg)
     m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
     at = tuple(m.worst or [])
-    m.details["noise_floor"] = float(est.noise_floor[at].item())
-    m.details["rounding_floor"] = float(K_SIGMA * rounding[at].item())
+    noise, rounded = to_host(est.noise_floor[at], rounding[at])
+    m.details["noise_floor"], m.details["rounding_floor"] = noise, K_SIGMA * rounded
     m.details["detectable_rel"] = detectable(tol, reference)
     return m
 
 
 def _fd_details(est: Estimate) -> dict[str, Any]:
     steps = est.step.reshape(-1)
+    step_min, step_max, floor_max = to_host(steps.min(), steps.max(), est.noise_floor.max())
     return {
         "stencil": est.stencil.name,
-        "step_min": float(steps.min()),
-        "step_max": float(steps.max()),
-        "noise_floor_max": float(est.noise_floor.max()),
+        "step_min": step_min, "step_max": step_max,
+        "noise_floor_max": floor_max,
         "k_sigma": K_SIGMA,
         "k_trunc": K_TRUNC,
         "noise_scale": est.noise_scale,  # λ: the forward's measured rounding / dtype model

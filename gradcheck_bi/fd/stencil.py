@@ -68,9 +68,27 @@ def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Te
 def richardson_truncation(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor) -> torch.Tensor:
     """The truncation error of ``E(h) = Σ w S_o / h``, from the same stencil at ``2h``
     (:func:`gradcheck_bi.tolerance.noise.truncation`)."""
-    e_h = stencil_sum(odd, stencil) / h
-    e_2h = stencil_sum(odd, stencil, 2) / (2 * h)
-    return truncation(e_h, e_2h, stencil.order)
+    both = _at_both_steps(odd, stencil)
+    if both is None:
+        both = torch.stack([stencil_sum(odd, stencil), stencil_sum(odd, stencil, 2)])
+    return truncation(both[0] / h, both[1] / (2 * h), stencil.order)
+
+
+def _at_both_steps(odd: torch.Tensor, stencil: Stencil) -> torch.Tensor | None:
+    """``[Σ w S_o, Σ w S_2o]`` with one op per term for both steps (each element the same
+    products and additions, in the same order, as :func:`stencil_sum` at scales 1 and 2):
+    where the levels of ``o`` and ``2o`` are neighbours in ``odd`` (``None`` elsewhere)."""
+    at = {o: i for i, o in enumerate(LEVELS)}
+    first = [at.get(o) for o in stencil.offsets]
+    if any(i is None or at.get(2 * o) != i + 1 for o, i in zip(stencil.offsets, first,
+                                                              strict=True)):
+        return None
+    total = None
+    for i, w in zip(first, stencil.weights, strict=True):
+        assert i is not None
+        term = w * odd[i:i + 2]
+        total = term if total is None else total + term
+    return total
 
 
 def stencil_var(pv: torch.Tensor, stencil: Stencil, h: float) -> torch.Tensor:

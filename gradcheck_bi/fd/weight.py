@@ -76,7 +76,8 @@ def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tenso
     on = m.bool()
 
     def within(diff: torch.Tensor, *ys: torch.Tensor) -> bool:
-        bound = SLACK * u * sum((y.abs() for y in ys), torch.zeros_like(diff))
+        first, *rest = (y.abs() for y in ys)  # 0 + |y| is |y|: no zeros to start from
+        bound = SLACK * u * sum(rest, first)
         return bool((diff.abs() <= bound).all())
 
     separable = within((ya - yb)[:, ~on], ya[:, ~on], yb[:, ~on])

@@ -118,7 +118,8 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     unchanged("forward", owned)
     loss = None
     for name, y in outs.items():
-        g = cotangents[name].detach().clone()
+        # the kernel's backward gets Σ(y·g)'s gradient, a fresh tensor, never g itself
+        g = cotangents[name].detach()
 
         def keep(grad: torch.Tensor, name: str = name) -> torch.Tensor:
             key = "grad_output" if name == "y" else f"grad_{name}"
