@@ -168,12 +168,20 @@ def _worst(ratio: torch.Tensor, err: torch.Tensor, tol: torch.Tensor
 
 
 def to_host(*scalars: torch.Tensor) -> list[float]:
-    """One-element tensors as floats, brought to the host together: one sync, not one each.
+    """One-element tensors as floats, brought to the host together: one sync per device
+    they live on, not one each (a CPU tensor and a CUDA one may come mixed: the steps of a
+    finite difference are kept on the host).
 
     >>> to_host(torch.tensor(0.5), torch.tensor([2.0], dtype=torch.float16))
     [0.5, 2.0]
     """
-    return torch.cat([t.reshape(1).to(torch.float64) for t in scalars]).tolist()
+    got: list[float] = [0.0] * len(scalars)
+    for dev in {t.device for t in scalars}:
+        at = [i for i, t in enumerate(scalars) if t.device == dev]
+        values = torch.cat([scalars[i].reshape(1).to(torch.float64) for i in at]).tolist()
+        for i, v in zip(at, values, strict=True):
+            got[i] = v
+    return got
 
 
 def _unravel(flat: int, shape: torch.Size) -> list[int]:
