@@ -2,8 +2,9 @@
 
     PYTHONPATH=. python benchmarks/ops_floor.py [--device cuda] [--shape 64,8192] [--reps 3]
 
-For each op (its correct kernel from tests/kernels/, or ``--kernel REF``), times every
-gradient check of the op (d<input> and d<parameter>, γ = randn) and the **forward floor**:
+For each op (its correct kernel from tests/kernels/, the bundled ``after`` for rms_norm, or
+``--kernel REF``), times every gradient check of the op (d<input> and d<parameter>,
+γ = randn) and the **forward floor**:
 the forward calls those checks cannot avoid — per input, the unperturbed batch once and
 the stacked perturbed rows in the very calls ``gradcheck_bi.fd.coloured.plan`` makes (on
 unperturbed rows made up front: the same work, no copy timed), per parameter

@@ -124,7 +124,7 @@ def check_input_budget(shape: tuple[int, ...], dtype: torch.dtype, max_memory: i
 
 
 def plan(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
-         max_memory: int | None = None, held: int = 0) -> tuple[int, int]:
+         max_memory: int | None = None) -> tuple[int, int]:
     """``(columns, rows)`` of :func:`input_grad_outputs`'s calls for an input of ``shape``:
     the columns perturbed per call (every row, every level) and the rows each call feeds the
     kernel, padding included — a benchmark's forward floor uses the same calls."""
@@ -132,8 +132,9 @@ def plan(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
     n_rows = math.prod(shape[:-1])
     n_lev = len(LEVELS)
     ladder = ladder_base(device)
-    room = elements_per_call(device, max_memory, held)
     column = 2 * n_lev * n_rows * n_cols  # one perturbed column of every row
+    held = 2 * column * 8  # the check's fp64 sums and taken steps, every level and column
+    room = elements_per_call(device, max_memory, held)
     if room < column:  # below the preferred call size (or its power of two): one column a call
         check_input_budget(shape, dtype, max_memory)
         room = column
@@ -198,8 +199,7 @@ def input_grad_outputs(
     delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
-    held = 2 * sums.numel() * sums.element_size()  # sums and taken
-    per_call, batch = plan(tuple(t.shape), t.dtype, dev, max_memory, held)
+    per_call, batch = plan(tuple(t.shape), t.dtype, dev, max_memory)
     calls = 1
     # RMSNorm's CPU machinery: the compiled one-pass sums (same bits) and freed chunks kept
     native = native_worth(2 * n_lev * n_rows * n_cols * sum(widths), dev, t.dtype)
