@@ -280,18 +280,22 @@ def weight_words(row: dict[str, Any]) -> list[str]:
     >>> weight_words({"op": "swiglu", "weight": "randn", "zero_centered_gamma": False})
     []
     """
-    if not OPS[row.get("op", "rms_norm")].has("weight"):
+    op = OPS.get(row.get("op", "rms_norm"))
+    if op is None or not op.has("weight"):
         return []
     return [spelled(AXIS[f], row[AXIS[f].public]) for f in ("control", "zero_centered_gamma")]
 
 
 def has_eps(row: dict[str, Any]) -> bool:
     """Whether a result's op takes an eps (swiglu and silu_and_mul do not)."""
-    return OPS[row.get("op", "rms_norm")].has("eps")
+    op = OPS.get(row.get("op", "rms_norm"))
+    return op is not None and op.has("eps")
 
 
 def op_words(row: dict[str, Any]) -> list[str]:
     """The axes only the other ops have, as a result (``row``: by public name) has them:
     ``["β=zeros", "group_size=8", "norm_before_gate=on"]``; none for an RMSNorm result."""
+    own = [f"{k}={'on' if v is True else 'off' if v is False else v}"
+           for k, v in (row.get("variant") or {}).items()]
     return [spelled(a, row[a.public]) for a in AXES
-            if a.json == "op" and a.field != "op" and row.get(a.public) is not None]
+            if a.json == "op" and a.field != "op" and row.get(a.public) is not None] + own

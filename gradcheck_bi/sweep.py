@@ -22,7 +22,8 @@ import torch
 
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
+from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED
+from gradcheck_bi.ops.shaped import ShapedOp, Variant
 from gradcheck_bi.point import AXES
 from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
 
@@ -101,7 +102,11 @@ class Sweep:
 def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, Config]]:
     """Every point of the sweep, in a fixed order (check, zcg, kernel, target, ..., γ).
 
-    A kernel is left out at a zcg setting it cannot take (:func:`not_run` says which)."""
+    A kernel is left out at a zcg setting it cannot take (:func:`not_run` says which); a
+    kernel of an op of any shape gets its op's own points (:func:`shaped_points`)."""
+    shaped = [s for s in kernels if s.op in SHAPED]
+    kernels = [s for s in kernels if s.op not in SHAPED]
+    yield from shaped_points(sweep, shaped)
     for device, dtype in sweep.targets:
         for (check, zcg, spec, shape, scale, wscale, eps, seed, control,
              layout) in itertools.product(
@@ -136,6 +141,79 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 yield from ((spec, c) for c in op_points(spec, cfg, sweep))
 
 
+def shaped_layouts(op: ShapedOp, sweep: Sweep) -> list[str]:
+    """Contiguous; each float role strided; the cotangent strided, transposed, and expanded
+    from one value (stride 0: what a ``.sum()``'s backward hands on) — unless the sweep
+    names its own."""
+    if list(sweep.layouts) != list(DEFAULT_LAYOUTS):
+        return list(sweep.layouts)
+    out = ["contiguous", *(f"{r.name}-strided" for r in op.roles if r.kind == "float"),
+           "grad-strided"]
+    if any(len(o.axes) >= 2 for o in op.outputs):
+        out.append("grad-transposed")
+    out.append("grad-expanded")
+    return out
+
+
+def _layout_applies(op: ShapedOp, layout: str, variant: Variant, check: str) -> bool:
+    if layout == "contiguous":
+        return True
+    if check == "forward" and layout.startswith("grad"):
+        return False
+    if layout == "grad-expanded":  # a uniform cotangent only: one value expanded
+        return any(variant.get(a.name) == a.blind for a in op.axes if a.name == "cotangent")
+    if check == "forward" and layout.startswith("grad"):
+        return False
+    return True
+
+
+def shaped_points(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec,
+                                                                              Config]]:
+    """The points of kernels of ops of any shape: checks × the op's variants (its default,
+    each other value alone, its crossed pairs) × layouts (with the default variant, and
+    the cotangent's layouts with its blind one too) — an option the kernel fixes at its
+    value alone; a check of an absent role, or batch invariance where the op's rows are
+    not independent, left out."""
+    for device, dtype in sweep.targets:
+        for spec in kernels:
+            op = SHAPED[spec.op]
+            fixed = {k: [v] for k, v in spec.fixed}
+            variants = op.variants(fixed)
+            shapes = ([op.default_shape] if [tuple(s) for s in sweep.shapes] == [DEFAULT_SHAPE]
+                      else [tuple(s) for s in sweep.shapes])
+            checks = [c for c in sweep.checks_for(dtype) if c in op.checks] \
+                if sweep.checks is not None else list(op.checks)
+            layouts = shaped_layouts(op, sweep)
+            for check, shape, seed, variant, layout in itertools.product(
+                    checks, shapes, sweep.seeds, variants, layouts):
+                if not _variant_has(op, variant, check):
+                    continue
+                if layout != "contiguous" and not (
+                        variant == variants[0] or layout == "grad-expanded"):
+                    continue
+                if not _layout_applies(op, layout, variant, check):
+                    continue
+                if layout.endswith("-strided") and not layout.startswith("grad") and \
+                        not _variant_has(op, variant, "d" + layout[: -len("-strided")]):
+                    continue
+                yield spec, Config(check=check, device=device, dtype=dtype,
+                                   shape=tuple(shape), seed=seed, layout=layout,
+                                   op=spec.op, variant=variant.values,
+                                   precision=sweep.precision)
+
+
+def _variant_has(op: ShapedOp, variant: Variant, check: str) -> bool:
+    """Whether ``check`` applies at ``variant``: an optional role must be there, batch
+    invariance needs a batch axis."""
+    if check == "batch_invariance":
+        return op.batch_axis(dict(variant.values)) is not None
+    role = op.gradient_checks.get(check)
+    if role is None:
+        return check == "forward" or check not in op.checks
+    r = op.role(role)
+    return not r.optional or bool(variant.get(role, True))
+
+
 def takes(spec: KernelSpec, name: str) -> bool:
     """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``; an
     optional one only where the family's engine calls it: Megatron's ``apply`` has no β)."""
@@ -146,6 +224,8 @@ def takes(spec: KernelSpec, name: str) -> bool:
 
 def checks_of(spec: KernelSpec) -> tuple[str, ...]:
     """Its op's checks, less those of the parameters it does not take."""
+    if spec.op in SHAPED:
+        return SHAPED[spec.op].checks
     op = OPS[spec.op]
     return tuple(c for c in op.checks
                  if c not in {p.check for p in op.params if not takes(spec, p.name)})
@@ -204,6 +284,8 @@ def _unswept_controls(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
 def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
     """The zcg settings left out, or the line for an op without a weight (a kernel without
     its op's weight: :attr:`KernelSpec.fixed_how` says so, and zcg goes with it)."""
+    if spec.op in SHAPED:  # its own axes, no γ: nothing of the norms' is left out
+        return []
     if not OPS[spec.op].has("weight"):
         return _unswept_controls(sweeps, spec)
     if not takes(spec, "weight"):

@@ -103,6 +103,9 @@ class Config:
     # measured one, where it is coarser than the dtype ("fp32" inside an fp64 call), or None.
     precision: str = "measured"
     working_precision: str | None = None
+    # An op of any shape (gradcheck_bi.ops.shaped): the values of its own axes at this point
+    # (layout, reduction, the cotangent control, …), as (axis, value) pairs.
+    variant: tuple[tuple[str, Any], ...] = ()
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -167,10 +170,14 @@ class Result:
     # The precision the kernel was judged at where it computes coarser than its dtype
     # (Config.working_precision); in the JSON only then.
     working_precision: str | None = None
+    # An op of any shape: its axes' values (Config.variant); in the JSON only then.
+    variant: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         del d["trace"]
+        if d["variant"] is None:
+            del d["variant"]
         extra = {k: d.pop(k) for k in OP_FIELDS}
         if extra["op"] != "rms_norm" or any(v is not None for v in extra.values()
                                             if v != "rms_norm"):  # an RMSNorm with a β

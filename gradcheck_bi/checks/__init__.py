@@ -24,8 +24,9 @@ import torch
 
 from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.checks.family.batch import batch_sizes
+from gradcheck_bi.checks.shaped import run_shaped_check
 from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 # The Config fields that set each check's tolerance (or what it is compared with): a
@@ -44,12 +45,18 @@ for _op in OPS.values():
     for _name, _t in _op.gradient_checks.items():
         TOLERANCE_SETTINGS.setdefault(_name, TOLERANCE_SETTINGS["dx"] if _t in _op.inputs
                                       else TOLERANCE_SETTINGS["dw"])
+# An op of any shape derives every tolerance from its reference: no setting loosens it.
+for _shaped in SHAPED.values():
+    for _name in _shaped.checks:
+        TOLERANCE_SETTINGS.setdefault(_name, ())
 
 
 def run_check(fn: Any, cfg: Config) -> Measurement:
     """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("--device cuda asked for, but no CUDA GPU is visible here")
+    if cfg.op in SHAPED:
+        return run_shaped_check(fn, cfg)
     return run_op_check(as_op_kernel(fn), cfg)
 
 

@@ -8,14 +8,18 @@ and reports its own exception, classified the same way.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.shaped import forward as shaped_forward
+from gradcheck_bi.checks.shaped import make_point as make_shaped_point
 from gradcheck_bi.kernels import phase
 from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.refusal import refusal
 from gradcheck_bi.kernels.trace import stops_the_run
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported
 
 __all__ = ["probe", "refusal"]
@@ -32,6 +36,13 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
     if device == "cuda" and not torch.cuda.is_available():
         return "--device cuda asked for, but no CUDA GPU is visible here"
     try:
+        if spec.op in SHAPED:
+            shaped = make_shaped_point(replace(at or Config(check="forward", op=spec.op,
+                                                            shape=SHAPED[spec.op].default_shape),
+                                               device=device, dtype=dtype, check="forward"))
+            phase.now("forward (probe)")
+            shaped_forward(spec.fn, shaped)
+            return None
         if at is None:
             at = Config(check="forward", shape=(2, 8), op=spec.op,
                         group_size=8 if OPS[spec.op].has("group_size") else None)

@@ -84,7 +84,8 @@ class Twin:
 
 def judged_by_twin(cfg: Config) -> bool:
     """Whether a point's check can lean on a twin: a gradient check in fp64/fp32."""
-    return cfg.dtype in TWIN_DTYPES and cfg.check in OPS[cfg.op].gradient_checks
+    return (cfg.dtype in TWIN_DTYPES and cfg.op in OPS
+            and cfg.check in OPS[cfg.op].gradient_checks)
 
 
 class Twins:

@@ -43,7 +43,7 @@ def judge(
         status = "pass" if measurement.passed else "fail"
         message = measurement.message
     assert status is not None
-    return Result(
+    result = Result(
         kernel=kernel,
         **public(cfg, TOLERANCE_SETTINGS[cfg.check]),
         max_abs_err=measurement.max_abs_err if measurement else None,
@@ -56,6 +56,9 @@ def judge(
         details=measurement.details if measurement else dict(details or {}),
         trace=trace,
     )
+    if cfg.variant:
+        result.variant = dict(cfg.variant)
+    return result
 
 
 def judge_raised(kernel: str, expected: str, cfg: Config, exc: BaseException) -> Result:

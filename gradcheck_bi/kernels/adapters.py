@@ -44,6 +44,7 @@ import torch
 
 from gradcheck_bi.kernels.build import PROBE_D, Builder, required_inputs
 from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
+from gradcheck_bi.kernels.shaped_adapt import Found, recognise
 from gradcheck_bi.kernels.signature import (
     Slot,
     call_slots,
@@ -51,6 +52,7 @@ from gradcheck_bi.kernels.signature import (
     is_factory,
     role_of,
 )
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
 ZCG_CHOICES = ("builtin", "absent")
@@ -247,6 +249,13 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     forced = args.pop("op", None)  # --op NAME: the op, instead of reading it off the names
     kind = ("module" if _is_module_factory(obj) else "function" if _is_function(obj)
             else "apply" if callable(getattr(obj, "apply", None)) else "callable")
+    if forced in SHAPED or forced is None:
+        found = recognise(obj, _shaped_kind(obj, kind), forced)
+        if found is not None and (found.distance <= MATCH_SHAPED or forced is not None):
+            return _shaped_spec(found, name, source, description)
+        if forced in SHAPED:
+            raise KernelLoadError(f"kernel {name}: its parameters do not bind to {forced}'s "
+                                  "roles (`gradcheck-bi ops` lists them)")
     if kind == "apply" or not callable(obj):
         if forced not in (None, "rms_norm"):
             raise KernelLoadError(f"kernel {name}: --op {forced} needs a Function, a function "
@@ -263,6 +272,24 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
                         skip)
     spec = _adapt_rms(builder or obj, name, source, args, override, description)
     return replace(spec, recognised=rec.note, mismatch=rec.mismatch)
+
+
+MATCH_SHAPED = 1e-5
+
+
+def _shaped_kind(obj: Any, kind: str) -> str:
+    if kind == "function" and callable(getattr(obj, "apply", None)):
+        return "apply"  # an autograd Function class
+    return "function" if kind == "callable" else kind
+
+
+def _shaped_spec(found: Found, name: str, source: str, description: str) -> KernelSpec:
+    """A kernel of an op of any shape (:mod:`gradcheck_bi.kernels.shaped_adapt`)."""
+    how = tuple(f"{k} fixed at {v}: the kernel takes no {k} (its forward computes it)"
+                for k, v in found.fixed)
+    return KernelSpec(name, found.kernel, (), description, source=source,
+                      zcg=frozenset({False}), op=found.kernel.op, recognised=found.note,
+                      fixed=found.fixed, fixed_how=how)
 
 
 def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override: str | None,

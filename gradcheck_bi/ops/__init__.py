@@ -31,12 +31,31 @@ from gradcheck_bi.ops import (
     swiglu,
 )
 from gradcheck_bi.ops.record import BIAS_CONTROLS, Op, Param
+from gradcheck_bi.ops.shaped import ShapedOp
 
 # The op a kernel computes when nothing in its signature marks another.
 DEFAULT_OP = rms_norm.OP.name
 OPS: dict[str, Op] = {m.OP.name: m.OP for m in (rms_norm, fused_add_rms_norm, layer_norm,
                                                  rms_norm_gated, log_softmax, swiglu,
                                                  silu_and_mul)}
+
+
+def discover() -> dict[str, ShapedOp]:
+    """Every op of any shape: each module of this package whose ``OP`` is a
+    :class:`~gradcheck_bi.ops.shaped.ShapedOp` (a new op is its module, nothing else)."""
+    import importlib
+    import pkgutil
+
+    found: dict[str, ShapedOp] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        op = getattr(module, "OP", None)
+        if isinstance(op, ShapedOp):
+            found[op.name] = op
+    return found
+
+
+SHAPED: dict[str, ShapedOp] = discover()
 # Every check name any op has, in the order tables list them: the inputs', then the
 # parameters'.
 ALL_CHECKS = ("forward",
@@ -53,4 +72,5 @@ def op_named(name: str) -> Op:
         raise KeyError(f"unknown op {name!r}: expected one of {', '.join(OPS)}") from None
 
 
-__all__ = ["ALL_CHECKS", "BIAS_CONTROLS", "DEFAULT_OP", "OPS", "Op", "Param", "op_named"]
+__all__ = ["ALL_CHECKS", "BIAS_CONTROLS", "DEFAULT_OP", "OPS", "SHAPED", "Op", "Param", "ShapedOp",
+           "discover", "op_named"]

@@ -1,0 +1,338 @@
+"""A correct kernel's rounding, per element, derived from the op's own fp64 reference.
+
+The reference (and its autograd backward) runs under a torch dispatch mode that carries,
+next to every tensor it computes, ``σ``: the standard deviation of the error a kernel
+following the same formula at unit roundoff ``u`` would have, in units of ``u`` — first
+order, so a kernel at any working precision has ``u·σ``. Op by op:
+
+* an op that moves data (a view, a copy, ``cat``, ``gather``, ``expand``) moves ``σ`` the
+  same way;
+* a pointwise op carries each input's ``σ`` through its own derivative, ``|∂out/∂in|·σ``
+  (a central difference of the aten op itself, so cancellation shows: ``1 + erf(a)`` near
+  ``a ≈ -3`` gets the absolute error of ``erf``, not a relative one), adds in quadrature
+  and rounds once more: ``c·|out|``, ``c`` from :data:`ROUNDINGS` (1 for IEEE's correctly
+  rounded ops, more for transcendentals a GPU computes to a few ulps, 0 for exact ones);
+* a sum of ``n`` terms ``t`` (``sum``, ``mean``, a matmul's inner product) carries
+  ``Σ σ_t²`` and adds its own rounding in an order it does not know: the partial sums of a
+  sequential sum (the widest common order) give ``Var = n/3 · S² + n/2 · Σ t²`` (``S``
+  the sum: a drift when terms share a sign, a random walk when they do not);
+* ``max``/``amax`` take ``σ`` at the maximum; anything else is estimated by the same
+  difference along ``σ`` with random signs (its name is kept in :attr:`Propagate.
+  unknown`: a new op's test asserts there is none).
+
+Rules are written per aten op, once, for every op; an op's author writes no constant.
+
+>>> import torch
+>>> a = torch.tensor([-2.8, 0.5], dtype=torch.float64)
+>>> s = forward_sigma(lambda t: {"y": 1 + torch.erf(t["a"] / 2**0.5)}, {"a": a})["y"]
+>>> bool(s[0] / (1 + torch.erf(a[0] / 2**0.5)) > 100)  # cancellation: far beyond 1 u relative
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+# Roundings per result of a pointwise op, in u. Basic arithmetic is correctly rounded (1);
+# a GPU's exp, log, tanh, erf are good to about 2 ulps (4 u); selection is exact (0).
+ROUNDINGS: dict[str, float] = {
+    **dict.fromkeys(("neg", "abs", "where", "masked_fill", "clamp", "clamp_min", "clamp_max",
+                     "relu", "threshold_backward", "sign", "fill", "zeros_like", "ones_like",
+                     "full_like", "maximum", "minimum", "copy", "_to_copy", "scalar_tensor",
+                     "lift_fresh_copy", "lift_fresh", "empty_like", "logical_not"), 0.0),
+    **dict.fromkeys(("exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "erf", "erfc",
+                     "sigmoid", "pow", "rsqrt", "sin", "cos", "atan", "softplus",
+                     "tanh_backward", "sigmoid_backward"), 4.0),
+    **dict.fromkeys(("gelu", "silu", "gelu_backward", "silu_backward", "logit",
+                     "xlogy"), 8.0),
+}
+# Ops that move or select data: σ moves the same way.
+MOVES = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
+         "unsqueeze", "select", "slice", "clone", "contiguous", "detach", "alias", "cat",
+         "stack", "gather", "index_select", "index", "flip", "roll", "repeat", "as_strided",
+         "select_backward", "slice_backward", "diagonal", "narrow", "split", "split_with_sizes",
+         "unbind", "chunk", "_reshape_alias", "expand_copy", "permute_copy", "view_copy",
+         "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "new_zeros",
+         "zeros", "ones", "full", "new_full", "new_ones", "scatter", "index_put",
+         "masked_scatter", "unfold", "movedim", "alias_copy"}
+SUMS = {"sum", "mean", "nansum"}
+PRODUCTS = {"mm", "bmm", "addmm", "dot", "mv", "baddbmm", "addmv"}
+MAXIMA = {"amax", "amin", "max", "min"}
+ADDS = {"scatter_add", "index_add", "index_put_accumulate"}
+_SIGN_DRAWS = 4
+
+
+def _name(func: Any) -> str:
+    return func._schema.name.split("::")[-1].rstrip("_")
+
+
+def _is_float(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+class Propagate(TorchDispatchMode):
+    """Within: every floating tensor computed carries ``σ`` (:attr:`sigma`, in u)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sigma: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self.unknown: set[str] = set()
+        self.gen = torch.Generator().manual_seed(0)
+
+    def of(self, t: torch.Tensor) -> torch.Tensor | None:
+        return self.sigma.get(t)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = _name(func)
+        inplace = func._schema.name.endswith("_") or name == "copy"
+        before = (args[0].clone() if inplace and _is_float(args[0]) else None)
+        out = func(*args, **kwargs)
+        if before is not None:  # judge the op as its functional form on the old values
+            args = (before, *args[1:])
+        result = out[0] if name in ("max", "min") and isinstance(out, tuple) else out
+        if name in ("split", "split_with_sizes", "unbind", "chunk"):
+            sig = self._moves(func, args, kwargs)
+            for o, s in zip(out, sig or [], strict=False):
+                self.sigma[o] = s
+            return out
+        if not _is_float(result):
+            return out
+        sig = self._rule(func, name, args, kwargs, result, out)
+        if sig is not None:
+            self.sigma[result] = sig
+        return out
+
+    # -- the rules -------------------------------------------------------------------
+    def _sig_or_zero(self, t: torch.Tensor) -> torch.Tensor:
+        s = self.of(t)
+        return s if s is not None else torch.zeros_like(t)
+
+    def _any_sigma(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        found = False
+
+        def look(t: Any) -> Any:
+            nonlocal found
+            if _is_float(t) and self.of(t) is not None:
+                found = True
+            return t
+
+        tree_map(look, (args, kwargs))
+        return found
+
+    def _moves(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not self._any_sigma(args, kwargs):
+            return None
+        swap = lambda t: self._sig_or_zero(t) if _is_float(t) else t  # noqa: E731
+        return func(*tree_map(swap, args), **tree_map(swap, kwargs))
+
+    def _rule(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+              result: torch.Tensor, out: Any) -> torch.Tensor | None:
+        if name in MOVES or func.is_view:
+            return self._moves(func, args, kwargs)
+        if name in SUMS:
+            return self._sum(func, name, args, kwargs, result)
+        if name in PRODUCTS:
+            return self._product(func, name, args, kwargs, result)
+        if name in MAXIMA:
+            return self._maximum(name, args, out)
+        if name in ADDS:
+            moved = self._moves(func, args, kwargs)  # σ of the terms, placed
+            sq = lambda t: self._sig_or_zero(t) ** 2 if _is_float(t) else t  # noqa: E731
+            var = func(*tree_map(sq, args), **tree_map(sq, kwargs)) if moved is not None \
+                else torch.zeros_like(result)
+            return (var + result**2).sqrt()
+        if torch.Tag.pointwise in func.tags:
+            return self._pointwise(func, name, args, kwargs, result)
+        self.unknown.add(name)
+        return self._estimated(func, args, kwargs, result)
+
+    def _pointwise(self, func: Any, name: str, args: tuple[Any, ...],
+                   kwargs: dict[str, Any], result: torch.Tensor) -> torch.Tensor:
+        var = (ROUNDINGS.get(name, 1.0) * result.abs()) ** 2
+        for i, a in enumerate(args):
+            s = self.of(a) if _is_float(a) else None
+            if s is None:
+                continue
+            var = var + (_slope(func, args, kwargs, i) * s) ** 2
+        return var.sqrt()
+
+    def _sum(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+             result: torch.Tensor) -> torch.Tensor:
+        x = args[0]
+        n = max(1, x.numel() // max(1, result.numel()))
+        scale = 1.0 / n if name == "mean" else 1.0
+        rest, kw = args[1:], dict(kwargs)
+        kw.pop("dtype", None)
+        f = aten.sum.dim_IntList if rest or "dim" in kw else aten.sum.default
+
+        def summed(t: torch.Tensor) -> torch.Tensor:
+            return f(t, *rest, **kw)
+
+        total = result / scale
+        var = (n / 3) * total**2 + (n / 2) * summed(x * x)
+        s = self.of(x)
+        if s is not None:
+            var = var + summed(s * s)
+        return var.sqrt() * scale
+
+    def _product(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 result: torch.Tensor) -> torch.Tensor:
+        bias = None
+        if name in ("addmm", "baddbmm", "addmv"):
+            bias, args = args[0], args[1:3]
+            beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+        else:
+            args, beta, alpha = args[:2], 1, 1
+        a, b = args
+        op = {"addmm": aten.mm.default, "baddbmm": aten.bmm.default,
+              "addmv": aten.mv.default}.get(name, func)
+        k = a.shape[-1]
+        prod = op(a, b)
+        var = (k / 3) * prod**2 + (k / 2) * op(a * a, b * b)
+        sa, sb = self.of(a), self.of(b)
+        if sa is not None:
+            var = var + op(sa * sa, b * b)
+        if sb is not None:
+            var = var + op(a * a, sb * sb)
+        var = var * float(alpha) ** 2
+        if bias is not None:
+            sbias = self.of(bias)
+            if sbias is not None:
+                var = var + (float(beta) * sbias) ** 2
+            var = var + result**2  # the final addition
+        return var.sqrt()
+
+    def _maximum(self, name: str, args: tuple[Any, ...], out: Any) -> torch.Tensor | None:
+        x = args[0]
+        s = self.of(x)
+        if s is None:
+            return None
+        if isinstance(out, tuple):  # max.dim: values and indices
+            dim = args[1]
+            keep = len(args) > 2 and bool(args[2])
+            idx = out[1] if keep else out[1].unsqueeze(dim)
+            picked = s.gather(dim, idx)
+            return picked if keep else picked.squeeze(dim)
+        if len(args) == 1:
+            return s.amax()  # σ at the extreme: at most the largest
+        return aten.amax.default(s, *args[1:])
+
+    def _estimated(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   result: torch.Tensor) -> torch.Tensor:
+        """An op with no rule: ``Σ_j (∂out/∂in_j)² σ_j²`` estimated by central differences
+        of the op along σ with random signs (unbiased), and one rounding."""
+        idx = [i for i, a in enumerate(args) if _is_float(a) and self.of(a) is not None]
+        var = result**2
+        if not idx:
+            return var.sqrt()
+        acc = torch.zeros_like(result)
+        for _ in range(_SIGN_DRAWS):
+            plus, minus = list(args), list(args)
+            for i in idx:
+                a, s = args[i], self._sig_or_zero(args[i])
+                signs = torch.randint(0, 2, s.shape, generator=self.gen).to(s) * 2 - 1
+                step = _STEP * a.abs().clamp(min=_TINY) / s.abs().clamp(min=_TINY)
+                h = float(step.min())
+                plus[i], minus[i] = a + h * s * signs, a - h * s * signs
+            up, down = func(*plus, **kwargs), func(*minus, **kwargs)
+            up = up[0] if isinstance(up, tuple) else up
+            down = down[0] if isinstance(down, tuple) else down
+            acc = acc + ((up - down) / (2 * h)) ** 2
+        return (var + acc / _SIGN_DRAWS).sqrt()
+
+
+_STEP = 2.0**-20  # relative step of a pointwise op's own derivative (fp64: ~1e-10 exact)
+_TINY = 2.0**-60
+
+
+def _slope(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], i: int) -> torch.Tensor:
+    """``∂out/∂args[i]`` of a pointwise op, per element of the output, by a central
+    difference of the op itself at a relative step (exact to ~1e-10 in fp64, which is
+    all an error model needs; no autograd below the dispatcher)."""
+    a = args[i]
+    h = _STEP * a.abs().clamp(min=_STEP)
+    plus = func(*args[:i], a + h, *args[i + 1:], **kwargs)
+    minus = func(*args[:i], a - h, *args[i + 1:], **kwargs)
+    return (plus - minus) / (2 * h)
+
+
+@contextmanager
+def propagating() -> Iterator[Propagate]:
+    mode = Propagate()
+    with mode:
+        yield mode
+
+
+def forward_sigma(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
+                  tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``σ`` (in u) of every output of ``reference(tensors)``, the inputs exact."""
+    with propagating() as mode:
+        outs = reference(tensors)
+        return {k: _sigma_or_zero(mode, v) for k, v in outs.items()}
+
+
+def _sigma_or_zero(mode: Propagate, t: torch.Tensor) -> torch.Tensor:
+    s = mode.of(t)
+    return s.detach().clone() if s is not None else torch.zeros_like(t)
+
+
+@dataclass
+class Derived:
+    """The fp64 reference's outputs and gradients at one point, each with its ``σ`` (in u);
+    ``unknown``: the aten ops that had no rule (their σ estimated)."""
+
+    outputs: dict[str, torch.Tensor]
+    output_sigma: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor]
+    grad_sigma: dict[str, torch.Tensor]
+    unknown: set[str]
+
+
+def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
+            tensors: dict[str, Any], cotangents: dict[str, torch.Tensor],
+            wrt: list[str]) -> Derived:
+    """Run ``reference(tensors)`` and its autograd backward (``wrt``: the roles to
+    differentiate; gradients keyed by role) under :class:`Propagate`.
+
+    A gradient is ``Σ_out ⟨cotangent, ∂out/∂role⟩``; the cotangents are exact (σ = 0). A
+    role that reaches no output (autograd's ``None``) has a zero gradient and σ.
+    """
+    leaves = {k: (v.detach().clone().requires_grad_(k in wrt) if _is_float(v) else v)
+              for k, v in tensors.items()}
+    with propagating() as mode:
+        outs = reference(leaves)
+        out_sigma = {k: _sigma_or_zero(mode, v) for k, v in outs.items()}
+        names = [k for k in wrt if isinstance(leaves.get(k), torch.Tensor)]
+        pairs = [(outs[k], cotangents[k]) for k in outs
+                 if outs[k].requires_grad and k in cotangents]
+        grads: tuple[torch.Tensor | None, ...] = (None,) * len(names)
+        if names and pairs:
+            grads = torch.autograd.grad([p[0] for p in pairs], [leaves[k] for k in names],
+                                        [p[1] for p in pairs], allow_unused=True)
+        values, sigma = {}, {}
+        for k, gr in zip(names, grads, strict=True):
+            values[k] = torch.zeros_like(leaves[k]) if gr is None else gr.detach().clone()
+            sigma[k] = (torch.zeros_like(leaves[k]) if gr is None
+                        else _sigma_or_zero(mode, gr))
+    return Derived({k: v.detach() for k, v in outs.items()}, out_sigma, values, sigma,
+                   set(mode.unknown))
+
+
+def unit(dtype: torch.dtype) -> float:
+    """The unit roundoff of a dtype (fp64: 2^-53)."""
+    return float(torch.finfo(dtype).eps) / 2
+
+
+__all__ = ["ROUNDINGS", "Derived", "Propagate", "derived", "forward_sigma", "unit"]

@@ -1,0 +1,164 @@
+"""A user's kernel read as an op of any shape: bindings from its signature, the op from
+what its forward computes.
+
+Candidates come from the signature: each op binds the kernel's parameters to its roles
+and options — by name in any case and in the styles real libraries use (``A, B``;
+``a, b``; ``x, y``; ``input, target``; ``hidden, weight``), else by position in the
+op's role order — leaving a parameter with a default at it. The decision is one forward
+at a small random point against each candidate's fp64 reference: the op whose reference
+the output matches is the op. No op is assumed: a kernel no candidate matches goes on to
+the norms' recognition, and if that refuses too, the refusal names the closest op here.
+
+>>> import torch
+>>> def gemm(A, B, bias=None, out_dtype=None, layout="TN"):
+...     y = B.reshape(-1, B.shape[-1]) @ (A.t() if layout[0] == "T" else A)
+...     return y.reshape(*B.shape[:-1], -1) if layout[1] == "N" else y
+>>> found = recognise(gemm, "function")
+>>> found.kernel.op, found.distance == 0.0
+('gemm', True)
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
+from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.shaped import ShapedOp, Variant
+
+PROBE_SHAPES: dict[str, tuple[int, ...]] = {}
+
+
+@dataclass(frozen=True)
+class Found:
+    """What recognition found: the kernel bound to its op, how far its output was from
+    the reference (relative; 0 when exact), and a line saying how it was read."""
+
+    kernel: ShapedKernel
+    distance: float
+    note: str
+    # Options the kernel does not take, at the value its forward computes (a GEMM with no
+    # layout parameter: the layout that matched): swept at that value alone.
+    fixed: tuple[tuple[str, Any], ...] = ()
+
+
+def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
+    if kind == "apply":
+        return obj.forward, True
+    if kind == "module":
+        return obj.forward, True
+    return obj, False
+
+
+def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], ...]]:
+    """Every way the kernel's parameters can take the op's roles and options: names first
+    (case-insensitive), the rest of the roles by position; at most a few candidates."""
+    try:
+        target, skip = _target(obj, kind)
+        params = parameters(target, skip)
+    except (TypeError, ValueError, AttributeError):
+        return []
+    by_name: dict[str, str] = {}
+    for p in params:
+        low = p.name.lower()
+        for r in op.roles:
+            if low == r.name.lower() or low in r.names:
+                by_name.setdefault(p.name, r.name)
+        for a in op.axes:
+            if a.passed and (low == a.name or low in a.names):
+                by_name.setdefault(p.name, a.name)
+        if low in op.fills:
+            by_name.setdefault(p.name, "=" + low)
+    # a role named twice keeps its first parameter
+    taken: dict[str, str] = {}
+    for pname, what in list(by_name.items()):
+        if what in taken.values():
+            del by_name[pname]
+        else:
+            taken[pname] = what
+    unbound = [r.name for r in op.roles if r.name not in by_name.values()]
+    free = [p for p in params if p.name not in by_name]
+    out = []
+    tensor_params = [p for p in free if p.default is inspect.Parameter.empty]
+    required_roles = [r for r in unbound if not op.role(r).optional]
+    optional_roles = [r for r in unbound if op.role(r).optional]
+    for order in itertools.islice(itertools.permutations(tensor_params, len(required_roles)),
+                                  2):
+        binding = dict(by_name)
+        binding.update({p.name: rn for p, rn in zip(order, required_roles, strict=True)})
+        rest = [p for p in free if p.name not in binding]
+        for rn in optional_roles:  # an optional role by position, where a parameter is left
+            spare = [p for p in rest if p.default is None]
+            if spare:
+                binding[spare[0].name] = rn
+                rest = [p for p in rest if p.name != spare[0].name]
+        if any(p.default is inspect.Parameter.empty for p in params if p.name not in binding):
+            continue
+        if not all(role.name in binding.values() for role in op.roles if not role.optional):
+            continue
+        out.append(tuple((p.name, binding.get(p.name, KEEP)) for p in params))
+        if not required_roles:
+            break
+    return out
+
+
+def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> float:
+    """The kernel's forward at a small random fp64 point against the reference: the
+    largest relative error (inf when it raises or returns another shape)."""
+    gen = torch.Generator().manual_seed(1234)
+    shape = op.default_shape
+    drawn = op.draw(op.sizes(shape), variant, torch.float64, "cpu", gen)
+    with torch.no_grad():
+        raw = kernel(drawn.tensors, drawn.options)
+    canon = op.canonical(drawn.tensors, drawn.options)
+    ref = op.reference({k: v for k, v in canon.items()}, drawn.options)
+    worst = 0.0
+    for o, t in zip(op.outputs, raw, strict=False):
+        if not isinstance(t, torch.Tensor):
+            return float("inf")
+        got = op.output_view(o.name, t).to(torch.float64)
+        r = ref[o.name]
+        if got.shape != r.shape:
+            return float("inf")
+        scale = float(r.abs().max()) or 1.0
+        worst = max(worst, float((got - r).abs().max()) / scale)
+    return worst
+
+
+MATCH = 1e-5  # a kernel computing in fp32 inside matches to ~1e-7 relative
+
+
+def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
+    """The op of any shape the kernel computes, or ``None`` when no candidate binds; a
+    candidate that binds and does not match comes back with its distance (the caller
+    refuses or goes on)."""
+    ops = [SHAPED[forced]] if forced in SHAPED else list(SHAPED.values())
+    best: Found | None = None
+    for op in ops:
+        for binding in bindings(op, obj, kind):
+            kernel = ShapedKernel(obj, op.name, binding, kind)
+            taken = {what for _, what in binding}
+            open_axes = [a for a in op.axes if a.passed and a.name not in taken]
+            for values in itertools.product(*(a.values for a in open_axes)):
+                fixed = tuple((a.name, v) for a, v in zip(open_axes, values, strict=True))
+                variant = Variant(tuple((a.name, dict(fixed).get(a.name, a.default))
+                                        for a in op.axes))
+                try:
+                    distance = _probe(op, kernel, variant)
+                except Exception:
+                    distance = float("inf")
+                note = (f"recognised {op.name} from its forward ({kernel.words}"
+                        + "".join(f"; {k} fixed at {v}" for k, v in fixed)
+                        + f"; max relative error {distance:.1e} against the reference)")
+                found = Found(kernel, distance, note, fixed)
+                if best is None or distance < best.distance:
+                    best = found
+                if distance <= MATCH:
+                    return found
+    return best

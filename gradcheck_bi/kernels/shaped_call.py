@@ -1,0 +1,127 @@
+"""Calling a kernel of an op of any shape: its arguments by its own names, its outputs by
+the op's, and what it writes into that it does not own.
+
+A :class:`ShapedKernel` holds the user's callable and its *binding*: for each of its
+parameters, the op's role or option that fills it (``A``, ``layout``), a value the op
+fills itself (``out_dtype``: None), or its own default. A Function's ``apply`` takes no
+keywords, so every kernel is called positionally in its own parameter order; a module
+class is built with the options its constructor names and called with the tensors.
+
+>>> import torch
+>>> def mm(a, b, bias=None, out_dtype=None, layout="TN"):
+...     return b @ a.t()
+>>> k = ShapedKernel(mm, "gemm", (("a", "A"), ("b", "B"), ("bias", "bias"),
+...                  ("out_dtype", "=out_dtype"), ("layout", "layout")), "function")
+>>> a, b = torch.ones(3, 2), torch.ones(4, 2)
+>>> k({"A": a, "B": b, "bias": None}, {"layout": "TN", "out_dtype": None})[0].shape
+torch.Size([4, 3])
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradcheck_bi.kernels import phase
+from gradcheck_bi.vocab import ContractViolation
+
+KEEP = "=default"  # a parameter left at the kernel's own default
+
+
+@dataclass(frozen=True)
+class ShapedKernel:
+    """``fn`` bound to op ``op``: ``binding`` is ``(parameter, what)`` in the kernel's own
+    order, ``what`` a role, an option, ``=NAME`` (a value the op fills: ``=out_dtype``) or
+    :data:`KEEP`. ``kind``: ``apply`` (an autograd Function), ``function`` or ``module``
+    (a class: options to its constructor, tensors to its forward)."""
+
+    fn: Any
+    op: str
+    binding: tuple[tuple[str, str], ...]
+    kind: str
+    ctor: tuple[tuple[str, str], ...] = ()  # a module's constructor binding
+
+    def __call__(self, tensors: dict[str, Any], options: dict[str, Any]) -> tuple[Any, ...]:
+        phase.now("forward")
+        args = [_value(what, tensors, options, self._default(p))
+                for p, what in self.binding]
+        if self.kind == "module":
+            kw = {p: _value(what, tensors, options, None) for p, what in self.ctor
+                  if what != KEEP}
+            module = self.fn(**kw)
+            out = module(*args)
+        elif self.kind == "apply":
+            out = self.fn.apply(*args)
+        else:
+            out = self.fn(*args)
+        return out if isinstance(out, tuple) else (out,)
+
+    def _default(self, name: str) -> Any:
+        target = self.fn.forward if self.kind in ("apply", "module") else self.fn
+        try:
+            p = inspect.signature(target).parameters.get(name)
+        except (TypeError, ValueError):
+            return None
+        return None if p is None or p.default is inspect.Parameter.empty else p.default
+
+    @property
+    def words(self) -> str:
+        """``A←A, B←B, bias←bias, out_dtype=None, layout←layout``: the binding, readable."""
+        return ", ".join(f"{p}{'=' + what[1:] if what.startswith('=') else '←' + what}"
+                         for p, what in (*self.ctor, *self.binding) if what != KEEP)
+
+
+def _value(what: str, tensors: dict[str, Any], options: dict[str, Any], default: Any) -> Any:
+    if what == KEEP:
+        return default
+    if what.startswith("="):
+        return options.get(what[1:])
+    if what in tensors:
+        return tensors[what]
+    return options[what]
+
+
+def parameters(target: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
+    """The kernel's parameters in order (``ctx`` or ``self`` dropped); ``*args`` and
+    ``**kwargs`` are not parameters an op can bind."""
+    ps = list(inspect.signature(target).parameters.values())
+    if skip_first and ps:
+        ps = ps[1:]
+    return [p for p in ps if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def snapshot(tensors: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Bit copies of every tensor a call receives (inputs, cotangents)."""
+    return {k: v.detach().clone() for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+
+
+def unchanged(stage: str, before: dict[str, torch.Tensor], now: dict[str, Any],
+              allowed: frozenset[str] = frozenset()) -> list[str]:
+    """Raise :class:`ContractViolation` naming a tensor the kernel wrote into during
+    ``stage`` (unless ``allowed``: then the names it wrote, for a note)."""
+    wrote = []
+    for k, old in before.items():
+        t = now[k]
+        if not _same_bits(old, t.detach()):
+            wrote.append(k)
+    declared = [k for k in wrote
+                if k in allowed or ("grad_output" in allowed and k.startswith("g:"))]
+    bad = [k for k in wrote if k not in declared]
+    if bad:
+        which = ", ".join(k[2:] + "'s cotangent" if k.startswith("g:") else k for k in bad)
+        raise ContractViolation(f"the kernel wrote into {which} during its {stage} (a tensor "
+                                "it does not own; --allow-mutation NAME if by design)")
+    return declared
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        width = {8: torch.int64, 4: torch.int32, 2: torch.int16}[a.element_size()]
+        return bool(torch.equal(a.contiguous().view(width), b.contiguous().view(width)))
+    return bool(torch.equal(a, b))

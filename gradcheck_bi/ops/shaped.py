@@ -1,0 +1,217 @@
+"""The record of an op of any shape: named axes, roles, options, controls, a fp64 reference.
+
+A :class:`ShapedOp` describes an op by **named axes** (``n``, ``k``, ``o``, ``v``, …), the
+way an einsum does: every tensor the kernel takes or returns is a list of axis names (its
+*canonical* view, which the op builds from what the kernel really receives: A transposed
+under layout ``NN``, a 3-D B flattened to its rows). From the axes alone the engine knows
+what each output element depends on — an input element reaches the output elements that
+agree with it on the axes they share; along an axis the input has and the output lacks (a
+contracted axis: GEMM's ``k``, cross-entropy's class axis) or one the op declares
+``coupled`` (a statistic over a row), its effect spreads — and from that it plans the
+finite differences (:mod:`gradcheck_bi.fd.plan`): one perturbation per *colour*, a colour
+being one index on the spreading axes per index of the shared ones.
+
+Nothing else is written per op: its sweep comes from its :class:`Axis` values (a new
+option is one entry here), its rounding model is derived from its fp64 reference
+(:mod:`gradcheck_bi.errors`), its table columns from its ``column`` axis. A new op is one
+module under ``gradcheck_bi/ops`` that defines ``OP``, a :class:`ShapedOp`; the package
+finds it (:func:`gradcheck_bi.ops.discover`).
+
+>>> from gradcheck_bi.ops.gemm import OP
+>>> OP.checks
+('forward', 'dA', 'dB', 'dbias', 'batch_invariance')
+>>> [a.name for a in OP.axes]
+['layout', 'bias', 'b_rank', 'cotangent']
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Tensors = dict[str, torch.Tensor]
+Sizes = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Role:
+    """A tensor the kernel takes: its canonical axes, kind, and the names that bind it.
+
+    ``kind``: ``float`` (differentiable unless ``grad`` is False) or ``index`` (integer
+    targets). ``optional``: the kernel may be given ``None`` (a bias), an axis of the op
+    (``present``) says when. ``names``: parameter names that bind a kernel's argument to
+    this role, lower case (``a``, ``x``, ``input``, ``hidden``).
+    """
+
+    name: str
+    axes: tuple[str, ...]
+    kind: str = "float"
+    grad: bool = True
+    optional: bool = False
+    names: tuple[str, ...] = ()
+
+    @property
+    def differentiable(self) -> bool:
+        return self.kind == "float" and self.grad
+
+    @property
+    def check(self) -> str:
+        return f"d{self.name}"
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output: its canonical axes (``()``: a scalar)."""
+
+    name: str
+    axes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the op's sweep: an option given to the kernel (``passed``) or a control
+    of the data it gets (the cotangent, a rank, whether a bias is there).
+
+    ``values``: every value swept by default, the first the op's default. ``blind``: the
+    value that hides a defect (a cotangent of 1.0, γ = ones for a norm, a multiplier at 1);
+    swept like the others, and named in the table. ``names``: parameter names that bind a
+    kernel's argument to this option. ``fixed_ok``: a kernel without the parameter is
+    checked at the values it computes (its forward decides which, one probe each).
+    """
+
+    name: str
+    values: tuple[Any, ...]
+    passed: bool = False
+    blind: Any = None
+    names: tuple[str, ...] = ()
+    words: str = ""
+
+    @property
+    def default(self) -> Any:
+        return self.values[0]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The values of every axis at one point of the op's sweep."""
+
+    values: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, key: str) -> Any:
+        return dict(self.values)[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return dict(self.values).get(key, default)
+
+    def label(self) -> str:
+        return " ".join(f"{k}={_word(v)}" for k, v in self.values)
+
+
+def _word(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One point's tensors, as the kernel gets them (``tensors``, ``None`` for an absent
+    optional role), their canonical views (the same storage), the kernel's options, and the
+    cotangents of every output (canonical axes)."""
+
+    tensors: dict[str, torch.Tensor | None]
+    options: dict[str, Any]
+    cotangents: Tensors
+    sizes: Sizes
+
+
+@dataclass(frozen=True)
+class ShapedOp:
+    """One op. ``reference(tensors, options)`` maps the fp64 tensors in their canonical
+    views (``None`` for an absent optional role) to the fp64 outputs, canonical.
+
+    ``canonical(tensors, options)`` views the kernel's tensors as the op's axes (the same
+    storage); ``draw(sizes, variant, dtype, device, generator)`` makes a point's tensors as
+    the kernel takes them and the options; ``sizes(shape)`` reads the sizes of the axes
+    from the CLI's ``--shape``; ``risky(drawn, role)`` the colours a sampled check must hold
+    (a class index per row: the target, the largest logit, block edges).
+    """
+
+    name: str
+    summary: str
+    roles: tuple[Role, ...]
+    outputs: tuple[Output, ...]
+    axes: tuple[Axis, ...]
+    reference: Callable[[dict[str, torch.Tensor | None], dict[str, Any]], Tensors]
+    canonical: Callable[[dict[str, torch.Tensor | None], dict[str, Any]],
+                        dict[str, torch.Tensor | None]]
+    draw: Callable[..., Drawn]
+    sizes: Callable[[tuple[int, ...]], Sizes]
+    default_shape: tuple[int, ...]
+    shape_words: str
+    # The axes along which an input element's effect spreads to every output element
+    # (a row statistic); none for a GEMM or a loss.
+    coupled: tuple[str, ...] = ()
+    # The axis whose indices are independent problems (a batch's rows): batch invariance
+    # compares a row alone and inside batches; None: not defined (a mean over rows).
+    batch_axis: Callable[[dict[str, Any]], str | None] = lambda options: None
+    # The axis whose values are the table's columns (its blind value marked "(control)").
+    column: str = ""
+    # Kernel argument names that the op fills itself (out_dtype: None), with the value.
+    fills: dict[str, Any] = field(default_factory=dict)
+    risky: Callable[[Drawn, str], list[torch.Tensor]] | None = None
+    # Words and signatures: a function/class name containing one of these marks the op.
+    marks: tuple[str, ...] = ()
+    # The kernel's output ``name`` viewed in its canonical axes (GEMM: leading dims
+    # flattened); the cotangent the kernel gets is the canonical one reshaped back.
+    output_view: Callable[[str, torch.Tensor], torch.Tensor] = lambda name, y: y
+    # A canonical slice of rows of role ``name`` back in the kernel's layout (``like``: the
+    # point's own tensor of that role): batch invariance calls the kernel on a few rows.
+    restore: Callable[[str, torch.Tensor, torch.Tensor, dict[str, Any]], torch.Tensor] = (
+        lambda name, part, like, options: part.contiguous())
+    # How a Variant's axes are crossed: the default point, each axis's other values one at
+    # a time, and the pairs named here crossed in full (the cotangent with the reduction).
+    crossed: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        return ("forward", *(r.check for r in self.roles if r.differentiable),
+                "batch_invariance")
+
+    @property
+    def gradient_checks(self) -> dict[str, str]:
+        return {r.check: r.name for r in self.roles if r.differentiable}
+
+    def role(self, name: str) -> Role:
+        return next(r for r in self.roles if r.name == name)
+
+    def axis(self, name: str) -> Axis:
+        return next(a for a in self.axes if a.name == name)
+
+    def variants(self, only: Mapping[str, Sequence[Any]] | None = None) -> list[Variant]:
+        """The default point, every other value of each axis alone, and the ``crossed``
+        pairs in full — each variant once, in a fixed order. ``only`` restricts axes to the
+        values given (a case file's or the command line's choice)."""
+        values = {a.name: list(a.values) for a in self.axes}
+        for k, vs in (only or {}).items():
+            if k in values:
+                values[k] = [v for v in vs]
+        base = {k: vs[0] for k, vs in values.items()}
+        out: list[dict[str, Any]] = [dict(base)]
+        for k, vs in values.items():
+            out += [{**base, k: v} for v in vs[1:]]
+        for a, b in self.crossed:
+            out += [{**base, a: va, b: vb} for va, vb in itertools.product(values[a], values[b])]
+        seen: dict[tuple[tuple[str, Any], ...], None] = {}
+        for v in out:
+            seen.setdefault(tuple((a.name, v[a.name]) for a in self.axes), None)
+        return [Variant(key) for key in seen]
+
+
+def canonical_of(op: ShapedOp, drawn: Drawn) -> dict[str, torch.Tensor | None]:
+    """The drawn tensors in the op's canonical axes (views of the same storage)."""
+    return op.canonical(drawn.tensors, drawn.options)
