@@ -6,10 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm import GemmFn, _op_a, _rows_of_b, fixed_order_mm  # noqa: E402
+from gemm import GemmFn, _op_a, _rows_of_b, fixed_order_mm
 
 
 def _grads(ctx, g):
