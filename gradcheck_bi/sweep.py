@@ -193,9 +193,10 @@ def shaped_points(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[Ker
                     continue
                 if not _layout_applies(op, layout, variant, check):
                     continue
-                if layout.endswith("-strided") and not layout.startswith("grad") and \
-                        not _variant_has(op, variant, "d" + layout[: -len("-strided")]):
-                    continue
+                if layout.endswith("-strided") and not layout.startswith("grad"):
+                    r = op.role(layout[: -len("-strided")])
+                    if r.optional and variant.get(r.name) is False:
+                        continue
                 yield spec, Config(check=check, device=device, dtype=dtype,
                                    shape=tuple(shape), seed=seed, layout=layout,
                                    op=spec.op, variant=variant.values,

@@ -355,7 +355,7 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     op, dtype = point.op, point.dtype
     r = op.role(role)
     t = point.canonical()[role]
-    outs = [(o.name, o.axes) for o in op.outputs]
+    outs = [(o.name, o.axes) for o in op.outputs_at(dict(point.variant.values))]
     shared, colour = shared_and_colour(r.axes, [a for _, a in outs], op.coupled)
     perm = [r.axes.index(a) for a in (*shared, *colour)]
     tp = t.permute(perm)
@@ -364,6 +364,10 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     h = step(t, dtype)
     gen = torch.Generator().manual_seed(seed_of(point.cfg) + 1)
     risky = op.risky(point.drawn, role) if op.risky is not None else []
+    if not s_sizes and risky:  # a scalar output: each risky element of each row a colour
+        width = math.prod(c_sizes[1:])
+        risky = [torch.tensor(row * width + int(c)) for r in risky
+                 for row, c in enumerate(r.reshape(-1).tolist())]
     colours = plan(s_sizes, c_sizes, risky, gen)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(_reduce(g[k] ** 2 * m.output_sigma[k] ** 2, axes, shared) for k, axes in outs)
@@ -424,9 +428,12 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
             fds.append(sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g))
             ans.append(float((analytic * moved).sum()))
             disp.append(2 * o * h)
-        e_fd, tr = combine([torch.tensor(f / s) for f, s in zip(fds, disp, strict=True)])
-        e_an, _ = combine([torch.tensor(a / s) for a, s in zip(ans, disp, strict=True)])
-        w = noise_weight([torch.tensor(disp[0]), torch.tensor(disp[1])])
+        e_fd, tr = combine([torch.tensor(f / s, dtype=torch.float64)
+                            for f, s in zip(fds, disp, strict=True)])
+        e_an, _ = combine([torch.tensor(a / s, dtype=torch.float64)
+                           for a, s in zip(ans, disp, strict=True)])
+        w = noise_weight([torch.tensor(disp[0], dtype=torch.float64),
+                          torch.tensor(disp[1], dtype=torch.float64)])
         sigma_fd = u * math.sqrt(noise * float(w))
         sigma_k = u * float(torch.sqrt(((d.cpu() * sig_g) ** 2).sum()))
         tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + K_TRUNC * float(tr)
@@ -465,7 +472,7 @@ def check_batch(kernel: ShapedKernel, point: Point) -> Measurement:
             assert like is not None
             tensors[r.name] = op.restore(r.name, part, like, options)
         gs = {}
-        for o in op.outputs:
+        for o in op.outputs_at(dict(point.variant.values)):
             gv = point.drawn.cotangents[o.name]
             if axis in o.axes:
                 gv = _rows(gv, o.axes, axis, rows)
@@ -478,7 +485,7 @@ def check_batch(kernel: ShapedKernel, point: Point) -> Measurement:
 
     carried = [r.name for r in op.roles if r.differentiable and axis in r.axes
                and point.drawn.tensors.get(r.name) is not None]
-    out_axes = {o.name: o.axes for o in op.outputs}
+    out_axes = {o.name: o.axes for o in op.outputs_at(dict(point.variant.values))}
     role_axes = {r.name: r.axes for r in op.roles}
     differ: list[str] = []
     everything = torch.arange(n)

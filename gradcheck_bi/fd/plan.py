@@ -37,7 +37,7 @@ import torch
 LEVELS = (1, 2, 4)
 # The most colours checked element by element before a check samples.
 FULL_COLOURS = 4096
-SAMPLED_COLOURS = 48
+SAMPLED_COLOURS = 64
 DIRECTIONS = 8
 # Step relative to a tensor's RMS, by dtype: about u^(1/5) for the fourth-order estimate.
 STEP = {torch.float64: 2.0**-10, torch.float32: 2.0**-5}

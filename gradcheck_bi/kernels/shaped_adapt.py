@@ -145,8 +145,13 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
             kernel = ShapedKernel(obj, op.name, binding, kind)
             taken = {what for _, what in binding}
             open_axes = [a for a in op.axes if a.passed and a.name not in taken]
+            # an optional role the kernel does not take: its axis at "absent" alone
+            absent = tuple((a.name, False) for a in op.axes
+                           if a.name in {r.name for r in op.roles if r.optional}
+                           and a.name not in taken)
             for values in itertools.product(*(a.values for a in open_axes)):
-                fixed = tuple((a.name, v) for a, v in zip(open_axes, values, strict=True))
+                fixed = absent + tuple((a.name, v)
+                                       for a, v in zip(open_axes, values, strict=True))
                 variant = Variant(tuple((a.name, dict(fixed).get(a.name, a.default))
                                         for a in op.axes))
                 try:

@@ -173,6 +173,9 @@ class ShapedOp:
     # point's own tensor of that role): batch invariance calls the kernel on a few rows.
     restore: Callable[[str, torch.Tensor, torch.Tensor, dict[str, Any]], torch.Tensor] = (
         lambda name, part, like, options: part.contiguous())
+    # The outputs' axes where they depend on an option (a loss: (n,) under
+    # reduction="none", () otherwise); ``None``: always ``outputs``' own.
+    output_axes: Callable[[dict[str, Any]], dict[str, tuple[str, ...]]] | None = None
     # How a Variant's axes are crossed: the default point, each axis's other values one at
     # a time, and the pairs named here crossed in full (the cotangent with the reduction).
     crossed: tuple[tuple[str, str], ...] = ()
@@ -185,6 +188,13 @@ class ShapedOp:
     @property
     def gradient_checks(self) -> dict[str, str]:
         return {r.check: r.name for r in self.roles if r.differentiable}
+
+    def outputs_at(self, values: dict[str, Any]) -> tuple[Output, ...]:
+        """The outputs with their axes at a point's axis values."""
+        if self.output_axes is None:
+            return self.outputs
+        axes = self.output_axes(values)
+        return tuple(Output(o.name, axes.get(o.name, o.axes)) for o in self.outputs)
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)

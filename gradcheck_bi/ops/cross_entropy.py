@@ -1,0 +1,160 @@
+"""``cross_entropy``: class-index targets over the last axis, as torch and Liger define it.
+
+With ``z`` the logits (softcapped: ``z ← c·tanh(z / c)`` when a softcap ``c`` is given),
+``lse = log Σ_j exp z_j`` and ``p = softmax z`` per row::
+
+    loss_i = (1 − ε)(lse − z_{t_i}) · w_{t_i} + ε (lse − mean_j z_j) + s · lse²
+    dz_ij  = g_i [ (1 − ε) w_{t_i} (p_ij − δ_{j t_i}) + ε (p_ij − 1/V) + 2 s lse p_ij ]
+
+(``ε`` label smoothing, ``w`` class weights, ``s`` the z-loss scale ``lse_square_scale``),
+for every row whose target is not ``ignore_index`` (−100); an ignored row has loss 0 and no
+gradient. ``reduction``: ``none`` (a loss per row), ``sum``, ``mean`` (over the rows not
+ignored; with class weights, over their weights). Under a softcap the gradient goes on
+through ``1 − tanh²``.
+
+The blind controls, each swept beside its sensitive value: a scalar loss's cotangent of
+1.0 (what ``loss.backward()`` sends) and per-row cotangents that are all 1 under ``none``;
+no ignored target; no smoothing; no softcap, no z-loss, no class weights; unpeaked logits
+(``peaked``: the target's p ≈ 0.999, where a low-precision ``p − 1`` cancels). The stride-0
+cotangent of a ``.sum()`` is the layout ``grad-expanded``. ``--shape`` is
+``(…rows, V)``; batch invariance is defined under ``none`` only (a mean couples the rows).
+
+>>> import torch
+>>> z = torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+>>> t = torch.tensor([0, 1])
+>>> opts = dict(reduction="none", ignore_index=-100, label_smoothing=0.0, softcap=None,
+...             lse_square_scale=0.0)
+>>> OP.reference({"logits": z, "target": t, "weight": None}, opts)["loss"]
+tensor([0.1269, 0.3133], dtype=torch.float64)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+
+IGNORE = -100
+
+
+def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+              ) -> dict[str, torch.Tensor]:
+    z, target, w = t["logits"], t["target"], t.get("weight")
+    assert z is not None and target is not None
+    cap = options.get("softcap")
+    if cap:
+        z = cap * torch.tanh(z / cap)
+    m = z.amax(-1, keepdim=True).detach()
+    lse = (m + torch.log(torch.exp(z - m).sum(-1, keepdim=True))).squeeze(-1)
+    valid = target != options.get("ignore_index", IGNORE)
+    safe = torch.where(valid, target, torch.zeros_like(target))
+    picked = z.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    eps = float(options.get("label_smoothing") or 0.0)
+    scale = w.gather(0, safe) if w is not None else torch.ones_like(lse)
+    loss = (1 - eps) * (lse - picked) * scale
+    if eps:
+        loss = loss + eps * (lse - z.mean(-1))
+    zs = float(options.get("lse_square_scale") or 0.0)
+    if zs:
+        loss = loss + zs * lse * lse
+    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    reduction = options["reduction"]
+    if reduction == "none":
+        return {"loss": loss}
+    if reduction == "sum":
+        return {"loss": loss.sum()}
+    count = torch.where(valid, scale, torch.zeros_like(scale)).sum()
+    return {"loss": loss.sum() / count}
+
+
+def sizes(shape: tuple[int, ...]) -> Sizes:
+    if len(shape) < 2:
+        raise ValueError("cross_entropy takes --shape as (…rows, V)")
+    return {"n": math.prod(shape[:-1]), "v": shape[-1]}
+
+
+def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
+         gen: torch.Generator) -> Drawn:
+    n, v = s["n"], s["v"]
+    z = 2.0 * torch.randn(n, v, generator=gen, dtype=torch.float64)
+    target = torch.randint(0, v, (n,), generator=gen)
+    if variant["peaked"]:  # the target's probability ≈ 0.999
+        z[torch.arange(n), target] = z.amax(-1) + math.log(v) + 7.0
+    if variant["ignore"] == "some":
+        target[torch.arange(n) % 3 == 1] = IGNORE
+    weight = (0.5 + torch.rand(v, generator=gen, dtype=torch.float64)
+              if variant["weight"] else None)
+    scalar = variant["reduction"] != "none"
+    if variant["cotangent"] == "ones":
+        g = torch.ones(() if scalar else (n,), dtype=torch.float64)
+    elif scalar:  # a value that is not 1
+        g = 0.37 + 0.5 * torch.rand((), generator=gen, dtype=torch.float64)
+    else:
+        g = torch.randn(n, generator=gen, dtype=torch.float64)
+    options = {"reduction": variant["reduction"], "ignore_index": IGNORE,
+               "label_smoothing": variant["label_smoothing"], "softcap": variant["softcap"],
+               "lse_square_scale": variant["lse_square_scale"]}
+    return Drawn({"logits": z.to(dtype).to(device), "target": target.to(device),
+                  "weight": weight.to(dtype).to(device) if weight is not None else None},
+                 options, {"loss": g.to(dtype).to(device)}, s)
+
+
+def rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+         ) -> dict[str, torch.Tensor | None]:
+    z = t.get("logits")
+    return {**t, "logits": z.reshape(-1, z.shape[-1]) if z is not None else None}
+
+
+def risky(drawn: Drawn, role: str) -> list[torch.Tensor]:
+    """Per row: the target's column, the largest logits, the first and last columns, the
+    edges of 128- and 1024-wide blocks."""
+    z = drawn.tensors["logits"]
+    target = drawn.tensors["target"]
+    assert z is not None and target is not None
+    z = z.reshape(-1, z.shape[-1]).double().cpu()
+    n, v = z.shape
+    t = target.reshape(-1).cpu().clamp(min=0)
+    top = z.topk(min(3, v), dim=-1).indices
+    edges = [c for b in (128, 1024) for c in (b - 1, b) if c < v]
+    cols = [t, *top.unbind(-1), torch.zeros(n, dtype=torch.long),
+            torch.full((n,), v - 1), *(torch.full((n,), c) for c in edges)]
+    return [c.long() for c in cols]
+
+
+OP = ShapedOp(
+    "cross_entropy", "loss = −log softmax(z)[target] (reductions, ignore_index, smoothing, "
+    "class weights, z-loss, softcap)",
+    roles=(Role("logits", ("n", "v"), names=("logits", "input", "_input", "x", "inp",
+                                             "hidden", "z")),
+           Role("target", ("n",), kind="index", names=("target", "targets", "labels",
+                                                        "label", "y")),
+           Role("weight", ("v",), grad=False, optional=True,
+                names=("weight", "class_weight", "weights"))),
+    outputs=(Output("loss", ()),),
+    axes=(Axis("reduction", ("mean", "none", "sum"), passed=True, names=("reduction",),
+               words="the reduction"),
+          Axis("cotangent", ("random", "ones"), blind="ones",
+               words="the loss's cotangent: random (a scalar ≠ 1; per row), or 1.0"),
+          Axis("ignore", ("some", "none"), blind="none",
+               words="targets equal to ignore_index: every third row, or none"),
+          Axis("label_smoothing", (0.0, 0.1), passed=True, blind=0.0,
+               names=("label_smoothing",), words="label smoothing ε"),
+          Axis("softcap", (None, 5.0), passed=True, blind=None,
+               names=("softcap", "logit_softcap", "final_logit_softcapping"),
+               words="a tanh softcap of the logits"),
+          Axis("lse_square_scale", (0.0, 1e-2), passed=True, blind=0.0,
+               names=("lse_square_scale", "z_loss_scale"), words="the z-loss scale"),
+          Axis("weight", (False, True), blind=False, words="class weights given"),
+          Axis("peaked", (False, True), blind=False,
+               words="the target's logit raised until p ≈ 0.999")),
+    reference=reference, canonical=rows, draw=draw, sizes=sizes,
+    default_shape=(2, 8, 512), shape_words="(…rows, V)",
+    batch_axis=lambda values: "n" if values.get("reduction") == "none" else None,
+    column="cotangent", fills={"ignore_index": IGNORE}, risky=risky,
+    marks=("cross_entropy", "crossentropy", "ce_loss"),
+    output_axes=lambda values: {"loss": ("n",) if values.get("reduction") == "none" else ()},
+    crossed=(("reduction", "cotangent"),),
+)
