@@ -31,7 +31,7 @@ class CrossEntropy(torch.autograd.Function):
                 label_smoothing=0.0):
         wide = torch.promote_types(logits.dtype, torch.float32)
         z = logits.to(wide)
-        p, lse = _probs(z)
+        _p, lse = _probs(z)
         valid = target != ignore_index
         safe = torch.where(valid, target, 0)
         picked = z.gather(-1, safe[:, None])[:, 0]
@@ -83,7 +83,7 @@ class AssumesGradOne(CrossEntropy):
 
     @staticmethod
     def backward(ctx, grad):
-        logits, p, onehot, valid, reduction, eps, wide = _grad_parts(ctx)
+        logits, p, onehot, valid, reduction, eps, _wide = _grad_parts(ctx)
         d = torch.where(valid[:, None], (1 - eps) * (p - onehot) + eps * (p - 1 / p.shape[-1]),
                         0.0)
         if reduction == "mean":

@@ -1,0 +1,126 @@
+"""Ops of any shape: the op record, the derived error model, the engine on GEMM,
+gelu_and_mul and cross-entropy — correct kernels pass, each mutant fails where its
+defect shows and passes at the blind control that hides it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from gradcheck_bi.errors import forward_sigma
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.measure import run_point
+from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.shaped import Variant
+from gradcheck_bi.sweep import Sweep, shaped_points
+from gradcheck_bi.vocab import Config
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+
+
+def _result(ref: str, check: str, dtype: str = "fp64", memory: str = "contiguous",
+            **axes: object) -> tuple[str, str]:
+    """The status and message of one point: the kernel's op's default variant with
+    ``axes`` changed, memory layout ``memory``."""
+    spec = resolve(str(KERNELS / ref))
+    op = SHAPED[spec.op]
+    base = dict(op.variants(dict(spec.fixed) and {k: [v] for k, v in spec.fixed})[0].values)
+    base.update(axes)
+    variant = Variant(tuple((a.name, base[a.name]) for a in op.axes))
+    cfg = Config(check=check, dtype=dtype, shape=op.default_shape, op=op.name,
+                 variant=variant.values, layout=memory)
+    r = run_point(spec, cfg, Sweep(kernels=[spec.ref]), None)
+    return r.status, r.message
+
+
+def test_every_op_is_found_by_its_module():
+    assert {"gemm", "gelu_and_mul", "cross_entropy"} <= set(SHAPED)
+
+
+def test_cancellation_is_derived_not_written():
+    """1 + erf(a/√2) at a = −2.8 rounds at hundreds of u relative to its value."""
+    a = torch.tensor([-2.8, 0.5], dtype=torch.float64)
+    y = 1 + torch.erf(a / math.sqrt(2))
+    sigma = forward_sigma(lambda t: {"y": 1 + torch.erf(t["a"] / math.sqrt(2))}, {"a": a})["y"]
+    assert float(sigma[0] / y[0]) > 100 > float(sigma[1] / y[1])
+
+
+@pytest.mark.parametrize("ref,op", [("gemm.py:GemmFn", "gemm"),
+                                    ("gelu_and_mul.py:GeluAndMul", "gelu_and_mul"),
+                                    ("cross_entropy.py:CrossEntropy", "cross_entropy")])
+def test_recognised_from_its_forward(ref, op):
+    spec = resolve(str(KERNELS / ref))
+    assert spec.op == op and "recognised" in spec.recognised
+
+
+@pytest.mark.parametrize("check", ["forward", "dA", "dB", "dbias", "batch_invariance"])
+def test_correct_gemm_passes(check):
+    assert _result("gemm.py:GemmFn", check, layout="NN", memory="B-strided")[0] == "pass"
+    assert _result("gemm.py:GemmFn", check, dtype="fp32")[0] == "pass"
+
+
+@pytest.mark.parametrize("mutant,check,shows,blind", [
+    ("DbiasFirstRow", "dbias", {"cotangent": "random"}, {"cotangent": "ones"}),
+    ("DbFirstRow", "dB", {"cotangent": "random"}, {"cotangent": "ones"}),
+    ("DaFirstSlice", "dA", {"b_rank": 3}, {"b_rank": 2}),
+    ("SmallDefectNN", "dA", {"layout": "NN"}, {"layout": "TN"}),
+])
+def test_gemm_mutant_caught_where_it_shows(mutant, check, shows, blind):
+    ref = f"gemm_mutants.py:{mutant}"
+    assert _result(ref, check, **shows)[0] == "fail"
+    assert _result(ref, check, **blind)[0] == "pass"
+
+
+def test_gemm_cotangent_strides_ignored_caught_by_layout():
+    ref = "gemm_mutants.py:CotangentAsContiguous"
+    assert _result(ref, "dA", memory="grad-transposed")[0] == "fail"
+    assert _result(ref, "dA")[0] == "pass"
+
+
+def test_gelu_and_mul_correct_and_mutants():
+    assert _result("gelu_and_mul.py:GeluAndMul", "da")[0] == "pass"
+    assert _result("gelu_and_mul.py:GeluAndMul", "da", dtype="fp32",
+                   approximate="tanh")[0] == "pass"
+    assert _result("gelu_and_mul.py:GeluGradNoPdf", "da")[0] == "fail"
+    # the tanh backward for both forms: caught at erf, right at tanh
+    assert _result("gelu_and_mul.py:TanhBackwardAlways", "da")[0] == "fail"
+    assert _result("gelu_and_mul.py:TanhBackwardAlways", "da", approximate="tanh")[0] == "pass"
+
+
+@pytest.mark.parametrize("mutant,shows,blind", [
+    ("AssumesGradOne", {"cotangent": "random"}, {"cotangent": "ones"}),
+    ("FirstRowCotangent", {"reduction": "none", "cotangent": "random"},
+     {"reduction": "none", "cotangent": "ones"}),
+    ("MeanOverAllRows", {"ignore": "some"}, {"ignore": "none"}),
+    ("SmoothingWithoutOneMinusEps", {"label_smoothing": 0.1}, {"label_smoothing": 0.0}),
+])
+def test_cross_entropy_mutant_and_its_blind_control(mutant, shows, blind):
+    ref = f"cross_entropy.py:{mutant}"
+    assert _result(ref, "dlogits", **shows)[0] == "fail"
+    assert _result(ref, "dlogits", **blind)[0] == "pass"
+
+
+def test_cross_entropy_correct_and_written_logits():
+    assert _result("cross_entropy.py:CrossEntropy", "dlogits")[0] == "pass"
+    assert _result("cross_entropy.py:CrossEntropy", "dlogits", reduction="none")[0] == "pass"
+    assert _result("cross_entropy.py:CrossEntropy", "forward", dtype="bf16")[0] == "pass"
+    status, message = _result("cross_entropy.py:GradIntoLogits", "dlogits")
+    assert status == "fail" and "wrote into logits" in message
+
+
+def test_bf16_target_probability_rounded_caught_where_peaked():
+    ref = "cross_entropy.py:TargetProbRoundedLowp"
+    assert _result(ref, "dlogits", dtype="bf16", peaked=True)[0] == "fail"
+    assert _result(ref, "dlogits", dtype="fp64", peaked=True)[0] == "pass"
+
+
+def test_points_leave_out_what_does_not_apply():
+    spec = resolve(str(KERNELS / "cross_entropy.py:CrossEntropy"))
+    points = [cfg for _, cfg in shaped_points(Sweep(kernels=[spec.ref],
+                                                    targets=[("cpu", "fp64")]), [spec])]
+    batch = [dict(c.variant)["reduction"] for c in points if c.check == "batch_invariance"]
+    assert batch and set(batch) == {"none"}  # a mean couples the rows
+    assert all(dict(c.variant)["softcap"] is None for c in points)  # the kernel takes none
