@@ -2,7 +2,7 @@
 
 For ``L = Σ_outputs Σ g_out · y_out`` and an input ``t`` shaped like x, perturbing column
 ``c`` of *every* row at once gives ``dL/dt_c`` for all rows (every op of the family is
-row-wise), with the stencil, levels and noise model of :func:`~gradcheck_bi.fd.input_grad`::
+row-wise), with the stencils and levels of :mod:`~gradcheck_bi.fd.stencil`::
 
     S_o = Σ_out Σ_i g_i (y_i(t + o h e_c) - y_i(t - o h e_c)),   dL/dt_c ≈ Σ_o w_o S_o / h
 

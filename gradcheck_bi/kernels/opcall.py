@@ -105,7 +105,7 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
 
     The kernel gets copies of its inputs, parameters and cotangents; each is compared
     bitwise after the forward and after the backward (see
-    :func:`gradcheck_bi.kernels.call.analytic_grads`).
+    :func:`gradcheck_bi.kernels.call.unchanged`).
     """
     layout = _LAYOUT.get()
     absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take

@@ -52,11 +52,6 @@ def use_backend(name: str | None) -> Iterator[None]:
         _forced_backend = previous
 
 
-def forced_backend() -> str | None:
-    """The backend :func:`use_backend` forces now (``None``: automatic)."""
-    return _forced_backend
-
-
 def chosen_backend() -> str | None:
     """The backend :func:`use_backend` or ``GRADCHECK_BI_BACKEND`` chose (``None``:
     automatic, by device)."""
