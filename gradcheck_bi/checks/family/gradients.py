@@ -33,7 +33,7 @@ from gradcheck_bi.checks.family.point import (
     make_point,
     returns_y_alone,
 )
-from gradcheck_bi.checks.family.verdict import step_rel_of
+from gradcheck_bi.checks.family.step_choice import step_rel_of
 from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
