@@ -1,4 +1,4 @@
-"""Calling a kernel of the family's other ops: its forward, and its backward through autograd.
+"""Calling a kernel of any op: its forward, and its backward through autograd.
 
 A kernel (an :class:`~gradcheck_bi.kernels.opadapt.OpAdapted`) returns a tensor or a tuple;
 :func:`op_forward` names what it returned by the op's outputs, in order (a fused add that

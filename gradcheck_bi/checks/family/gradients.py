@@ -1,4 +1,4 @@
-"""Every gradient of the family's other ops against finite differences of the kernel's forward.
+"""Every gradient of every op against finite differences of the kernel's own forward.
 
 ``d<input>`` (dx, dresidual, dz): the input perturbed one column of every row at once
 (:func:`gradcheck_bi.fd.coloured.input_grad_outputs`), the other inputs and the
