@@ -64,7 +64,7 @@ class Sums:
 # Below this many elements a chunk's sums run as torch ops on CUDA too, unless a backend is
 # forced: the fused kernel's first call in a process costs a compile (cold cache) or a load.
 # In Liger's default run on an H200 (Triton cache cold) its two first calls took 0.6 and
-# 0.25 s; all of that run's sums as torch ops took 0.03 s (docs/benchmarks.md, issue 22).
+# 0.25 s; all of that run's sums as torch ops took 0.03 s (docs/benchmarks.md).
 # Its one pass pays back only on chunks of tens of millions of elements, as (64, 8192)'s.
 FUSED_MIN_ELEMENTS = 1 << 24
 

@@ -213,7 +213,7 @@ def run_steps(steps: Sequence[Callable[[], None]], device: torch.device) -> None
     The load average lags: cores idle when a loop starts can be taken by another process a
     second later, and then every op on two threads waits for the descheduled one (on 2
     shared cores, (8, 1024) checks ran up to 10× slower on two threads than on one:
-    docs/benchmarks.md, issue 22). So one step runs on one thread and the next on all; the
+    docs/benchmarks.md). So one step runs on one thread and the next on all; the
     faster setting — all threads unless :data:`PROBE_MARGIN` times slower — runs until the
     next such probe (:data:`PROBE_EVERY` steps on; twice as far each time one thread wins,
     up to 8×), and a step on all threads slower than :data:`BUSY_FACTOR` one-thread steps

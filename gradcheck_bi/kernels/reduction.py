@@ -126,7 +126,7 @@ def triton_available() -> bool:
 def triton_version() -> str | None:
     """The installed triton's version, for the report, or ``None`` without one. Read from
     the loaded module, else from the package's metadata: a CPU run that never uses triton
-    does not pay its import (0.25–0.35 s, docs/benchmarks.md, issue 22)."""
+    does not pay its import (0.25–0.35 s, docs/benchmarks.md)."""
     loaded = sys.modules.get("triton")
     if loaded is not None:
         return str(loaded.__version__)
