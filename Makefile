@@ -29,7 +29,7 @@ test: $(STAMP) lint
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
-# CPU benchmarks (issues 5 and 15); docs/benchmarks.md holds the numbers. Threads as the CLI
+# CPU benchmarks; docs/benchmarks.md holds the numbers. Threads as the CLI
 # chooses them (by chunk size and idle cores); BENCH_THREADS=N pins every op to N.
 BENCH_THREADS ?=
 bench: $(STAMP)
@@ -40,7 +40,7 @@ bench: $(STAMP)
 docs: $(STAMP)
 	PYTHONPATH=. $(BIN)/python docs/make_docs.py
 
-# The real-library scoreboard (issue 30): every norm class of torch, transformers, timm (and
+# The real-library scoreboard: every norm class of torch, transformers, timm (and
 # Liger, if installed) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
 # totals to docs/scoreboard.md. Under an hour on 2 cores; an interrupted run resumes.
 # SCOREBOARD_ARGS="--only Llama --update-expected …" (benchmarks/scoreboard.py --help).

@@ -1,4 +1,4 @@
-"""What does a full check cost on CPU (issue 5)? Side by side with torch.autograd.gradcheck,
+"""What does a full check cost on CPU? Side by side with torch.autograd.gradcheck,
 the (16, 8192) full check (time and peak RSS), the CLI end to end, growth in D and rows, and
 the noise floor beside the error of a defect.
 
@@ -8,7 +8,7 @@ the noise floor beside the error of a defect.
 Each timed measurement runs in a fresh subprocess, so peak RSS is that measurement's own.
 ``--threads N`` pins torch's threads in those subprocesses to N (default: as the CLI chooses).
 Prints markdown tables for docs/benchmarks.md. A check against its forward floor:
-benchmarks/ops_floor.py (``--op rms_norm --dtype fp64 --shape 16,8192`` for issue 5's).
+benchmarks/ops_floor.py (``--op rms_norm --dtype fp64 --shape 16,8192`` for this script's shape).
 """
 
 from __future__ import annotations

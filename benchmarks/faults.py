@@ -1,4 +1,4 @@
-"""Does a kernel that crashes, exits or hangs at one shape cost that shape only? (issue 31)
+"""Does a kernel that crashes, exits or hangs at one shape cost that shape only?
 
 Runs ``cases/ci.toml`` against kernels that misbehave at D = 1025 only and prints, per
 kernel: the exit code, whether the JUnit report was written, the statuses, and the distinct

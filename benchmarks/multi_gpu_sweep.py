@@ -1,4 +1,4 @@
-"""Multi-GPU sweep benchmark (issue 15): one case file run by the CLI on one GPU and on every
+"""Multi-GPU sweep benchmark: one case file run by the CLI on one GPU and on every
 visible GPU; wall times, the speed-up, and whether the two JSON reports are identical.
 
     PYTHONPATH=. python3 benchmarks/multi_gpu_sweep.py [--seeds 84] [--shape 32,8192]

@@ -1,4 +1,4 @@
-"""Every op's gradient checks beside their forward floor (issue 32's goal: ≤ 1.5×).
+"""Every op's gradient checks beside their forward floor (the goal: ≤ 1.5×).
 
     PYTHONPATH=. python benchmarks/ops_floor.py [--device cuda] [--shape 64,8192] [--reps 3]
 

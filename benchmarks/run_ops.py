@@ -1,5 +1,5 @@
 """Torch calls of a whole run by who makes them: the kernel's Functions, gradcheck-bi's FD
-sums, or the rest of gradcheck-bi (issue 22: our own work per result).
+sums, or the rest of gradcheck-bi (gradcheck-bi's own work per result).
 
     PYTHONPATH=. python3 benchmarks/run_ops.py [--top N] [-- RUN ARGS]
 

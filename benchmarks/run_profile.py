@@ -1,4 +1,4 @@
-"""Where a whole run's time goes, for a kernel written by someone else (issue 22).
+"""Where a whole run's time goes, for a kernel written by someone else.
 
     PYTHONPATH=. python3 benchmarks/run_profile.py [--reps 5] [--no-fresh] -- --kernel liger
 

@@ -1,4 +1,4 @@
-"""The real-library scoreboard (issue 30): every norm of torch, Liger, transformers and timm, run
+"""The real-library scoreboard: every norm of torch, Liger, transformers and timm, run
 as a new user would run it, compared with a kept, hand-classified verdict per class.
 
     make scoreboard                                   # or:

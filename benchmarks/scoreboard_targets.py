@@ -27,7 +27,7 @@ import pkgutil
 import sys
 from typing import Any
 
-# torch modules and functions at the constructor flags a user sets (issue 30: nn.LayerNorm with
+# torch modules and functions at the constructor flags a user sets (nn.LayerNorm with
 # and without bias, nn.RMSNorm with and without affine, group_norm where it fits: one group).
 TORCH_VARIANTS: list[tuple[str, list[str]]] = [
     ("torch.nn:LayerNorm", ["bias=False"]),

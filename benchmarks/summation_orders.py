@@ -1,4 +1,4 @@
-"""Summation orders (issue 23): false alarms of correct kernels, scaled-gradient mutants, and
+"""Summation orders: false alarms of correct kernels, scaled-gradient mutants, and
 the detection thresholds of the dx / dw checks.
 
     PYTHONPATH=. python benchmarks/summation_orders.py orders     [--device cuda] [--quick]

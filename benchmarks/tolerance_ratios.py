@@ -8,7 +8,7 @@ For ``after`` and the independent RMSNorm (tests/independent/rmsnorm_ref.py), dx
 γ control and zcg, at each D (shape (4, D) up to 1024, (2, 4096), (1, 8192); seed 1000 + D):
 ``tol/err`` is ``1 / ratio`` — the tolerance over the error at the element nearest its own
 tolerance, i.e. how much a correct kernel's error could grow before the check fails (the
-issue-11 target is ≤ 10). γ = zeros makes ``y ≡ 0``: dx is exactly 0 with tolerance 0 (0/0
+target since ae0a4cc is ≤ 10). γ = zeros makes ``y ≡ 0``: dx is exactly 0 with tolerance 0 (0/0
 passes, reported as "exact"). With γ = ones or zeros the effective weight is the same bits
 under zcg on and off, so zcg = on is run for γ = randn only. Prints a Markdown table of the
 min–max over the two kernels per (D, dtype, check, γ).

@@ -134,12 +134,6 @@ def _draw(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     return found
 
 
-def forget_draws() -> None:
-    """Drop every kept draw (benchmarks time a configuration's first check this way)."""
-    with _lock:
-        _draws.clear()
-
-
 def effective_gamma(cfg: Config, gamma_randn: torch.Tensor) -> torch.Tensor:
     """γ for the point's control, fp64; ``randn`` scales the drawn ``gamma_randn``."""
     if cfg.control == "randn":

@@ -8,9 +8,11 @@ coordination: the points are dealt out by :func:`assign` from their costs alone.
 
 The cost model counts forward-call work, ``rows × D`` elements per call:
 
-* dx: the row-coloured differences call the forward once per stencil point and column
-  chunk: about ``4 · D`` calls (:mod:`gradcheck_bi.fd.estimate`);
-* dw, forward: a handful of calls;
+* an input's gradient (``dx``, and every ``d<input>`` of the op's record:
+  ``dresidual``, ``dz``, ...): the row-coloured differences call the forward once per
+  stencil point and column chunk, about ``4 · D`` calls (:mod:`gradcheck_bi.fd.coloured`);
+  with ``--mode directional`` a handful;
+* a parameter's gradient (``dw``, ``dbias``), forward: a handful of calls;
 * batch_invariance: rows alone and in batches of several sizes: a few dozen calls.
 
 >>> from gradcheck_bi.vocab import Config
@@ -28,9 +30,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import Config
 
-CALLS = {"dx": 4.0, "dw": 8.0, "forward": 3.0, "batch_invariance": 40.0}  # × D for dx
+# Forward calls per point; an input's gradient: × D in full mode.
+INPUT_CALLS = 4.0
+CALLS = {"dw": 8.0, "forward": 3.0, "batch_invariance": 40.0}
 
 
 class ShardError(ValueError):
@@ -52,10 +57,18 @@ def parse_shard(text: str) -> tuple[int, int]:
 def cost(cfg: Config) -> float:
     """Estimated work of one point (relative units: forward-call elements)."""
     elements = float(math.prod(cfg.shape))
-    calls = CALLS.get(cfg.check, 8.0)
-    if cfg.check == "dx" and cfg.mode == "full":
-        calls *= cfg.shape[-1]
+    if cfg.check in _input_checks(cfg.op):
+        calls = INPUT_CALLS * (cfg.shape[-1] if cfg.mode == "full" else 1)
+    else:
+        calls = CALLS.get(cfg.check, 8.0)
     return calls * elements
+
+
+def _input_checks(op: str) -> set[str]:
+    """The checks of ``op``'s input gradients (``dx``, ``dresidual``, ...); ``dx`` for an op
+    no record names."""
+    record = OPS.get(op)
+    return {f"d{name}" for name in record.inputs} if record is not None else {"dx"}
 
 
 def twin_groups(points: Sequence[Config], kernels: Sequence[str] | None = None) -> list[int]:

@@ -14,7 +14,7 @@ which is where ``run`` puts its step (:data:`gradcheck_bi.fd.STEP_REL`). A defec
 sits on a plateau: the error is the defect, and no step moves it.
 
 The abscissa is the *relative* step ``h/ℓ``, the ``step_rel`` that run's estimator takes:
-for RMSNorm's ``dx`` ``ℓ = sqrt(Σx² + D·eps)`` per row (:func:`gradcheck_bi.fd.input_grad`),
+for RMSNorm's ``dx`` ``ℓ = sqrt(Σx² + D·eps)`` per row (:func:`gradcheck_bi.fd.row_steps`),
 for another op's input the length over which that input moves before the output bends
 (the op's ``step_scale``, :mod:`gradcheck_bi.ops`), for a parameter ``max(1,
 max|p|)`` (:func:`gradcheck_bi.fd.weight_grad`; ``y`` is linear in it: no truncation side).

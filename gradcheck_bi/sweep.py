@@ -217,7 +217,7 @@ def _variant_has(op: ShapedOp, variant: Variant, check: str) -> bool:
 
 def takes(spec: KernelSpec, name: str) -> bool:
     """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``; an
-    optional one only where the family's engine calls it: Megatron's ``apply`` has no β)."""
+    optional one only where the kernel is called by role: Megatron's ``apply`` has no β)."""
     op = OPS[spec.op]
     return (op.has(name) and name not in dict(spec.fixed)
             and (spec.by_roles or name not in {p.name for p in op.params if p.optional}))

@@ -230,7 +230,7 @@ def statuses(results: list[dict[str, Any]]) -> dict[str, set[str]]:
     ("WrongDtype", "forward", "error",
      "forward returned y in torch.float32 for x of torch.float64"),
     ("ReturnsTuple", "forward", "error", "forward returned tuple, expected a tensor"),
-    # A gradient of the wrong shape is a wrong answer, not a crash (issue 21): fail.
+    # A gradient of the wrong shape is a wrong answer, not a crash: fail.
     ("WrongDxShape", "dx", "fail", "invalid gradient at index 0"),
     ("WrongDwSize", "dw", "fail", "invalid gradient at index 1"),
 ])

@@ -1,4 +1,4 @@
-"""``--mode directional`` on every op whose input moves its whole row (one engine, issue 29):
+"""``--mode directional`` on every op whose input moves its whole row (one engine):
 the correct kernels pass, the input-gradient mutants are caught, and an input that moves
 part of a row is ``unsupported`` with the full mode named, never a silent full check."""
 

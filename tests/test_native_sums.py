@@ -8,7 +8,6 @@ from conftest import rand, where_differs
 
 from gradcheck_bi import fd
 from gradcheck_bi.fd.reduce import Sums, _level_sums_torch
-from gradcheck_bi.kernels.rmsnorm import After
 
 pytest.importorskip("numba")
 
@@ -62,19 +61,6 @@ def test_native_sums_refuse_what_they_cannot_compute() -> None:
     assert torch.equal(got, _level_sums_torch(ys.bfloat16(), y0, g, Sums(1)))
 
 
-def test_input_grad_gives_the_same_bits_native_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    x, g, w = rand(3, 40, seed=41), rand(3, 40, seed=42), rand(40, seed=43)
-
-    def forward(t: torch.Tensor) -> torch.Tensor:
-        return After.apply(t, w, 1e-6, False)
-
-    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev, dtype=None: False)
-    ref = fd.input_grad(forward, x, g, 1e-6, chunk=(7, 2))
-    monkeypatch.setattr(fd.estimate, "native_worth", lambda n, dev, dtype=None: True)
-    got = fd.input_grad(forward, x, g, 1e-6, chunk=(7, 2))
-    assert torch.equal(got.grad, ref.grad) and torch.equal(got.noise_floor, ref.noise_floor)
-
-
 def test_native_path_only_for_large_cpu_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
     big = fd.reduce.NATIVE_MIN_ELEMENTS
@@ -111,26 +97,6 @@ def test_loaded_sums_serve_small_checks_of_their_dtype(monkeypatch: pytest.Monke
 
     with use_backend("torch"):  # a forced backend keeps its own path
         assert not fd.reduce.native_worth(small, cpu, torch.float64)
-    # A small check now takes the compiled path, and its estimate keeps the torch path's bits.
-    x, gx, w = rand(3, 40, seed=41), rand(3, 40, seed=42), rand(40, seed=43)
-
-    def forward(t: torch.Tensor) -> torch.Tensor:
-        return After.apply(t, w, 1e-6, False)
-
-    calls: list[bool] = []
-    real = fd.chunks.ChunkLoop.__init__
-
-    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        calls.append(args[-1])
-        real(self, *args, **kwargs)
-
-    monkeypatch.setattr(fd.chunks.ChunkLoop, "__init__", spy)
-    loaded = fd.input_grad(forward, x, gx, 1e-6, chunk=(7, 2))
-    monkeypatch.setattr(_numba_fd, "READY", set())
-    plain = fd.input_grad(forward, x, gx, 1e-6, chunk=(7, 2))
-    assert calls == [True, False]
-    assert torch.equal(loaded.grad, plain.grad)
-    assert torch.equal(loaded.noise_floor, plain.noise_floor)
 
 
 def test_a_run_whose_checks_repay_the_start_together_loads_the_sums(

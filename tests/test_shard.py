@@ -44,6 +44,27 @@ def test_every_point_goes_to_one_shard_and_the_work_is_balanced() -> None:
     assert assign(points, 3) == assign(list(points), 3)  # deterministic
 
 
+def test_every_input_gradient_is_costed_like_dx() -> None:
+    """Each input's gradient differences every column of its input, as dx does: D times a
+    parameter's cost, whatever the input is called."""
+    from gradcheck_bi.ops import OPS
+
+    shape = (4, 256)
+    dx = cost(Config(check="dx", shape=shape))
+    for op, record in OPS.items():
+        for name in record.inputs:
+            full = cost(Config(check=f"d{name}", op=op, shape=shape))
+            assert full == dx, f"{op} d{name}: {full:.3g}, dx {dx:.3g}"
+            directional = cost(Config(check=f"d{name}", op=op, shape=shape, mode="directional"))
+            assert directional * shape[-1] == dx, f"{op} d{name} directional: {directional:.3g}"
+    assert cost(Config(check="dw", shape=shape)) < dx / 16
+    # Two fused-add input checks land on different shards, as two dx checks do.
+    points = [Config(check=c, op="fused_add_rms_norm", shape=shape)
+              for c in ("dx", "dresidual", "dw", "forward")]
+    owners = assign(points, 2)
+    assert owners[0] != owners[1], owners
+
+
 @pytest.mark.parametrize("bad", ["0/3", "4/3", "1/0", "x/2", "2"])
 def test_bad_shard_values_are_usage_errors(capsys: pytest.CaptureFixture[str],
                                            bad: str) -> None:

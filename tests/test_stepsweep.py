@@ -231,7 +231,7 @@ def test_point_at_the_run_step_is_the_error_run_reports() -> None:
         assert at_run == measured, f"{c.kernel}: plot {at_run!r} vs run {measured!r}"
 
 
-# The family's other ops (issue 29: plot called RMSNorm's `apply` on every op kernel). One
+# The family's other ops (plot once called RMSNorm's `apply` on every op kernel: 86eb384). One
 # correct kernel per op, its other gradient, and a mutant of the family's catalogue whose
 # defect shows in that gradient at γ=randn.
 ROOT = Path(__file__).resolve().parent.parent
@@ -330,7 +330,7 @@ def test_an_op_kernels_own_crash_is_the_kernels(tmp_path: Path,
 
 def test_our_own_attribute_error_is_not_blamed_on_the_kernel(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # What issue 29 was: gradcheck-bi reading an attribute the kernel object does not have.
+    # What 86eb384 fixed: gradcheck-bi reading an attribute the kernel object does not have.
     source = "def slip(spec, cfg):\n    return spec.fn.apply\n"
     namespace: dict[str, object] = {}
     exec(compile(source, str(ROOT / "gradcheck_bi" / "checks" / "slip.py"), "exec"), namespace)

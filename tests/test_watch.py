@@ -10,7 +10,8 @@ import torch
 
 from gradcheck_bi.cli.execute import progress_bar
 from gradcheck_bi.kernels import watch
-from gradcheck_bi.kernels.call import call_forward
+from gradcheck_bi.kernels.asop import as_op_kernel
+from gradcheck_bi.kernels.opcall import op_forward
 
 
 class SlowFirstCall(torch.autograd.Function):
@@ -32,9 +33,9 @@ def test_a_slow_first_call_is_announced_once_per_shape(monkeypatch: pytest.Monke
     heard: list[tuple[int, ...]] = []
     watch.listen(lambda fn, shape: heard.append(shape))
     try:
-        w = torch.randn(16)
+        w, kernel = torch.randn(16), as_op_kernel(SlowFirstCall)
         for shape in ((3, 16), (3, 16), (5, 16)):
-            call_forward(SlowFirstCall, torch.randn(shape), w, 1e-6, False)
+            op_forward(kernel, {"x": torch.randn(shape)}, {"weight": w}, {"eps": 1e-6}, False)
     finally:
         watch.listen(None)
     assert heard == [(3, 16), (5, 16)]

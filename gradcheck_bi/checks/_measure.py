@@ -1,5 +1,5 @@
 """Shared by the checks: where the worst element is, non-finite values, error → Measurement
-(one tolerance for every element, or one per element)."""
+(one tolerance per element)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.call import all_bits_equal
-from gradcheck_bi.tolerance.rules import overridden, per_element_ratio
-from gradcheck_bi.vocab import Config, Measurement
+from gradcheck_bi.tolerance.rules import per_element_ratio
+from gradcheck_bi.vocab import Measurement
 
 
 def locate(err: torch.Tensor) -> tuple[float, list[int]]:
@@ -93,16 +93,6 @@ def nonfinite(name: str, t: torch.Tensor) -> str:
         return ""  # the usual case in one op: a sum of finite values (it may overflow: count)
     bad = int((~torch.isfinite(t)).sum().item())
     return f"{name} has {bad} non-finite element(s)" if bad else ""
-
-
-def measured(err: torch.Tensor, tol: float, scale: float, cfg: Config,
-             notes: Sequence[str], details: dict[str, Any]) -> Measurement:
-    """Hold the elementwise ``err`` to ``tol`` (after the config's overrides)."""
-    tol = overridden(tol, scale, cfg)
-    max_err, worst = locate(err)
-    problems = [n for n in notes if n]
-    passed = not problems and math.isfinite(max_err) and max_err <= tol
-    return Measurement(max_err, tol, passed, worst, "; ".join(problems), details)
 
 
 _KEPT: ContextVar[list[tuple[torch.Tensor, torch.Tensor]] | None] = ContextVar(

@@ -37,7 +37,7 @@ class Gradient:
 
 
 def gradient(spec: KernelSpec, cfg: Config) -> Gradient:
-    """The gradient ``cfg.check`` of ``spec`` at the point ``cfg``, by run's engine for the op."""
+    """The gradient ``cfg.check`` of ``spec`` at the point ``cfg``, as run measures it."""
     point = make_point(cfg)  # an RMSNorm point too: the x, γ and g of make_inputs
     name = point.op.gradient_checks[cfg.check]
     fn = as_op_kernel(spec.fn)

@@ -6,10 +6,12 @@
 * :mod:`~gradcheck_bi.fd.threads` — CPU threads for the chunk loop, by chunk size;
 * :mod:`~gradcheck_bi.fd.reduce` — the per-(row, column) level sums of a chunk (fused on CUDA,
   compiled on CPU for large checks);
-* :mod:`~gradcheck_bi.fd.chunks` — the dx chunk loop, spread over processes for large CPU
-  checks;
-* :mod:`~gradcheck_bi.fd.estimate` — the estimates: every element of dx, random directions
-  of dx, every element of dw;
+* :mod:`~gradcheck_bi.fd.chunks` — padding a batched call to a ladder step; spawning worker
+  processes without the caller's script;
+* :mod:`~gradcheck_bi.fd.coloured` — every element of an input's gradient, row-coloured,
+  for a forward with several outputs;
+* :mod:`~gradcheck_bi.fd.estimate` — the estimate record, random directions of an input's
+  gradient, every element of a weight's gradient;
 * :mod:`~gradcheck_bi.fd.refine` — a second, finer step at chosen elements (kinks);
 * :mod:`~gradcheck_bi.fd.weight` — how the output depends on a weight (linear, elementwise),
   and the weight estimate one element at a time.
@@ -23,7 +25,6 @@ from gradcheck_bi.fd.budget import (
     batch_rows,
     check_budget,
     chunk_shape,
-    columns_per_chunk,
     default_max_memory,
     memory_estimate,
     parse_bytes,
@@ -32,7 +33,6 @@ from gradcheck_bi.fd.estimate import (
     DirectionalEstimate,
     FDEstimate,
     directional_input_grad,
-    input_grad,
     weight_grad,
 )
 from gradcheck_bi.fd.stencil import CENTRAL2, CENTRAL4, LEVELS, STENCILS, Stencil
@@ -53,10 +53,8 @@ __all__ = [
     "batch_rows",
     "check_budget",
     "chunk_shape",
-    "columns_per_chunk",
     "default_max_memory",
     "directional_input_grad",
-    "input_grad",
     "memory_estimate",
     "parse_bytes",
     "reduce",

@@ -223,12 +223,6 @@ def cuda_room(dev: torch.device, bytes_per_element: int) -> int:
     return max(1, int(cuda_free(dev) * MEMORY_FRACTION) // bytes_per_element)
 
 
-def columns_per_chunk(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype,
-                      max_memory: int | None) -> int:
-    """How many perturbed columns fit in one batched call under ``max_memory`` bytes."""
-    return chunk_shape(n_rows, n_cols, stencil, dtype, max_memory)[0]
-
-
 def memory_estimate(n_rows: int, n_cols: int, stencil: Stencil, dtype: torch.dtype) -> int:
     """Bytes a finite-difference check of an ``(n_rows, n_cols)`` input needs at least.
 

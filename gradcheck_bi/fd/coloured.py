@@ -2,7 +2,7 @@
 
 For ``L = Σ_outputs Σ g_out · y_out`` and an input ``t`` shaped like x, perturbing column
 ``c`` of *every* row at once gives ``dL/dt_c`` for all rows (every op of the family is
-row-wise), with the stencil, levels and noise model of :func:`~gradcheck_bi.fd.input_grad`::
+row-wise), with the stencils and levels of :mod:`~gradcheck_bi.fd.stencil`::
 
     S_o = Σ_out Σ_i g_i (y_i(t + o h e_c) - y_i(t - o h e_c)),   dL/dt_c ≈ Σ_o w_o S_o / h
 
@@ -84,7 +84,8 @@ MAX_ELEMENTS = 1 << 22  # per output and call: the stacked perturbed rows × D
 # output, the forward's temporaries), rounded down to a power of two so that the chunking
 # does not move between runs. The sums' bits do not depend on it. At 2^26 (64, 8192) still
 # took 820 calls of 4096 rows per input, and the check was bound by the host's ~1 ms of work
-# per call (issue 32's profile, H200); 2^28 gives 97 calls of 32768 rows (1 GiB of fp32).
+# per call (the H200 profile in docs/benchmarks.md); 2^28 gives 97 calls of 32768 rows (1 GiB
+# of fp32).
 CUDA_MAX_ELEMENTS = 1 << 28
 BYTES_PER_ELEMENT = 64
 

@@ -1,20 +1,16 @@
-"""Finite-difference gradients of a kernel's own forward, with their noise floors.
+"""Finite-difference estimates with their noise floors: the record every estimate returns,
+random directions of an input's gradient, and every element of a weight's gradient.
 
-For ``L = Σ g·y`` the input gradient is estimated column by column with a central stencil
+For ``L = Σ g·y`` a central stencil differences the outputs elementwise *before* the dot
+with ``g`` (the pairs nearly cancel, so the dot adds little rounding)::
 
-    dL/dx_k ≈ Σ_o w_o · Σ_i g_i (y_i(x + o h e_k) - y_i(x - o h e_k)) / h
+    ⟨dL/dx, v⟩ ≈ Σ_o w_o · Σ_i g_i (y_i(x + o h v) - y_i(x - o h v)) / h
 
-(outputs differenced elementwise *before* the dot with ``g``: the pairs nearly cancel, so
-the dot adds little rounding). Rows of a norm are independent, so perturbing column ``k``
-of *every* row at once gives the derivative for all rows (a row-coloured Jacobian); the
-``D`` columns × stencil points are stacked into batched forward calls, chunked under a
-memory budget (:mod:`~gradcheck_bi.fd.budget`). A batch-invariant kernel gives each
-perturbed row the same bits in any chunk, so the chunk size never changes the result.
-
-The weight gradient uses that ``y_i`` depends on ``w`` only through ``w_i`` (the weight is
+Every element of an input's gradient, row-coloured: :mod:`~gradcheck_bi.fd.coloured`. The
+weight gradient uses that ``y_i`` depends on ``w`` only through ``w_i`` (the weight is
 elementwise): one perturbation of every weight at once gives every ``∂y_i/∂w_i``.
 
-Every column is evaluated at ``±h, ±2h, ±4h`` (:data:`~gradcheck_bi.fd.stencil.LEVELS`):
+Every point is evaluated at ``±h, ±2h, ±4h`` (:data:`~gradcheck_bi.fd.stencil.LEVELS`):
 the stencil at ``h`` is the estimate, the rest measure its truncation and rounding. Steps:
 :mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate: :mod:`gradcheck_bi.tolerance.noise`.
 
@@ -22,9 +18,9 @@ the stencil at ``h`` is the estimate, the rest measure its truncation and roundi
 >>> from gradcheck_bi.kernels.rmsnorm import After
 >>> x = torch.randn(4, 16, dtype=torch.float64); g = torch.randn(4, 16, dtype=torch.float64)
 >>> w = torch.randn(16, dtype=torch.float64)
->>> est = input_grad(lambda t: After.apply(t, w, 1e-6, False), x, g, eps=1e-6)
+>>> est = weight_grad(lambda v: After.apply(x, v, 1e-6, False), w, x, g)
 >>> est.grad.shape
-torch.Size([4, 16])
+torch.Size([16])
 """
 
 from __future__ import annotations
@@ -35,14 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.fd.budget import (
-    batch_rows,
-    check_budget,
-    chunk_shape,
-    keep_freed_memory,
-    ladder_base,
-)
-from gradcheck_bi.fd.chunks import ChunkLoop, loadable_elsewhere, pad_rows, run_chunks
+from gradcheck_bi.fd.budget import batch_rows, check_budget, chunk_shape, ladder_base
+from gradcheck_bi.fd.chunks import pad_rows
 from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
@@ -54,7 +44,7 @@ from gradcheck_bi.fd.stencil import (
     stencil_var,
 )
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
-from gradcheck_bi.fd.threads import cpu_threads, run_steps, spread_processes
+from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.tolerance.noise import (
     RESIDUAL_VAR,
     dw_residual_var,
@@ -111,84 +101,6 @@ def _unperturbed(forward: Callable[[torch.Tensor], torch.Tensor],
     return y0.reshape(-1, shape[-1]).to(torch.float64)
 
 
-def input_grad(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    g: torch.Tensor,
-    eps: float,
-    stencil: Stencil = CENTRAL4,
-    step_rel: float | None = None,
-    max_memory: int | None = None,
-    *,
-    chunk: tuple[int, int] | None = None,
-) -> FDEstimate:
-    """Central-difference ``dL/dx`` for ``L = Σ g·forward(x)``, every element, row-coloured.
-
-    Chunk by chunk, ``points × columns × rows`` copies of the rows are perturbed in one
-    column each and pushed through ``forward`` in one call; per row ``k`` and column ``c``::
-
-        S_o = Σ_i g_i (y_i(x + o h e_c) - y_i(x - o h e_c))      (fixed-order row sum)
-        dL/dx_c ≈ Σ_o w_o S_o / h,     2nd order: S_1 / (2h)
-
-    The perturbed copies live in one buffer filled once per row block; only the perturbed
-    elements are written and restored per chunk. ``chunk = (columns, rows)`` overrides
-    :func:`chunk_shape` (for tests and benchmarks: the result's bits never depend on it,
-    for a batch-invariant kernel). Raises :class:`MemoryBudgetError` when
-    even the smallest chunk does not fit ``max_memory``.
-    """
-    n_cols = x.shape[-1]
-    check_budget(tuple(x.shape), stencil, x.dtype, max_memory)
-    x2 = x.detach().reshape(-1, n_cols)
-    n_rows = x2.shape[0]
-    dev = x.device
-    g2 = g.detach().reshape(-1, n_cols).to(torch.float64)
-    rel = input_step_rel(x.dtype, step_rel)
-    h = row_steps(x2, eps, rel)
-    signed = level_offsets().to(dev)
-    n_lev, points = len(LEVELS), stencil.points
-    # delta[p, r]: the step at stencil point p for row r, rounded to x's dtype once.
-    delta = (signed[:, None] * h[None, :]).to(x.dtype)
-    sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
-    n_c_max, n_r_max = chunk or chunk_shape(n_rows, n_cols, stencil, x.dtype, max_memory, dev)
-    n_c_max, n_r_max = max(1, min(n_c_max, n_cols)), max(1, min(n_r_max, n_rows))
-    y0 = _unperturbed(forward, x.detach())
-    perturbed = points * n_cols * n_rows * n_cols
-    native = native_worth(perturbed, dev, x.dtype)  # the outputs: x's dtype, as a rule
-    loop = ChunkLoop(forward, x2, g2, y0, delta, (n_c_max, n_r_max), sums, native)
-    if dev.type == "cpu":  # chunk-sized temporaries: reuse freed memory, no page faults
-        keep_freed_memory()
-    chunk_elements = points * n_c_max * n_r_max * n_cols
-    # Worker processes only for a check that repays their start (not one that merely
-    # finds the compiled sums loaded).
-    processes = spread_processes(dev, chunk_elements) if native_worth(perturbed, dev) else 1
-    if processes > 1 and loadable_elsewhere(forward):  # one torch thread in each process
-        with cpu_threads(dev, 0):
-            run_chunks(loop, processes, forward)
-    else:
-        with cpu_threads(dev, chunk_elements):
-            run_chunks(loop, 1)
-    calls = 1 + len(loop.tasks())
-    odd, even = sums[:n_lev], sums[n_lev:]  # (L, D, R)
-    grad = (stencil_sum(odd, stencil) / h).T
-    u = unit_roundoff(x.dtype)
-    sigma_m = model_sigma(g2, y0, u)  # (R,): one point's rounding, dtype model
-    resid, resid_var = noise_residual(even), RESIDUAL_VAR * sigma_m**2
-    lam = noise_scale(resid, resid_var, centre=True)
-    sigma = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows).T
-    trunc_dr = richardson_truncation(odd, stencil, h)
-    j1, j4 = jumps(even, h)
-    trunc = trunc_dr.T
-    floor = noise_floor(lam * stencil.rss_weight * sigma_m / h, trunc_dr).T
-
-    def shaped(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(x.shape).contiguous()
-
-    return FDEstimate(shaped(grad), shaped(floor), h, stencil, calls, lam, lam * u,
-                      shaped(sigma), shaped(trunc),
-                      noise_scale_robust=robust_noise_scale(resid, resid_var, centre=True),
-                      jumps=(shaped(j1.T), shaped(j4.T)))
-
-
 @dataclass
 class DirectionalEstimate:
     """Finite-difference projections ``⟨dL/dx, v⟩`` along random directions, per row.
@@ -229,10 +141,12 @@ def directional_input_grad(
     calls' worth of rows instead of ``stencil.points × D``.
 
     Each row ``r`` gets its own Gaussian direction ``v`` (unit length, drawn from ``seed``)
-    and the step ``h_r`` of :func:`input_grad` (or the given ``h``, ``(R,)``); the stencil
-    is applied to ``x_r + o h_r v``. ``forward`` may return rows of another width than
-    ``x`` (several outputs side by side), ``g``'s. Noise floor: the model of
-    :func:`input_grad` over the whole output row; a row's directions share its ``y0``.
+    and the step ``h_r`` of :func:`~gradcheck_bi.fd.step.row_steps` (or the given ``h``,
+    ``(R,)``); the stencil is applied to ``x_r + o h_r v``. ``forward`` may return rows of
+    another width than ``x`` (several outputs side by side), ``g``'s. Noise floor: one
+    point's rounding (:func:`~gradcheck_bi.tolerance.noise.model_sigma`) over the whole
+    output row, scaled by the ``λ`` its residual measures; a row's directions share its
+    ``y0``.
     """
     n_cols = x.shape[-1]
     check_budget(tuple(x.shape), stencil, x.dtype, max_memory)

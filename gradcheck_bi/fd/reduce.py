@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -65,7 +64,7 @@ class Sums:
 # Below this many elements a chunk's sums run as torch ops on CUDA too, unless a backend is
 # forced: the fused kernel's first call in a process costs a compile (cold cache) or a load.
 # In Liger's default run on an H200 (Triton cache cold) its two first calls took 0.6 and
-# 0.25 s; all of that run's sums as torch ops took 0.03 s (docs/benchmarks.md, issue 22).
+# 0.25 s; all of that run's sums as torch ops took 0.03 s (docs/benchmarks.md).
 # Its one pass pays back only on chunks of tens of millions of elements, as (64, 8192)'s.
 FUSED_MIN_ELEMENTS = 1 << 24
 
@@ -192,25 +191,6 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
         return result
     out.copy_(result)
     return out
-
-
-def sums_into(y0: torch.Tensor, g: torch.Tensor, sums: Sums | None = None, *,
-              native: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``run(ys, out)``: :func:`level_sums` of ``ys`` written into ``out``, for a loop over
-    chunks that share ``y0`` and ``g`` (the compiled CPU pass prepares them once)."""
-    if native and y0.device.type == "cpu":
-        from gradcheck_bi.fd import _numba_fd
-
-        compiled = _numba_fd.sums_into(y0, g, sums.odd if sums else True,
-                                       sums.even if sums else True)
-
-        def run(ys: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-            if ys.dtype in (torch.float32, torch.float64) and ys.device.type == "cpu":
-                return compiled(ys, out)
-            return level_sums(ys, y0, g, sums, out=out)
-
-        return run
-    return lambda ys, out: level_sums(ys, y0, g, sums, out=out)
 
 
 def _level_sums_torch(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,

@@ -35,10 +35,6 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 # a parallel loop: for that long, as many units of it are ours (else a check right after a
 # parallel one took our own recent work for someone else's and ran on one thread).
 OWN_LOAD_MEMORY_S = 60.0
-# Worker processes for one chunk loop at most: each pays a fresh interpreter and torch
-# import (seconds, ~0.4 GB). Measured on a 32-core host, (16, 8192) fp64 dx: 1 / 2 / 4 / 8 /
-# 16 / 31 processes took 32.4 / 20.4 / 11.8 / 9.4 / 8.8 / 10.5 s (docs/benchmarks.md).
-MAX_PROCESSES = 8
 # A loop of like steps on several threads times one step on one thread and one on all every
 # this many steps, and keeps the faster (:func:`run_steps`).
 PROBE_EVERY = 16
@@ -57,7 +53,7 @@ _own: tuple[float, int] = (0.0, 1)  # (until when, threads) of our last parallel
 # command line says so at its start (``_serial_so_far``, before any torch op) and no native
 # thread has appeared since this module was imported (a pool's threads are native); any
 # doubt — the API inside a user's process, a CUDA driver's threads — caps a forked worker
-# at ``_ceiling`` = 1 thread (its large loops can still spread over spawned processes).
+# at ``_ceiling`` = 1 thread.
 _serial_so_far = False
 _ceiling: int | None = None
 
@@ -185,20 +181,8 @@ def _wanted(chunk_elements: int) -> int:
     return usable_cores()
 
 
-def spread_processes(device: torch.device, chunk_elements: int) -> int:
-    """Processes (one torch thread each) for a large CPU chunk loop whose kernel can run in
-    a fresh process: the cores :func:`threads_for` would give it, at most
-    ``MAX_PROCESSES``; 1 when ``--threads`` pins the count (a pinned count means threads in
-    this process) or off CPU."""
-    if device.type != "cpu" or _fixed is not None:
-        return 1
-    n = min(MAX_PROCESSES, _wanted(chunk_elements))  # processes: no fork hazard, no cap
-    _count_as_ours(n)
-    return n
-
-
 def _count_as_ours(n: int) -> None:
-    """Remember that this process now runs ``n`` threads or processes (see
+    """Remember that this process now runs ``n`` threads (see
     :func:`usable_cores`)."""
     global _own
     if n > 1:
@@ -229,7 +213,7 @@ def run_steps(steps: Sequence[Callable[[], None]], device: torch.device) -> None
     The load average lags: cores idle when a loop starts can be taken by another process a
     second later, and then every op on two threads waits for the descheduled one (on 2
     shared cores, (8, 1024) checks ran up to 10× slower on two threads than on one:
-    docs/benchmarks.md, issue 22). So one step runs on one thread and the next on all; the
+    docs/benchmarks.md). So one step runs on one thread and the next on all; the
     faster setting — all threads unless :data:`PROBE_MARGIN` times slower — runs until the
     next such probe (:data:`PROBE_EVERY` steps on; twice as far each time one thread wins,
     up to 8×), and a step on all threads slower than :data:`BUSY_FACTOR` one-thread steps

@@ -1,8 +1,10 @@
 """Adapters: the RMSNorm a user already has → one kernel with Megatron's ``apply``.
 
-The checks call every kernel as ``apply(x, weight, eps, zero_centered_gamma) -> y``
-(:mod:`gradcheck_bi.kernels.call`). :func:`adapt` turns each shape of kernel people ship
-into that call:
+An RMSNorm with a weight and no bias is adapted here to Megatron's
+``apply(x, weight, eps, zero_centered_gamma) -> y``, which the checks call by role like any
+other op's kernel (:mod:`gradcheck_bi.kernels.asop`); every other op and variant is adapted
+by role directly (:mod:`gradcheck_bi.kernels.opadapt`). :func:`adapt` turns each shape of
+kernel people ship into that call:
 
 * an **autograd Function** (or any object with ``apply``) with Megatron's signature is used
   as it is; a Function whose ``forward`` takes other parameters (Liger's
@@ -267,7 +269,7 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
             builder is not None and builder.weightless) or (weightless and kind != "module"):
-        # another op, or an RMSNorm without a weight or with a bias: the family's engine
+        # another op, or an RMSNorm without a weight or with a bias: adapted by role
         return adapt_op(builder or obj, kind, name, source, rec, args, override, description,
                         skip)
     spec = _adapt_rms(builder or obj, name, source, args, override, description)

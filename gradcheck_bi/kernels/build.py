@@ -1,8 +1,9 @@
 """A user's nn.Module class (or factory), built for each point of a sweep.
 
-Both adapters (:mod:`.adapters` for RMSNorm's engine, :mod:`.opadapt` for the family's)
-build modules here. A module is built per (D, eps, zcg, device, dtype, group size, gate
-order), its constructor's parameters filled by role (:func:`~.signature.ctor_slots`):
+Both adapters (:mod:`.adapters` for an RMSNorm with a weight and no bias, :mod:`.opadapt`
+for every other op and variant) build modules here. A module is built per (D, eps, zcg,
+device, dtype, group size, gate order), its constructor's parameters filled by role
+(:func:`~.signature.ctor_slots`):
 
 * the hidden size and eps under its own names; a group size (the point's, else D) or a
   number of groups (``n_groups`` = D / group size);

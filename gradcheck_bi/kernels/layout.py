@@ -31,7 +31,6 @@ import torch
 
 LAYOUTS = ("contiguous", "x-strided", "x-transposed", "x-offset", "weight-strided",
            "weight-offset", "grad-strided", "grad-transposed", "grad-offset")
-TENSORS = ("x", "weight", "grad")
 
 
 def target(layout: str) -> str | None:

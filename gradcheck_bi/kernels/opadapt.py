@@ -1,8 +1,10 @@
-"""Adapters for the family's other ops: a user's kernel → ``call(inputs, params, options, zcg)``.
+"""Adapters by role: a user's kernel → ``call(inputs, params, options, zcg)``, the one call
+every check makes.
 
-The RMSNorm path (:mod:`.adapters`) calls every kernel as Megatron's ``apply(x, weight,
-eps, zcg)``. A kernel recognised (:mod:`.recognise`) as another op is wrapped in an
-:class:`OpAdapted` instead: each parameter of the user's callable is filled by its role —
+An RMSNorm with a weight and no bias is adapted to Megatron's ``apply(x, weight, eps, zcg)``
+(:mod:`.adapters`) and wrapped into this call (:mod:`.asop`). A kernel recognised
+(:mod:`.recognise`) as another op or variant is wrapped in an :class:`OpAdapted` here
+directly: each parameter of the user's callable is filled by its role —
 
 * an input or parameter of the op (``x``, ``residual``, ``z``, ``weight``, ``bias``) with
   the point's tensor; ``eps``, ``group_size``, ``norm_before_gate`` with the point's options;

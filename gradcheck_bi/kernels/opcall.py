@@ -1,4 +1,4 @@
-"""Calling a kernel of the family's other ops: its forward, and its backward through autograd.
+"""Calling a kernel of any op: its forward, and its backward through autograd.
 
 A kernel (an :class:`~gradcheck_bi.kernels.opadapt.OpAdapted`) returns a tensor or a tuple;
 :func:`op_forward` names what it returned by the op's outputs, in order (a fused add that
@@ -105,7 +105,7 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
 
     The kernel gets copies of its inputs, parameters and cotangents; each is compared
     bitwise after the forward and after the backward (see
-    :func:`gradcheck_bi.kernels.call.analytic_grads`).
+    :func:`gradcheck_bi.kernels.call.unchanged`).
     """
     layout = _LAYOUT.get()
     absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take

@@ -52,11 +52,6 @@ def use_backend(name: str | None) -> Iterator[None]:
         _forced_backend = previous
 
 
-def forced_backend() -> str | None:
-    """The backend :func:`use_backend` forces now (``None``: automatic)."""
-    return _forced_backend
-
-
 def chosen_backend() -> str | None:
     """The backend :func:`use_backend` or ``GRADCHECK_BI_BACKEND`` chose (``None``:
     automatic, by device)."""
@@ -131,7 +126,7 @@ def triton_available() -> bool:
 def triton_version() -> str | None:
     """The installed triton's version, for the report, or ``None`` without one. Read from
     the loaded module, else from the package's metadata: a CPU run that never uses triton
-    does not pay its import (0.25–0.35 s, docs/benchmarks.md, issue 22)."""
+    does not pay its import (0.25–0.35 s, docs/benchmarks.md)."""
     loaded = sys.modules.get("triton")
     if loaded is not None:
         return str(loaded.__version__)

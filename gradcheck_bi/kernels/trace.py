@@ -35,7 +35,7 @@ _FOREIGN_PACKAGES = ("torch", "triton", "typer", "click", "rich", "numpy", "numb
 # Slips of our own code; any other exception from our machinery is the kernel's doing
 # (a kernel returning a tuple where a tensor belongs breaks our code with a TypeError).
 # AttributeError: what a kernel returns is checked for a tensor before any attribute is
-# read, so one raised in our code is ours (issue 29: plot called `apply` on an op kernel).
+# read, so one raised in our code is ours (86eb384: plot called `apply` on an op kernel).
 _SLIPS = (NameError, UnboundLocalError, ImportError, SyntaxError, AttributeError)
 
 

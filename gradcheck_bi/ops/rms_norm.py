@@ -1,12 +1,11 @@
 """``rms_norm``: ``y = x · rsqrt(mean(x²) + eps) · γ (+ β)`` over the last axis.
 
-A kernel ``(x, weight, eps)`` is checked by RMSNorm's own engine (:mod:`gradcheck_bi.checks`),
-which reads its reference here; the functions below describe the op to the family's engine
-as well (the statistic over the row; RMSNorm's rounding models), which checks the variants:
-no weight ``(x, eps)``, or a bias ``(x, weight, bias, eps)`` (optional: a kernel without one
-has no β axis). The forward's bound is RMSNorm's with no further rounding for β: a correct
-kernel adding β in its compute dtype and rounding once passes it in fp32, fp16 and bf16
-(tests/kernels/variants.py).
+The functions below describe the op to the one engine (:mod:`gradcheck_bi.checks.family`):
+the statistic over the row, RMSNorm's rounding models. They serve the plain kernel
+``(x, weight, eps)`` and its variants alike: no weight ``(x, eps)``, or a bias
+``(x, weight, bias, eps)`` (optional: a kernel without one has no β axis). The forward's
+bound is RMSNorm's with no further rounding for β: a correct kernel adding β in its compute
+dtype and rounding once passes it in fp32, fp16 and bf16 (tests/kernels/variants.py).
 
 >>> import torch
 >>> x = torch.tensor([[3.0, 4.0]], dtype=torch.float64)

@@ -257,11 +257,9 @@ def format_ulp(value: float) -> str:
 
 
 def ulp_unit(r: Result) -> float | None:
-    """What one ulp is in ``r``'s own numbers: 1 for a bf16/fp16 forward measured in ulps, the
-    output ulp at the reported element for a bf16/fp16 gradient (``details["ulp"]``: its JSON
-    keeps units of the gradient), None for a result reported in absolute units."""
-    if r.details.get("unit") == "ulp":
-        return 1.0
+    """What one ulp is in ``r``'s own numbers: the output ulp at the reported element for a
+    bf16/fp16 result (``details["ulp"]``: its JSON keeps the gradient's or output's units),
+    None for a result reported in absolute units."""
     ulp = r.details.get("ulp")
     return float(ulp) if isinstance(ulp, (int, float)) and ulp > 0 else None
 

@@ -1,10 +1,8 @@
-"""The rules every check applies: the forward's bound, the overrides, the per-element ratio.
+"""The rules every check applies: the overrides and the per-element ratio.
 
 ``--atol`` replaces the derived tolerance (of every element); ``--rtol`` adds
 ``rtol × max|reference|``.
 
->>> round(forward_tolerance(1.0, 1.0, 1.0, 255), 1)  # u_out + u_c · forward_factor(255)
-31.6
 >>> import torch
 >>> per_element_ratio(torch.tensor([0.0, 1.0, 1.0]), torch.tensor([0.0, 0.0, 2.0])).tolist()
 [0.0, inf, 0.5]
@@ -14,14 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from gradcheck_bi.tolerance.summation import forward_factor
 from gradcheck_bi.vocab import Config
-
-
-def forward_tolerance(scale: float, u_out: float, u_compute: float, n_cols: int) -> float:
-    """Output rounding plus the mean square's rounding in any order, relative to
-    ``scale = max|ref|`` (:func:`~gradcheck_bi.tolerance.summation.forward_factor`)."""
-    return scale * (u_out + u_compute * forward_factor(n_cols))
 
 
 def fd_tolerance(floor: torch.Tensor, scale: float, cfg: Config) -> torch.Tensor:

@@ -151,14 +151,6 @@ def dx_magnitude(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor,
     return (g64 * gamma64 * r).abs() + 3 * r**3 * x64.abs() * s_abs / x.shape[-1]
 
 
-def dw_terms(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
-    """``t = g x r`` per row, ``(R, D)`` fp64, from the fp64 formula: the terms of dw where no
-    finite difference measured them (a kernel that refuses every higher precision)."""
-    d = x.shape[-1]
-    x64, g64, _, r = _parts(x, x.new_ones(()), g, eps)
-    return (g64 * x64 * r).reshape(-1, d)
-
-
 def dw_sigma(terms: torch.Tensor) -> torch.Tensor:
     """Per element of dw (shape ``(D,)``), the RMS of the kernel's own rounding in ``u``, from
     its ``(R, D)`` terms ``g ∂y/∂w`` (measured on the forward: ``FDEstimate.terms``)."""

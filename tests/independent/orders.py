@@ -1,4 +1,5 @@
-"""Correct RMSNorms that reduce in other legitimate orders than torch.sum's (issue 23).
+"""Correct RMSNorms that reduce in other legitimate orders than torch.sum's
+(docs/summation_orders.md).
 
 Every reduction — the forward's mean square over D, the backward's row dot
 ``s = Σ_i g_i x_i γ_i`` over D and dw's sum over the rows — runs in one of these orders:

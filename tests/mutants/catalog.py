@@ -97,7 +97,8 @@ MUTANTS: list[Mutant] = [
     Mutant("m19_reduction_drops_tail", "forward", _p("forward", shape=ODD_SHAPE),
            (_p("forward"),)),
     Mutant("m20_backward_sum_drops_tail", "dx", _p("dx", shape=ODD_SHAPE), (_p("dx"),)),
-    # Small defects (issue 11): above the measured floor, below the tolerances before it.
+    # Small defects (docs/small_defects.md): above the measured floor, below the tolerances
+    # before it.
     # Fast points run in fp64 (the catalog's dtype). m23 is an fp64-only catch: its effect
     # (~5e-9 relative) sits under the fp32 floor (~1e-6 relative), where no finite
     # difference can see it (docs/mutants.md has both dtypes).

@@ -1,4 +1,4 @@
-"""Batch invariance of the family's other ops: every output and every input gradient of a
+"""Batch invariance of every op: every output and every input gradient of a
 row alone vs inside batches of other sizes, bitwise; and every output and every gradient
 (the parameters' too) run to run. The probe rows are the first, middle and last; the batch
 sizes fixed (:func:`batch_sizes`); the rows that fill a batch are fresh random rows of

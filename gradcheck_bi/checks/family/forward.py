@@ -1,4 +1,4 @@
-"""The forward of the family's other ops: every output against the op's fp64 reference.
+"""The forward of every op: every output against the op's fp64 reference.
 
 Each output the kernel returns is compared with the reference (:mod:`gradcheck_bi.ops.
 references`, effective γ and β) and held to its tolerance

@@ -1,4 +1,4 @@
-"""Every gradient of the family's other ops against finite differences of the kernel's forward.
+"""Every gradient of every op against finite differences of the kernel's own forward.
 
 ``d<input>`` (dx, dresidual, dz): the input perturbed one column of every row at once
 (:func:`gradcheck_bi.fd.coloured.input_grad_outputs`), the other inputs and the
@@ -33,7 +33,7 @@ from gradcheck_bi.checks.family.point import (
     make_point,
     returns_y_alone,
 )
-from gradcheck_bi.checks.family.verdict import step_rel_of
+from gradcheck_bi.checks.family.step_choice import step_rel_of
 from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements

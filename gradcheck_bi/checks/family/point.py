@@ -1,4 +1,4 @@
-"""The data of one point of the family's other ops: inputs, parameters, cotangents, options.
+"""The data of one point of any op: inputs, parameters, cotangents, options.
 
 ``x``, the stored weight and ``y``'s cotangent are the RMSNorm draws of the point
 (:func:`gradcheck_bi.inputs.make_inputs`: same seed, same bits), so a fused add, a layer norm

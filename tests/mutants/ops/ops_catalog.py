@@ -49,8 +49,8 @@ class OpMutant:
     op: str
     fast: Point
     blind: tuple[Point, ...] = field(default=())
-    # Recognised from its parameter names; else named with --op (recognising the ops
-    # beyond norms by name is issue 30's).
+    # Recognised from its parameter names; else named with --op (the ops beyond norms are
+    # recognised by name too).
     by_name: bool = True
 
     @property
