@@ -42,6 +42,7 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.fd.chunks import main_module_hidden
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import phase, watch
+from gradcheck_bi.kernels.loader import Crashed
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.serve import Point, serve
 from gradcheck_bi.sweep import Sweep
@@ -65,8 +66,8 @@ Loadable = tuple[str, tuple[tuple[str, Any], ...]]
 def references(points: list[Point]) -> list[Loadable | None]:
     """Each point's kernel as a reference and the kernel arguments a fresh process loads it
     with (``None``: an object handed to the API, which only this process holds)."""
-    return [None if spec.source == "api" else (spec.ref, spec.loaded_with)
-            for spec, _, _ in points]
+    return [None if spec.source == "api" or isinstance(spec.fn, Crashed)  # not again
+            else (spec.ref, spec.loaded_with) for spec, _, _ in points]
 
 
 def measure(points: list[Point], on_result: OnResult | None = None,
