@@ -3,7 +3,8 @@
 Runs ``cases/ci.toml`` against kernels that misbehave at D = 1025 only and prints, per
 kernel: the exit code, whether the JUnit report was written, the statuses, and the distinct
 error messages (the dead points named). CPU: ``tests/kernels/faults.py`` (sys.exit(0),
-os._exit(0), SIGSEGV, SIGABRT, a hang under ``--timeout 20``); ``--cuda``: a Triton kernel
+os._exit(0), SIGSEGV, SIGABRT, a hang under ``--timeout 20``: one timeout per shape, not
+per point; and the healthy twin, the time to beat); ``--cuda``: a Triton kernel
 that stores out of bounds at that width and so poisons the CUDA context
 (``tests/kernels/oob_triton.py``), and its healthy twin.
 
@@ -24,7 +25,8 @@ from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = [("SysExitInBackward", []), ("OsExitInForward", []), ("SegfaultInForward", []),
-       ("AbortInForward", []), ("HangInBackward", ["--timeout", "20"])]
+       ("AbortInForward", []), ("HangInBackward", ["--timeout", "20"]),
+       ("Healthy", ["--timeout", "20"])]
 CUDA = [("oob_triton.py:OobAt1025", []), ("oob_triton.py:Healthy", [])]
 
 

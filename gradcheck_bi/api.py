@@ -41,6 +41,7 @@ from gradcheck_bi.cases import check_values
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
 from gradcheck_bi.kernels import adapt, resolve
+from gradcheck_bi.kernels.loader import crashed
 from gradcheck_bi.point import BY_KEY
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run
@@ -49,6 +50,7 @@ from gradcheck_bi.vocab import (
     DEVICES,
     DTYPE_ALIASES,
     DTYPES,
+    KernelCrashed,
     KernelLoadError,
     KernelSpec,
     Result,
@@ -193,13 +195,17 @@ def _spec(fn: Any, kernel_args: dict[str, Any] | None) -> KernelSpec:
     __tracebackhide__ = True
     if isinstance(fn, KernelSpec):
         return fn
-    if isinstance(fn, str):
-        return resolve(fn, kernel_args)
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    name = fn if isinstance(fn, str) else getattr(fn, "__qualname__", None) or type(fn).__name__
     try:
+        if isinstance(fn, str):
+            return resolve(fn, kernel_args)
         return adapt(fn, name, "api", kernel_args)
     except KernelLoadError as exc:
+        if isinstance(fn, str):
+            raise
         raise TypeError(str(exc)) from None
+    except KernelCrashed as exc:  # one error result; nothing of it ran
+        return crashed(name, str(exc))
 
 
 def check(

@@ -24,26 +24,38 @@ import torch
 
 from gradcheck_bi import workers
 from gradcheck_bi.fd import threads as fd_threads
-from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels import resolve, sandbox
+from gradcheck_bi.kernels.loader import Crashed, crashed, normal_ref
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.upfront import preload_cpu_sums
 from gradcheck_bi.vocab import (
     Config,
+    KernelCrashed,
     KernelSpec,
     Result,
 )
 
 
-def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None
-                    ) -> list[KernelSpec]:
+def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None,
+                    timeout: float | None = None) -> list[KernelSpec]:
     """Load every kernel once, up front: a kernel that cannot load stops the run (exit 2).
 
-    Two spellings of one file (``./k.py:F``, ``k.py:F``) are one kernel."""
+    Two spellings of one file (``./k.py:F``, ``k.py:F``) are one kernel.
+    A kernel that crashes or hangs while it is recognised (in a child process:
+    :mod:`gradcheck_bi.kernels.sandbox`, past ``timeout`` seconds) is one ``error`` result
+    (:func:`~gradcheck_bi.kernels.loader.crashed`); the others still run."""
     first = {normal_ref(ref): ref for ref in reversed(refs)}
-    return [resolve(first[key], kernel_args)
-            for key in dict.fromkeys(normal_ref(ref) for ref in refs)]
+    with sandbox.limit(timeout):
+        return [_resolved(first[key], kernel_args)
+                for key in dict.fromkeys(normal_ref(ref) for ref in refs)]
+
+
+def _resolved(ref: str, kernel_args: dict[str, Any] | None) -> KernelSpec:
+    try:
+        return resolve(ref, kernel_args)
+    except KernelCrashed as exc:
+        return crashed(ref, str(exc))
 
 
 def run_points(
@@ -114,7 +126,8 @@ def run(
     """Run every point of the sweep; ``on_result(result, done, total)`` reports progress."""
     specs = kernels if kernels is not None else resolve_kernels(sweep.kernels,
                                                                 sweep.kernel_args)
-    return run_points([(spec, cfg, sweep) for spec, cfg in grid(sweep, specs)], on_result)
+    return run_points(once_if_crashed([(spec, cfg, sweep) for spec, cfg in grid(sweep, specs)]),
+                      on_result)
 
 
 def _specs_for(sweep: Sweep, specs: list[KernelSpec]) -> list[KernelSpec]:
@@ -149,4 +162,19 @@ def sweep_points(sweeps: list[Sweep], specs: list[KernelSpec]
             if (spec.name, cfg) not in seen:
                 seen.add((spec.name, cfg))
                 points.append((spec, cfg, s))
-    return points
+    return once_if_crashed(points)
+
+
+def once_if_crashed(points: list[tuple[KernelSpec, Config, Sweep]]
+                    ) -> list[tuple[KernelSpec, Config, Sweep]]:
+    """The points, a kernel that crashed at load (:class:`~gradcheck_bi.kernels.loader.
+    Crashed`) at its first only: one ``error`` result says it, not one per point."""
+    first: set[str] = set()
+    kept = []
+    for point in points:
+        if isinstance(point[0].fn, Crashed):
+            if point[0].name in first:
+                continue
+            first.add(point[0].name)
+        kept.append(point)
+    return kept

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.fd import threads as fd_threads
-from gradcheck_bi.kernels import phase, resolve, trace, watch
+from gradcheck_bi.kernels import phase, resolve, sandbox, trace, watch
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Config, KernelSpec, Result
@@ -37,6 +37,7 @@ def serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: 
     trace.ignore_ctrl_c()
     faulthandler.disable()  # the parent names the death; no dump of our frames as well
     phase.record_into(phase_buffer)
+    sandbox.disable()  # already isolated: a kernel loaded here is called here
     cuda = kind == "cuda"
     try:
         if device is not None and device.startswith("cuda"):

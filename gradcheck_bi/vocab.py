@@ -60,6 +60,11 @@ class KernelLoadError(Exception):
     """A kernel reference could not be resolved or loaded (exit code 2)."""
 
 
+class KernelCrashed(Exception):
+    """The kernel ended, killed or hung the process that recognised it at load
+    (:mod:`gradcheck_bi.kernels.sandbox`): an ``error`` result, the other kernels still run."""
+
+
 def by_roles(op: str, fn: Any) -> bool:
     """Whether a kernel of ``op`` is called with every role of its op by name (an
     ``OpAdapted``: optional parts such as β as it takes them), not as Megatron's

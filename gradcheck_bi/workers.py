@@ -15,7 +15,9 @@ points and collects the results, and worker processes measure them:
 * a worker takes one point at a time and sends back its :class:`~gradcheck_bi.vocab.Result`
   (with the warnings it raised); one that dies leaves its point an ``error`` that names how
   it died and what the kernel was running (:mod:`gradcheck_bi.kernels.phase`); a point past
-  its sweep's ``timeout`` is an ``error`` and its worker is killed; a CUDA worker whose
+  its sweep's ``timeout`` is an ``error`` and its worker is killed (:class:`Hangs`: the
+  kernel's other points at that shape, dtype and device that would run the phase it hung
+  in are ``error`` at once, not each a timeout again); a CUDA worker whose
   context a point left unusable (an illegal address, a device assert) reports that point
   and stops. A fresh worker takes the next point either way, so every other point runs.
 
@@ -40,9 +42,11 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.fd.chunks import main_module_hidden
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import phase, watch
+from gradcheck_bi.kernels.loader import Crashed
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.serve import Point, serve
-from gradcheck_bi.vocab import Result
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.vocab import Config, Result
 
 OnResult = Callable[[Result, int, int], None]
 _STOP_WAIT_S = 10.0  # a worker told to stop (all points done) gets this long to exit
@@ -62,8 +66,8 @@ Loadable = tuple[str, tuple[tuple[str, Any], ...]]
 def references(points: list[Point]) -> list[Loadable | None]:
     """Each point's kernel as a reference and the kernel arguments a fresh process loads it
     with (``None``: an object handed to the API, which only this process holds)."""
-    return [None if spec.source == "api" else (spec.ref, spec.loaded_with)
-            for spec, _, _ in points]
+    return [None if spec.source == "api" or isinstance(spec.fn, Crashed)  # not again
+            else (spec.ref, spec.loaded_with) for spec, _, _ in points]
 
 
 def measure(points: list[Point], on_result: OnResult | None = None,
@@ -93,6 +97,7 @@ def measure(points: list[Point], on_result: OnResult | None = None,
             on_result(result, count, len(points))
 
     here = PointMeasurer()
+    hangs = Hangs()
     tasks = [(ref, cfg, sweep) for ref, (_, cfg, sweep) in zip(refs, points, strict=True)]
     running: list[_Worker] = []
     try:
@@ -111,15 +116,76 @@ def measure(points: list[Point], on_result: OnResult | None = None,
                 record(i, here(*points[i]))
             busy = [w for w in running if w.point is not None]
             if busy:
+                hung = False
                 for worker, message in _next_messages(busy, block=not queue["here"]):
+                    if message == "late" and worker.point is not None:
+                        hangs.add(points[worker.point], phase.read(worker.phase))
+                        hung = True
                     _take(worker, message, points, record)
                     if not worker.alive:  # what it had not started goes back, in order
                         queue[worker.lane.kind].extendleft(reversed(worker.assigned))
                         worker.assigned.clear()
+                if hung:  # what would wait for the hang again is an error now
+                    for waiting in queue.values():
+                        for i in list(waiting):
+                            if (excused := hangs.excuse(points[i])) is not None:
+                                waiting.remove(i)
+                                record(i, excused)
     finally:
         for worker in running:
             worker.stop()
     return [r for r in results if r is not None]
+
+
+class Hangs:
+    """Where a point ran past its timeout: ``(kernel, shape, dtype, device)`` → the phase it
+    hung in and the point. A kernel that hangs at a shape hangs at its other points there;
+    waiting out the timeout at each of them made one hang cost a timeout per point (18 × 20
+    s at ``cases/ci.toml``'s D = 1025). So a point at a hung key is an ``error`` without
+    running — unless it never enters the phase that hung: a ``forward`` check never runs a
+    backward, so a hang in backward leaves it to run. Other shapes, dtypes and devices run.
+
+    >>> from gradcheck_bi.sweep import Sweep
+    >>> from gradcheck_bi.vocab import Config, KernelSpec
+    >>> k, s = KernelSpec("k", None, source="k.py:K"), Sweep(timeout=2)
+    >>> hangs = Hangs()
+    >>> hangs.add((k, Config(check="dx", shape=(2, 300)), s), "backward")
+    >>> hangs.excuse((k, Config(check="forward", shape=(2, 300)), s)) is None
+    True
+    >>> hangs.excuse((k, Config(check="dw", shape=(2, 300)), s)).message
+    'not run: the kernel hung at this shape in point dx γ=randn zcg=off (backward past 2 s)'
+    """
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, tuple[int, ...], str, str], tuple[str, Config, Sweep]] = {}
+
+    @staticmethod
+    def _key(point: Point) -> tuple[str, tuple[int, ...], str, str]:
+        spec, cfg, _ = point
+        return spec.name, tuple(cfg.shape), cfg.dtype, cfg.device
+
+    def add(self, point: Point, doing: str) -> None:
+        """``point`` ran past its timeout in ``doing`` (the phase: ``"backward"``, …)."""
+        self.seen.setdefault(self._key(point), (doing, point[1], point[2]))
+
+    def excuse(self, point: Point) -> Result | None:
+        """The ``error`` result ``point`` gets instead of running, if a hang excuses it."""
+        hung = self.seen.get(self._key(point))
+        spec, cfg, sweep = point
+        if hung is None or (hung[0].startswith("backward") and cfg.check == "forward"):
+            return None
+        doing, at, late = hung
+        words = [at.check, f"γ={at.control}", f"zcg={'on' if at.zero_centered_gamma else 'off'}",
+                 f"layout {at.layout}" * (at.layout != "contiguous"),
+                 f"x·{at.input_scale:g}" * (at.input_scale != 1.0),
+                 f"γ·{at.weight_scale:g}" * (at.weight_scale != 1.0),
+                 f"seed {at.seed}" * bool(at.seed)]
+        label = " ".join(w for w in words if w)
+        why = (f"not run: the kernel hung at this shape in point {label} "
+               f"({doing or 'between calls'} past {late.timeout:g} s)")
+        return judge(spec.name, expected(spec, cfg, sweep), cfg, status="error", message=why,
+                     details={"not_run": "hung", "hung_in": label,
+                              "phase": doing or "between calls", "timeout_s": late.timeout})
 
 
 class _Lane:

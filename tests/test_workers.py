@@ -54,7 +54,10 @@ def test_a_fault_at_one_width_is_an_error_there_and_nothing_else(fault: str) -> 
     for check in faulty:
         r = struck[check]
         assert r.status == "error" and not r.as_expected, f"{check}: {r.status} {r.message}"
-        assert EXPECTED[fault] in r.message, f"{check}: {r.message!r}"
+        # A hang is waited out once at a shape; the rest there say where it hung.
+        said = ("not run: the kernel hung at this shape in point dx" if fault.startswith("Hang")
+                and check != "dx" else EXPECTED[fault])
+        assert said in r.message, f"{check}: {r.message!r}"
     if "Forward" not in fault:
         assert struck["forward"].status == "pass", struck["forward"].message
 
@@ -107,7 +110,9 @@ def test_timeout_ends_a_hang_from_the_command_line(tmp_path: Path) -> None:
     results = json.loads(done.stdout)["results"]
     late = [r for r in results if r["status"] == "error"]
     assert {r["check"] for r in late} == {"dx", "dw", "batch_invariance"}, late
-    assert all("did not finish in 2 s: backward" in r["message"] for r in late), late
+    waited = [r for r in late if "did not finish in 2 s: backward" in r["message"]]
+    assert len(waited) == 1 and all("not run: the kernel hung at this shape" in r["message"]
+                                    for r in late if r not in waited), late
     assert sum(r["status"] == "pass" for r in results) == 5
 
 
@@ -122,3 +127,44 @@ def test_a_case_file_sets_the_timeout_and_a_bad_one_is_refused(tmp_path: Path) -
         parse_case("timeout = -1", "c.toml")
     done = _cli("--kernel", "after", "--timeout", "-3")
     assert done.returncode == 2 and "--timeout" in done.stderr, done.stderr
+
+
+def test_a_hang_costs_one_timeout_per_shape_not_one_per_point() -> None:
+    # Before: each of the 6 backward points at D = 1025 waited out its own timeout.
+    import time
+
+    spec = resolve(f"{FAULTS}:HangInBackward")
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=SHAPES,
+                  weights=["randn", "ones"], zcg=[False], layouts=["contiguous"],
+                  checks=["dx", "forward", "dw", "batch_invariance"], timeout=1)
+    t0 = time.perf_counter()
+    results = run(sweep, [spec])
+    took = time.perf_counter() - t0
+    struck = [r for r in results if r.shape == [2, 1025]]
+    late = [r for r in struck if "did not finish in 1 s" in r.message]
+    skipped = [r for r in struck if r.message.startswith("not run: the kernel hung at this "
+                                                         "shape in point dx γ=randn zcg=off")]
+    assert len(late) == 1 and len(skipped) == 5, [(r.check, r.message) for r in struck]
+    assert all(r.status == "error" and not r.as_expected for r in late + skipped)
+    assert skipped[0].details["phase"] == "backward", skipped[0].details
+    # The forward checks at that shape never run a backward: they ran, and pass.
+    assert [r.status for r in struck if r.check == "forward"] == ["pass", "pass"]
+    assert all(r.status == "pass" for r in results if r.shape != [2, 1025])
+    assert took < 1 + 20, f"{took:.1f} s: more than one timeout waited"
+
+
+def test_a_hang_in_forward_excuses_every_point_at_that_shape_only() -> None:
+    from gradcheck_bi.vocab import Config
+    from gradcheck_bi.workers import Hangs
+
+    spec = resolve(f"{FAULTS}:HangInBackward")
+    sweep = Sweep(timeout=2)
+    hangs = Hangs()
+    hangs.add((spec, Config(check="forward", shape=(2, 1025)), sweep), "forward (probe)")
+    for check in ("forward", "dx", "batch_invariance"):
+        excused = hangs.excuse((spec, Config(check=check, shape=(2, 1025)), sweep))
+        assert excused is not None and excused.status == "error", check
+        assert "(forward (probe) past 2 s)" in excused.message, excused.message
+    for other in (Config(check="dx", shape=(2, 24)), Config(check="dx", shape=(2, 1025),
+                                                             dtype="fp32")):
+        assert hangs.excuse((spec, other, sweep)) is None, other

@@ -104,7 +104,9 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
     the points of shard K of N (:mod:`gradcheck_bi.shard`); what ran nothing is decided on
     the whole grid, so that every shard says the same about it."""
     refs = list(dict.fromkeys(k for sweep in sweeps for k in sweep.kernels))
-    specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()})
+    limits = [s.timeout for s in sweeps if s.timeout]  # a hang at load: the same limit
+    specs = resolve_kernels(refs, {k: v for s in sweeps for k, v in s.kernel_args.items()},
+                            max(limits) if limits else None)
     points = sweep_points(sweeps, specs)
     check_memory(points)  # the whole grid, before any point runs: every shard refuses alike
     _directional_note(sweeps)  # after the refusal: bad input stays one line

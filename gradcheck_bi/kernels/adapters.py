@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels import sandbox
 from gradcheck_bi.kernels.build import PROBE_D, Builder, required_inputs
 from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
 from gradcheck_bi.kernels.shaped_adapt import Found, recognise
@@ -138,11 +139,15 @@ def gamma_at_zero(call: Callable[..., Any]) -> tuple[str | None, str]:
     plain = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
     why = ""
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
-        try:
+        def at_zero(device: str = device) -> torch.Tensor:
             with torch.no_grad():
                 y = call(x.to(device), torch.zeros(PROBE_SHAPE[-1], device=device), 1e-6,
                          False)
-            y = y.detach().double().cpu().reshape(plain.shape)
+            return y.detach().double().cpu().reshape(plain.shape)  # type: ignore[no-any-return]
+
+        try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel
+            y = sandbox.call(at_zero, f"its forward at w = 0, shape {PROBE_SHAPE} on {device}",
+                             device)
         except Exception as exc:  # any refusal: try the next device, else say why
             why = first_line(exc)
             continue
@@ -235,8 +240,15 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     ``casting_mode``); the reserved ``zcg`` (``builtin`` or ``absent``) says how
     zero_centered_gamma is handled when no parameter says it. Raises
     :class:`KernelLoadError` (exit 2) for an object that is no kernel or whose parameters
-    cannot be filled.
+    cannot be filled, :class:`~gradcheck_bi.vocab.KernelCrashed` for one that crashed or
+    hung while its forward was probed (in a child process: :mod:`.sandbox`).
     """
+    return sandbox.isolated(lambda: _adapt(obj, name, source, kernel_args, description), name,
+                            None if source == "api" else source, kernel_args)
+
+
+def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
+           description: str) -> KernelSpec:
     args = dict(kernel_args or {})
     override = args.pop("zcg", None)
     if override is not None and override not in ZCG_CHOICES:

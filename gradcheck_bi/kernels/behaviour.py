@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels import sandbox
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import first_line
 
@@ -146,6 +148,15 @@ class Seen:
         return f"closest: {v.words}, max relative error {e:.2g}"
 
 
+def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str
+            ) -> torch.Tensor:
+    """The kernel's first output at the probe's point, as an fp64 CPU tensor."""
+    with torch.no_grad():
+        raw = run(drawn_values(dtype, device))
+    y = raw[0] if isinstance(raw, (tuple, list)) else raw
+    return y.detach().to(device="cpu", dtype=torch.float64)
+
+
 def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
           ops: tuple[str, ...] | None = None) -> Seen:
     """Call ``run(values)`` once (fp64 on CPU; else fp32, else fp32 on CUDA) and compare its
@@ -153,19 +164,18 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
     why = ""
     targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
     targets += [(torch.float32, "cuda")] if torch.cuda.is_available() else []
+    drawn = drawn_values(torch.float64)["fp64"]
     for dtype, device in targets:
-        values = drawn_values(dtype, device)
-        try:
-            with torch.no_grad():
-                raw = run(values)
-            y = (raw[0] if isinstance(raw, (tuple, list)) else raw)
-            y = y.detach().to(device="cpu", dtype=torch.float64)
+        try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel
+            y = sandbox.call(functools.partial(_output, run, dtype, device),
+                             f"its forward at a {(PROBE_ROWS, PROBE_D)} "
+                             f"{str(dtype).removeprefix('torch.')} point on {device}", device)
         except Exception as exc:  # refused here (a CUDA-only kernel): the next, else say why
             why = first_line(exc)
             continue
         errors = []
         for v in candidates(roles, ops):
-            ref = v.reference(values["fp64"], PROBE_D)
+            ref = v.reference(drawn, PROBE_D)
             if ref.shape != y.shape:
                 continue
             scale = float(ref.abs().max()) or 1.0

@@ -34,7 +34,13 @@ from types import ModuleType
 from typing import Any
 
 from gradcheck_bi.kernels.adapters import adapt, is_apply_class
-from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
+from gradcheck_bi.vocab import (
+    KernelCrashed,
+    KernelLoadError,
+    KernelSpec,
+    Unsupported,
+    first_line,
+)
 
 # Modules loaded from paths, by resolved path: two attributes of one file share one module.
 _FILE_MODULES: dict[Path, ModuleType] = {}
@@ -211,6 +217,24 @@ def load(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     except ImportError as exc:
         return unimportable(name, f"kernel {ref} cannot be imported here: {first_line(exc)}")
     return adapt(_attribute(module, attr, target), name, name, kernel_args)
+
+
+class Crashed:
+    """Stands in for a kernel that crashed or hung while it was recognised at load
+    (:mod:`.sandbox`): it is never called again; its one point is an ``error`` saying how."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def apply(self, *args: Any) -> Any:
+        raise KernelCrashed(self.reason)
+
+
+def crashed(ref: str, reason: str) -> KernelSpec:
+    """A kernel that crashed at load: one ``error`` result, ``reason`` (see
+    :func:`gradcheck_bi.runner.sweep_points`); the other kernels run."""
+    return KernelSpec(normal_ref(ref), Crashed(f"{reason}; none of its points ran"), (),
+                      "crashed at load", source=normal_ref(ref))
 
 
 def unimportable(ref: str, reason: str) -> KernelSpec:

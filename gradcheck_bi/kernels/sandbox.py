@@ -1,0 +1,221 @@
+"""The kernel's calls at load, in a child process: a crash there costs that kernel, not the run.
+
+Recognising a kernel (:mod:`.behaviour`, :func:`.adapters.gamma_at_zero`) calls its forward
+once or twice at a small point — before any worker process exists
+(:mod:`gradcheck_bi.workers`). A kernel that segfaults, calls ``os._exit`` or hangs there
+ended the run with no report. So :func:`isolated` runs the whole adaptation of one kernel
+twice:
+
+* in a **child** that *records*: each load-time call (:func:`call`) runs and its outcome (the
+  output as an fp64 CPU tensor, or the exception's name and first line) goes back through a
+  pipe. The child is forked (milliseconds: it inherits the imported kernel); a forked child
+  cannot use CUDA, so a kernel that only runs there is recorded again in a spawned child
+  that loads it by reference (a kernel handed over as an object cannot be: it is adapted in
+  this process, as before);
+* here, *replaying*: the same code asks for the same calls in the same order and gets the
+  recorded outcomes; the kernel is never called in this process at load.
+
+A child that dies, ends or runs past the limit (:func:`limit`: the sweep's ``timeout``) is a
+:class:`~gradcheck_bi.vocab.KernelCrashed` naming how and in which call.
+``GRADCHECK_BI_ISOLATE=0`` (or no ``fork``) calls the kernel here.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import faulthandler
+import os
+import pickle
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from gradcheck_bi.vocab import KernelCrashed, first_line
+
+T = TypeVar("T")
+
+_mode: str | None = None  # "record" (a child), "replay" (here, after a child), None: direct
+_conn: Any = None  # the recording child's end of the pipe
+_forked = False  # the recording child was forked: it cannot use CUDA
+_replay: collections.deque[tuple[str, Any]] = collections.deque()
+_limit_s: float | None = None
+_off = False
+
+
+class _NeedsCuda(BaseException):
+    """A forked child asked to call the kernel on CUDA: record it in a spawned child."""
+
+
+def disable() -> None:
+    """Call the kernel here from now on (a worker process: already isolated)."""
+    global _off
+    _off = True
+
+
+@contextlib.contextmanager
+def limit(seconds: float | None) -> Iterator[None]:
+    """Within: a recording child past ``seconds`` (``None`` or 0: no limit) is a hang."""
+    global _limit_s
+    before, _limit_s = _limit_s, seconds or None
+    try:
+        yield
+    finally:
+        _limit_s = before
+
+
+def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
+    """``fn()``, a call of the kernel at load (``what`` it does, for the line a death gives):
+    run, recorded, or replayed, as :func:`isolated` decides."""
+    if _mode == "replay" and _replay:
+        kind, value = _replay.popleft()
+        if kind == "raised":
+            raise type(value[0], (Exception,), {})(value[1])
+        return value  # type: ignore[no-any-return]
+    if _mode != "record":
+        return fn()
+    if _forked and device.startswith("cuda"):
+        raise _NeedsCuda
+    _send(_conn, "call", what)
+    try:
+        value = fn()
+    except Exception as exc:
+        text = first_line(exc).split(": ", 1)
+        _send(_conn, "raised", (type(exc).__name__, text[1] if len(text) > 1 else ""))
+        raise
+    _send(_conn, "ok", value)
+    return value
+
+
+def _send(conn: Any, kind: str, value: Any) -> None:
+    # Plain pickle: multiprocessing's own would pass a tensor as shared memory that the
+    # child, gone by then, must still serve.
+    conn.send_bytes(pickle.dumps((kind, value)))
+
+
+def isolated(build: Callable[[], T], name: str, ref: str | None,
+             kernel_args: dict[str, Any] | None) -> T:
+    """``build()`` (a kernel's adaptation) with its kernel calls recorded in a child first;
+    ``ref``, ``kernel_args``: how a spawned child loads the kernel (``ref`` ``None``: it
+    cannot). Raises :class:`KernelCrashed` when the child dies or hangs."""
+    global _mode
+    if _mode is not None or _off or os.environ.get("GRADCHECK_BI_ISOLATE", "1") == "0" \
+            or not hasattr(os, "fork"):
+        return build()
+    outcomes = _record("fork", build, name, None)
+    if outcomes is None and ref is not None:
+        outcomes = _record("spawn", None, name, (ref, dict(kernel_args or {})))
+    if outcomes is None:  # only CUDA runs it, and no fresh process can load it
+        return build()
+    _replay.clear()
+    _replay.extend(outcomes)
+    _mode = "replay"
+    try:
+        return build()
+    finally:
+        _mode = None
+        _replay.clear()
+
+
+def _record(start: str, build: Callable[[], Any] | None, name: str,
+            loadable: tuple[str, dict[str, Any]] | None) -> list[tuple[str, Any]] | None:
+    """The outcomes of a child's kernel calls, in order; ``None``: it asked for CUDA."""
+    import multiprocessing as mp
+
+    ctx: Any = mp.get_context(start)
+    mine, theirs = ctx.Pipe()
+    child = ctx.Process(target=_child, args=(theirs, build, loadable, start == "fork"),
+                        daemon=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings(), _main_hidden():  # 3.12 warns of fork with threads alive
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child.start()
+    theirs.close()
+    outcomes: list[tuple[str, Any]] = []
+    doing, end = "", None if _limit_s is None else time.monotonic() + _limit_s
+    try:
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not mine.poll(left):
+                raise KernelCrashed(f"kernel {name}: did not finish in {_limit_s:g} s while it "
+                                    f"was recognised at load ({doing or 'loading'})")
+            try:
+                kind, value = pickle.loads(mine.recv_bytes())
+            except (EOFError, OSError):
+                child.join()
+                raise KernelCrashed(f"kernel {name}: the kernel {_death(child.exitcode)} while "
+                                    f"it was recognised at load ({doing or 'loading'})") from None
+            if kind == "call":
+                doing = value
+            elif kind in ("ok", "raised"):
+                outcomes.append((kind, value))
+            elif kind == "ended":
+                raise KernelCrashed(f"kernel {name}: the kernel raised {value} while it was "
+                                    f"recognised at load ({doing or 'loading'})")
+            else:
+                return outcomes if kind == "done" else None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        mine.close()
+
+
+def _death(code: int | None) -> str:
+    if code is not None and code < 0 and -code in signal.valid_signals():
+        return f"killed the process with {signal.Signals(-code).name}"
+    return f"ended the process (exit code {code})"
+
+
+def _child(conn: Any, build: Callable[[], Any] | None,
+           loadable: tuple[str, dict[str, Any]] | None, forked: bool) -> None:
+    """A recording child's life: adapt the kernel (``build``, or load it by reference)."""
+    global _mode, _conn, _forked
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the user's Ctrl-C stops the parent
+    faulthandler.disable()
+    _mode, _conn, _forked = "record", conn, forked
+    if forked:  # a parent's OpenMP pool does not survive fork: one thread (as fd.threads)
+        import torch
+
+        torch.set_num_threads(1)
+    try:
+        if build is not None:
+            build()
+        else:
+            from gradcheck_bi.kernels.registry import resolve
+
+            assert loadable is not None
+            resolve(*loadable)
+        _send(conn, "done", None)
+    except _NeedsCuda:
+        _send(conn, "cuda", None)
+    except Exception:  # refused as a kernel: the replay raises it again, here
+        _send(conn, "done", None)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt: the kernel's own
+        _send(conn, "ended", first_line(exc))
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+        os._exit(0)
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """A spawned child starts without the caller's main script (it would run it again), as
+    :func:`gradcheck_bi.fd.chunks.main_module_hidden`'s workers do."""
+    main = sys.modules.get("__main__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+             if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
