@@ -198,6 +198,9 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
         problems.append(why)
         for n in failing:
             details[f"diagnosis_{n}"] = lowp.classify(audits[n], formula_ruled_out=right)
+        # Rounding only (right in fp64, nothing non-finite): ranked below a formula's failure.
+        details["cause"] = "precision" if right and len(problems) == len(failing) + 1 \
+            else "formula"
     return Measurement(worst.max_abs_err, worst.tolerance, not problems, worst.worst,
                        "; ".join(p for p in problems if p), {**details, **worst.details})
 
