@@ -65,7 +65,7 @@ def ranked(results: list[Result], verbose: bool = False,
     bad = sorted(summarize(results, strict).unexpected, key=severity)
     if verbose:
         return [(r, 1) for r in bad]
-    groups: dict[tuple[str, str], list[Result]] = {}
+    groups: dict[tuple[str, str, bool], list[Result]] = {}
     for r in bad:  # one kernel error, however many results it broke, is one entry
         groups.setdefault((r.kernel, r.message if r.status == "error" else r.check,
                            precision_only(r)), []).append(r)
