@@ -25,6 +25,7 @@ matches what it prints.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -92,7 +93,7 @@ def prose(text: str) -> str:
     return textwrap.fill(text, width=95, break_on_hyphens=False, break_long_words=False) + "\n"
 
 
-def transcript(runs: list[Run], keep: int = 8) -> str:
+def transcript(runs: list[Run], keep: int = 12) -> str:
     """``$ command`` lines, each followed by its closing lines (at most ``keep``)."""
     out = []
     for run in runs:
@@ -149,6 +150,40 @@ def ci_gate() -> str:
         f"{total} results for one kernel: {run.seconds:.0f} s from start to exit, "
         f"{run.cpu_seconds:.0f} s of CPU, on this project's {os.cpu_count()}-core CPU machine "
         f"(shared with other work: load average {load:.1f} when it started).")
+
+
+PYTEST_ARGS = ("--gradcheck-bi", "my_norm.py:DxDoubleWeight", "--gradcheck-bi-arg", "shape=3,16",
+               "--gradcheck-bi-arg", "check=dx")
+
+
+def _pytest(*args: str) -> str:
+    """``pytest ARGS`` with the plugin, in a fresh folder holding only a user's kernel file
+    (a copy of tests/kernels/user_rmsnorm.py): its ``$`` line and output, blank lines out."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", COLUMNS="80",
+               NO_COLOR="1", TERM="dumb", PYTHONIOENCODING="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "my_norm.py").write_text(
+            (ROOT / "tests" / "kernels" / "user_rmsnorm.py").read_text(encoding="utf-8"))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "gradcheck_bi.pytest_plugin",
+                               "-p", "no:cacheprovider", *args], cwd=tmp, env=env,
+                              capture_output=True, text=True, encoding="utf-8", check=False)
+    lines = [ln for ln in done.stdout.splitlines()
+             if ln.strip() and not ln.startswith(("bringing up nodes", "===", "FAILED", "[gw"))]
+    return "\n".join([f"$ pytest {shlex.join(args)}    # exit {done.returncode}", *lines])
+
+
+def pytest_plugin() -> str:
+    """One point selected with ``-k``: its id and the tool's one line."""
+    return "```\n" + _pytest(*PYTEST_ARGS, "-q", "-k", "zcg_off and γrandn and not strided") \
+        + "\n```\n"
+
+
+def pytest_xdist() -> str:
+    """The whole sweep, then on two workers (when pytest-xdist is installed): the same."""
+    runs = [_pytest(*PYTEST_ARGS, "-q", "--junitxml=gradcheck-bi.xml")]
+    if importlib.util.find_spec("xdist") is not None:
+        runs.append(_pytest(*PYTEST_ARGS, "-q", "-n", "2"))
+    return "```\n" + "\n\n".join(runs) + "\n```\n"
 
 
 def own_kernels() -> str:
@@ -246,7 +281,7 @@ def exit_codes() -> str:
              *small, "--baseline", "after.json"),
             ("run", "--kernel", "after", "--shape", "2,0,16"),
         )]
-    return transcript(runs, keep=6)
+    return transcript(runs, keep=9)
 
 
 # NAME → what makes its text: every command it quotes, re-run now.
@@ -254,6 +289,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "default-run": default_run,
     "text-layout": text_layout,
     "ci-gate": ci_gate,
+    "pytest-plugin": pytest_plugin,
+    "pytest-xdist": pytest_xdist,
     "own-kernels": own_kernels,
     "api-failure": api_failure,
     "step-sweep": step_sweep,

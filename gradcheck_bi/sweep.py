@@ -279,7 +279,7 @@ def _unswept_controls(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
     if not asked:
         return []
     return [f"{spec.name}: γ controls and zcg not swept — {spec.op} has no weight (one "
-            f"point a case, weight={asked[0].weights[0]}, zcg off)"]
+            "point per shape and scale)"]
 
 
 def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:

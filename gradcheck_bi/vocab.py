@@ -314,6 +314,8 @@ def did_you_mean(value: object, allowed: Sequence[str]) -> str:
 
     if not isinstance(value, str):
         return ""
+    if DTYPE_ALIASES.get(value) in allowed:  # torch's name for one of ours: --dtype float32
+        return f" (did you mean {DTYPE_ALIASES[value]!r}?)"
     close = difflib.get_close_matches(value, list(allowed), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("gradcheck_bi.measure", "gradcheck_bi.serve", "gradcheck_bi.workers", "gradcheck_bi.runner",
      "gradcheck_bi.upfront"),
     ("gradcheck_bi.report",),
-    ("gradcheck_bi.api", "gradcheck_bi.cli", "gradcheck_bi.__main__"),
+    ("gradcheck_bi.api", "gradcheck_bi.cli", "gradcheck_bi.__main__", "gradcheck_bi.pytest_plugin"),
 ]
 TOP = "gradcheck_bi"  # the public API re-exports from every layer
 

@@ -10,7 +10,7 @@ import pytest
 
 from gradcheck_bi import cli
 from gradcheck_bi.gate.baseline import Drift, key_of
-from gradcheck_bi.report.junit import to_junit
+from gradcheck_bi.report.junit import case_name, to_junit
 from gradcheck_bi.vocab import Result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,3 +99,10 @@ def test_family_results_that_differ_only_in_an_op_axis_get_their_own_names() -> 
     assert len(set(names)) == len(rows), names
     assert names[1].endswith("β=zeros") and names[4].endswith(  # type: ignore[union-attr]
         "group_size=8 norm_before_gate=off"), names
+
+
+def test_a_testcase_name_spells_each_control_once() -> None:
+    r = Result("after", "dx", "cpu", "fp64", [2, 8], 1e-6, 0, "ones", True, 0.5, 1e-13,
+               "fail", "pass", False, layout="x-strided")
+    name = case_name(r)
+    assert name == "cpu/fp64 shape=2x8 γ=ones zcg=on eps=1e-06 seed=0 layout=x-strided", name

@@ -518,3 +518,13 @@ def test_a_miss_at_a_tie_within_the_kernels_arithmetic_is_not_counted() -> None:
     two_steps = torch.tensor([1 + 2.0**-9, 0.75], dtype=torch.float16)
     far = audit(two_steps, ref, tie_bound=torch.full((2,), 2.0**-24, dtype=torch.float64))
     assert (far.n_not_correctly_rounded, far.n_ties) == (1, 0)
+
+
+def test_an_error_right_in_fp64_is_never_called_the_formula() -> None:
+    """A forward 55 ulp off in bf16 but right in fp64 lost precision; the diagnosis must not
+    say "wrong formula" beside "in fp64 the same forward is right"."""
+    ref = torch.randn(512, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    y = round_to(ref * (1 + 2.0**-3), torch.bfloat16)  # far beyond any rounding
+    assert classify(audit(y, ref)).startswith("wrong formula: ")
+    lost = classify(audit(y, ref), formula_ruled_out=True)
+    assert lost.startswith("precision lost: ") and "formula" not in lost

@@ -338,3 +338,22 @@ def test_our_own_attribute_error_is_not_blamed_on_the_kernel(
     assert main([*OP_ARGS, "--kernel", "torch:layer_norm"]) == 4
     err = capsys.readouterr().err
     assert "internal error" in err and "the kernel raised" not in err, err
+
+
+def test_a_correct_kernel_is_never_red_and_a_long_title_wraps(fp64_central4: StepSweep) -> None:
+    from dataclasses import replace
+
+    from gradcheck_bi.report.plot import DEFECT_COLOUR, kernel_colours
+    from gradcheck_bi.stepsweep import Fit
+
+    pytest.importorskip("matplotlib", reason="the PNG needs matplotlib (gradcheck-bi[plot])")
+    vee = Fit(4.0, 4.0, 1e-3, 1e-2, 2)
+    correct = Curve("dir/sub/correct_norm.py:Correct", "randn", False, [1e-3, 1e-2],
+                    [1e-9, 1e-9], 1.0, truncation=vee)
+    broken = Curve("dir/sub/broken_norm.py:DxDoubleWeight", "randn", False, [1e-3, 1e-2],
+                   [0.7, 0.7], 1.0)
+    colours = kernel_colours([correct, broken])  # the correct kernel named first
+    assert colours[broken.kernel] == DEFECT_COLOUR != colours[correct.kernel]
+    title = build_figure(replace(fp64_central4, curves=[correct, broken])).axes[0].get_title()
+    assert "correct_norm.py:Correct" in title and "dir/sub" not in title
+    assert max(len(line) for line in title.splitlines()) <= 80, title

@@ -35,12 +35,15 @@ def test_the_telling_result_comes_first_with_where_it_happened() -> None:
     worst, group = entries[0]
     assert worst.max_abs_err == 5.124e4 and group == 41
     text = plain(closing_lines(results, []))
-    first = text.splitlines()[1]
+    lines = text.rstrip().splitlines()
+    marks = [i for i, line in enumerate(lines) if line.startswith("✗ ")]
+    assert len(marks) == 2 and marks[0] == 1  # heading, two ranked entries, the verdict
+    first = " ".join(" ".join(lines[marks[0]:marks[1]]).split())  # the entry, unwrapped
     for part in ("shape (3, 4, 64)", "fp64", "γ=randn", "zcg=off", "x·0.0001", "γ·1",
                  "5.124e+04", "2.500e-11", "[0,1]", "worst of 41"):
         assert part in first, f"{part!r} not in {first!r}"
-    assert text.rstrip().splitlines()[-1].startswith("VERDICT: NOT AS EXPECTED — 46 of 51")
-    assert len(text.splitlines()) == 4  # heading, two ranked lines, the verdict
+    assert lines[-1].startswith("VERDICT: NOT AS EXPECTED — 46 of 51")
+    assert max(len(line) for line in lines[:-1]) <= 80, text  # readable in a terminal
 
 
 def test_verbose_lists_every_failure_worst_first() -> None:
@@ -80,3 +83,20 @@ def test_verdict_counts_are_grammatical() -> None:
         "VERDICT: all 2 results as expected: 1 shows a declared defect, every other result "
         "passes")
     assert verdict_line(summarize(one[1:])).endswith("as expected: every result passes")
+
+
+def test_rounding_failures_rank_below_a_layout_defect_and_are_counted_apart() -> None:
+    """A kernel that computes in bf16 fails on rounding by hundreds of tolerances; the one
+    layout defect, a few tolerances out, must still lead, and the verdict counts them apart."""
+    rounding = [result("dx", 900.0 + i, 1.0, [3, 300]) for i in range(6)]
+    for r in rounding:
+        r.dtype, r.details = "bf16", {"cause": "precision"}
+    layout = result("dx", 3.0, 1.0, [2, 3, 40])
+    layout.layout = "grad-strided"
+    entries = ranked([*rounding, layout])
+    assert [(r.layout, n) for r, n in entries] == [("grad-strided", 1), ("contiguous", 6)]
+    lines = plain(closing_lines([*rounding, layout], [])).rstrip().splitlines()
+    assert "worst of 6 in dx, rounding only" in " ".join(" ".join(lines).split())
+    assert lines[-1].endswith("7 of 7 results differ from what the kernels declare: 1 "
+                              "formula, layout or other, 6 rounding only (right in a higher "
+                              "precision)")

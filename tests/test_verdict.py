@@ -151,6 +151,7 @@ def test_a_crashing_kernel_is_located_in_text_json_and_debug(
     args = ["run", "--kernel", f"{tmp_path}/typo.py:Typo", "--check", "forward,dx",
             "--weight", "randn", "--shape", "3,16", "--layout", "contiguous"]
     code, out, _ = run(capsys, *args, "--format", "text")
+    out = " ".join(out.split())  # the closing block wraps at 80 columns
     assert code == 1 and "typo.py:6 in forward" in out, out
     assert "the same error in 4 results" in out and out.count("wieght") == 1, out
     code, out, _ = run(capsys, *args, "--format", "json")

@@ -30,3 +30,10 @@ def test_expectation_matches_on_the_effective_control() -> None:
 def test_first_line_names_the_exception() -> None:
     assert first_line(ValueError("bad\nmore")) == "ValueError: bad"
     assert first_line(KeyError()) == "KeyError"
+
+
+def test_torch_dtype_names_get_ours_suggested() -> None:
+    from gradcheck_bi.vocab import DTYPES, did_you_mean
+
+    assert did_you_mean("float32", tuple(DTYPES)) == " (did you mean 'fp32'?)"
+    assert did_you_mean("bfloat16", tuple(DTYPES)) == " (did you mean 'bf16'?)"

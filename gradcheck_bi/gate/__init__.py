@@ -19,6 +19,7 @@ from gradcheck_bi.gate.verdict import (
     EXIT_USAGE,
     Summary,
     exit_code,
+    precision_only,
     summarize,
     verdict_line,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "expected",
     "judge",
     "judge_raised",
+    "precision_only",
     "summarize",
     "verdict_line",
 ]

@@ -218,8 +218,10 @@ def _pct(frac: float) -> str:
     return f"{100 * frac:.3g}%"
 
 
-def classify(result: AuditResult) -> str:
-    """One line for a kernel maintainer. The first class that applies, in this order:
+def classify(result: AuditResult, formula_ruled_out: bool = False) -> str:
+    """One line for a kernel maintainer. The first class that applies, in this order
+    (``formula_ruled_out``: the same kernel is right in fp64, so class 3 is named
+    ``precision lost``, never the formula):
 
     1. ``overflow`` — ``y`` non-finite where the correctly rounded exact value is finite; or
        (given ``x`` to :func:`audit`) elements zeroed — not only tiny ones — while Σx²
@@ -259,7 +261,8 @@ def classify(result: AuditResult) -> str:
     if r.max_ulp > WRONG_FORMULA_ULP or abs(r.mean_signed_ulp) > WRONG_FORMULA_BIAS:
         zeros = (f"; {r.n_zeroed} elements are 0 where the exact value is not"
                  if r.n_zeroed else "")
-        return (f"wrong formula: max error {r.max_ulp:.3g} ulp (far beyond rounding), "
+        what = "precision lost" if formula_ruled_out else "wrong formula"
+        return (f"{what}: max error {r.max_ulp:.3g} ulp (far beyond rounding), "
                 f"mean signed {r.mean_signed_ulp:+.3g} ulp, {missed}{zeros}{where}")
     if not passes(r):
         return (f"double rounding: {missed}, max {r.max_ulp:.3g} ulp, mean signed bias "

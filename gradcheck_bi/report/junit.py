@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 from gradcheck_bi.gate.baseline import Drift, Key, key_of
 from gradcheck_bi.point import AXES, AXIS, has_eps, op_words, spelled, weight_words
-from gradcheck_bi.report.tables import describe
+from gradcheck_bi.report.tables import describe, error_words
 from gradcheck_bi.vocab import Result
 
 # XML 1.0 cannot carry most control characters, even escaped; kernels' messages might.
@@ -49,6 +49,7 @@ def _dotless(name: str) -> str:
 
 # The name's head, in this order; every other axis follows where it is not its default.
 _HEAD = ("eps", "seed")  # after the γ words (point.weight_words)
+_WEIGHT = ("control", "zero_centered_gamma")  # spelled by weight_words, where the op has γ
 
 
 def case_name(r: Result) -> str:
@@ -61,7 +62,7 @@ def case_name(r: Result) -> str:
                                    if f != "eps" or has_eps(row))]
     parts += [spelled(a, row[a.public]) for a in AXES
               if a.json == "always" and not a.setting and row[a.public] != a.default
-              and a.field not in ("check", "device", "dtype", "shape", *_HEAD)]
+              and a.field not in ("check", "device", "dtype", "shape", *_HEAD, *_WEIGHT)]
     return " ".join(parts + op_words(row))
 
 
@@ -123,7 +124,7 @@ def to_junit(results: Iterable[Result], drifts: Iterable[Drift] = (),
         if r.max_abs_err is not None:
             props = ET.SubElement(case, "system-out")
             tol = "—" if r.tolerance is None else f"{r.tolerance:.3e}"
-            props.text = (f"status {r.status} (expected {r.expected}); max |err| "
+            props.text = (f"status {r.status} (expected {r.expected}); {error_words(r)} "
                           f"{r.max_abs_err:.3e}, tolerance {tol}")
         add(r.kernel, case, None if out is None else out[0])
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gradcheck_bi._atomic import save_atomically
+from gradcheck_bi.report.tables import short_name
 from gradcheck_bi.stepsweep import Curve, StepSweep
 
 
@@ -36,7 +37,37 @@ def y_label(sweep: StepSweep) -> str:
 MARKERS = "o*+x#@%&"
 AXIS_W = 9  # the y tick labels and the axis line left of the plot
 LINE_STYLES = ("-", "--", "-.", ":")
-COLOURS = ("tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive")
+# Red is kept for a kernel whose curve shows a defect (a flat curve: no V); the others take
+# the rest in order, so a correct kernel is never drawn red, whatever order it was named in.
+DEFECT_COLOUR = "tab:red"
+COLOURS = ("tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:cyan")
+
+
+def shows_defect(curve: Curve) -> bool:
+    """A curve with no V (neither a rounding nor a truncation slope), not exactly 0: the
+    analytic gradient is not the derivative of the forward at any step."""
+    return (curve.rounding is None and curve.truncation is None
+            and any(e != 0 for e in curve.max_abs_err))
+
+
+def kernel_colours(curves: Sequence[Curve]) -> dict[str, str]:
+    """Each kernel's colour: red where one of its curves shows a defect, else the next of
+    :data:`COLOURS`.
+
+    >>> from gradcheck_bi.stepsweep import Fit
+    >>> flat = Curve("before", "randn", False, [1e-3, 1e-2], [1.0, 1.0], 1.0)
+    >>> vee = Curve("after", "randn", False, [1e-3, 1e-2], [1e-9, 1e-9], 1.0,
+    ...             truncation=Fit(4.0, 4.0, 1e-3, 1e-2, 2))
+    >>> kernel_colours([vee, flat])
+    {'after': 'tab:blue', 'before': 'tab:red'}
+    """
+    out: dict[str, str] = {}
+    kernels = list(dict.fromkeys(c.kernel for c in curves))
+    defective = {c.kernel for c in curves if shows_defect(c)}
+    others = iter(COLOURS * len(kernels))
+    for kernel in kernels:
+        out[kernel] = DEFECT_COLOUR if kernel in defective else next(others)
+    return out
 
 
 def _log_span(values: Sequence[float]) -> tuple[int, int]:
@@ -151,12 +182,13 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
     ax = fig.add_subplot()
     kernels = list(dict.fromkeys(c.kernel for c in sweep.curves))
     controls = list(dict.fromkeys((c.control, c.zero_centered_gamma) for c in sweep.curves))
+    colours = kernel_colours(sweep.curves)
     for curve in sweep.curves:
         k = kernels.index(curve.kernel)
         # Colour per kernel, line style per control; earlier kernels wider and paler, so a
         # curve hidden under another (before and after agree at γ=ones) still shows.
         width = 1.2 + 2.2 * (len(kernels) - 1 - k)
-        ax.loglog(curve.step_rel, curve.max_abs_err, color=COLOURS[k % len(COLOURS)],
+        ax.loglog(curve.step_rel, curve.max_abs_err, color=colours[curve.kernel],
                   linestyle=LINE_STYLES[controls.index((curve.control, curve.zero_centered_gamma))
                                         % len(LINE_STYLES)],
                   linewidth=width, alpha=1.0 if width < 2 else 0.45,
@@ -169,10 +201,13 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
     ax.set_xlabel(x_label(sweep))
     ax.set_ylabel(y_label(sweep))
     shape = "×".join(str(d) for d in sweep.shape)
-    ax.set_title(f"{sweep.check} finite-difference error vs step — {', '.join(kernels)}"
-                 f"{sweep.op_note}\n"
-                 f"{sweep.device} · {sweep.dtype} · shape {shape} · {sweep.stencil.name} "
-                 f"stencil · eps {sweep.eps:g} · seed {sweep.seed}", fontsize=10)
+    # Wrapped to the figure's width: two kernel paths would run past its edges.
+    head = (f"{sweep.check} finite-difference error vs step — "
+            f"{', '.join(short_name(k) for k in kernels)}{sweep.op_note}")
+    ax.set_title("\n".join([*textwrap.wrap(head, 80),
+                            f"{sweep.device} · {sweep.dtype} · shape {shape} · "
+                            f"{sweep.stencil.name} stencil · eps {sweep.eps:g} · seed "
+                            f"{sweep.seed}"]), fontsize=9)
     ax.grid(True, which="major", linewidth=0.4, alpha=0.6)
     fig.legend(fontsize=7.5, loc="outside lower center", ncols=1, frameon=False)
     return fig

@@ -11,16 +11,17 @@ without repeating the results already listed; the verdict is the last line.
 >>> bad = Result("k", "dx", "cpu", "fp64", [3, 64], 1e-6, 0, "randn", False, 5.1e4, 2e-11,
 ...              "fail", "pass", False, worst=[0, 7], input_scale=1e-4)
 >>> print(plain(closing_lines([bad], [])).splitlines()[0])
-not as expected: 1 result in 1 group (a kernel's check, or one error), worst first
+not as expected: 1 result, the worst per kernel and check
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from gradcheck_bi.gate import EXIT_UNSUPPORTED, summarize, verdict_line
+from gradcheck_bi.gate import EXIT_UNSUPPORTED, precision_only, summarize, verdict_line
 from gradcheck_bi.gate.baseline import Drift, drifted_results, key_of
 from gradcheck_bi.report.baseline import verdict as drift_verdict
 from gradcheck_bi.report.tables import describe
@@ -43,14 +44,16 @@ def declared_mutations(results: list[Result]) -> list[str]:
 
 def severity(r: Result) -> tuple[int, float]:
     """Sort key, most telling first: a kernel that raised, then the error furthest past its
-    tolerance (a declared defect missed has a ratio below 1 and comes last)."""
+    tolerance (a declared defect missed has a ratio below 1 and comes last), and a failure
+    on rounding alone (:func:`~gradcheck_bi.gate.precision_only`) after every other."""
     if r.status == "error":
         return (0, 0.0)
+    rank = 2 if precision_only(r) else 1
     err, tol = r.max_abs_err, r.tolerance
     if err is None or math.isnan(err):
-        return (1, -math.inf)
+        return (rank, -math.inf)
     ratio = math.inf if not tol else err / tol
-    return (1, -ratio)
+    return (rank, -ratio)
 
 
 def ranked(results: list[Result], verbose: bool = False,
@@ -62,10 +65,10 @@ def ranked(results: list[Result], verbose: bool = False,
     bad = sorted(summarize(results, strict).unexpected, key=severity)
     if verbose:
         return [(r, 1) for r in bad]
-    groups: dict[tuple[str, str], list[Result]] = {}
+    groups: dict[tuple[str, str, bool], list[Result]] = {}
     for r in bad:  # one kernel error, however many results it broke, is one entry
-        groups.setdefault((r.kernel, r.message if r.status == "error" else r.check),
-                          []).append(r)
+        groups.setdefault((r.kernel, r.message if r.status == "error" else r.check,
+                           precision_only(r)), []).append(r)
     return [(members[0], len(members)) for members in groups.values()]
 
 
@@ -81,7 +84,27 @@ def failure_line(r: Result, group: int) -> str:
     text = describe(r, scales=True) + _excess(r)
     if r.status == "error" and group > 1:
         return text + f" — the same error in {group} results"
-    return text + (f" — worst of {group} in {r.check}" if group > 1 else "")
+    where = f"{r.check}, rounding only" if precision_only(r) else r.check
+    return text + (f" — worst of {group} in {where}" if group > 1 else "")
+
+
+WIDTH = 80  # a CI log read in a terminal
+
+
+def wrapped(text: str, width: int = WIDTH) -> list[str]:
+    """A failure line at ``width`` columns: the point on the first line(s), then what went
+    wrong, indented by two (the ``✗ `` before the first line takes the same two).
+
+    >>> wrapped("after dx cpu/fp64 shape (3, 16): fail (expected pass), max |err| 1 > tol 0",
+    ...         40)
+    ['after dx cpu/fp64 shape (3, 16)', '  fail (expected pass), max |err| 1 >', '  tol 0']
+    """
+    where, sep, what = text.partition(": ")
+    lines = textwrap.wrap(where, width - 2, subsequent_indent="  ", break_on_hyphens=False)
+    if sep:
+        lines += textwrap.wrap(what, width - 2, initial_indent="  ", subsequent_indent="  ",
+                               break_on_hyphens=False, break_long_words=False)
+    return lines
 
 
 def closing_lines(results: list[Result], drifts: list[Drift],
@@ -96,12 +119,15 @@ def closing_lines(results: list[Result], drifts: list[Drift],
     entries = ranked(results, verbose, strict)
     if entries:
         n = len(summary.unexpected)
-        how = ("every one, worst first" if verbose else
-               f"in {len(entries)} group{'s' if len(entries) != 1 else ''} (a kernel's check, "
-               "or one error), worst first"
-               + ("; --verbose lists all" if n > len(entries) else ""))
-        out.append([(f"not as expected: {n} result{'s' if n != 1 else ''} {how}", "bold")])
-        out += [[("✗ ", "bold red"), (failure_line(r, g), "red")] for r, g in entries]
+        how = (", each listed, worst first" if verbose else
+               ", the worst per kernel and check" + (" (--verbose: all)" if n > len(entries)
+                                                     else ""))
+        head = f"not as expected: {n} result{'s' if n != 1 else ''}{how}"
+        out += [[(line, "bold")] for line in textwrap.wrap(head, WIDTH)]
+        for r, g in entries:
+            first, *rest = wrapped(failure_line(r, g))
+            out.append([("✗ ", "bold red"), (first, "red")])
+            out += [[("  " + line, "red")] for line in rest]
     reasons: dict[tuple[str, str], int] = {}
     for r in summary.unsupported:
         reasons[(r.kernel, r.message)] = reasons.get((r.kernel, r.message), 0) + 1

@@ -282,6 +282,23 @@ def format_index(idx: list[int] | None) -> str:
     return "—" if not idx else "[" + ",".join(str(i) for i in idx) + "]"
 
 
+def error_words(r: Result) -> str:
+    """How ``r.max_abs_err`` is named: ``max |err|`` where it is the largest error, ``|err|``
+    where a per-element check reports the element with the largest error / tolerance ratio
+    and the largest error (``details["max_abs_err_any"]``) lies elsewhere.
+
+    >>> from gradcheck_bi.vocab import Result
+    >>> r = Result("k", "dx", "cpu", "bf16", [4, 8], 1e-6, 0, "randn", False, 0.04, 0.01,
+    ...            "fail", "pass", False, details={"max_abs_err_any": 6.2})
+    >>> error_words(r)
+    '|err|'
+    """
+    anywhere = r.details.get("max_abs_err_any")
+    if isinstance(anywhere, float) and r.max_abs_err is not None and anywhere != r.max_abs_err:
+        return "|err|"
+    return "max |err|"
+
+
 def describe(r: Result, scales: bool = False) -> str:
     """One line naming a result and what went wrong with it (``scales``: name the input and
     γ scales even when both are 1)."""
@@ -303,9 +320,15 @@ def describe(r: Result, scales: bool = False) -> str:
     within = (r.max_abs_err is not None and r.tolerance is not None
               and r.max_abs_err <= r.tolerance)
     sign = ">" if r.status == "fail" and not within else "≤"
-    text = f"{where}: {r.status} (expected {r.expected}), max |err| {err} {sign} tol {tol}"
+    text = (f"{where}: {r.status} (expected {r.expected}), {error_words(r)} {err} {sign} "
+            f"tol {tol}")
     if r.worst:
         text += f" at {format_index(r.worst)}"
+    anywhere = r.details.get("max_abs_err_any")
+    if error_words(r) != "max |err|" and isinstance(anywhere, float):
+        nearest = "furthest past" if sign == ">" else "nearest"
+        text += (f", the element {nearest} its tolerance (max |err| {shown(r, anywhere)} "
+                 "elsewhere)")
     if r.message:
         text += f" — {r.message}"
     return text

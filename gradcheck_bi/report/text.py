@@ -49,12 +49,14 @@ GAP = "  "
 # ✗ is kept for what is wrong (here and in the closing block). A declared defect shown where
 # it must show is a good thing: pytest's mark for an expected failure, one column wide as ✓.
 EXPECTED_FAIL = "x"
-LEGEND = (f"✓ pass · {EXPECTED_FAIL} expected failure (a declared defect shown) · ✗! "
-          "unexpected failure · ✓! declared defect missed · any ! is not as expected (exit 1) "
-          "· a cell is its worst result: max |err|, its tol and worst element · randn/ones: "
+_KEYS = (f"✓ pass · {EXPECTED_FAIL} expected failure (a declared defect shown) · ✗! "
+         "unexpected failure · ✓! declared defect missed · any ! is not as expected (exit 1) "
+         "· a cell is its worst result: max |err|, its tol and worst element · catches ≥ r: "
+         "the smallest relative error in the gradient this check detects here")
+LEGEND = (f"{_KEYS} · x·s γ·s in a failure: the input and γ scales · randn/ones: "
           "discrimination ratio (γ=randn error / γ=ones error)")
-# The legend where no table has γ controls (every op without a weight): no ratio.
-LEGEND_UNWEIGHTED = LEGEND.rpartition(" · randn/ones")[0]
+# The legend where no table has γ controls (every op without a weight): no γ, no ratio.
+LEGEND_UNWEIGHTED = f"{_KEYS} · x·s in a failure: the input scale"
 
 
 def glyph(r: Result) -> Segment:

@@ -15,6 +15,10 @@ Each variant below breaks exactly one thing:
 * ``DxDoubleWeight``      the variance term of dx carries γ twice (blind at γ = ones);
 * ``DwTimesGamma``        dw carries an extra γ (blind at γ = ones);
 * ``Fp32Compute``         computes in fp32 whatever the input dtype (``x.float()``);
+* ``HalfCompute``         computes in the input dtype (bf16 inside: correct, but rounded
+                          at every step, where a gate asks for fp32 inside);
+* ``HalfComputeGradSlip`` HalfCompute whose dx slips by one part in 10³ on a strided
+                          cotangent (a layout defect among rounding failures);
 * ``NoEpsInBackward``     the backward recomputes r without eps (shows only when Σx²/D ≲ eps);
 * ``NotBatchInvariant``   the reduction order depends on the number of rows;
 * ``RaisesInBackward``    the backward raises.
@@ -48,10 +52,13 @@ def _batch_dependent_sum(t: torch.Tensor) -> torch.Tensor:
 
 def _make(name: str, *, ignore_zcg_forward: bool = False, dx_double_weight: bool = False,
           dw_times_gamma: bool = False, fp32: bool = False, no_eps_backward: bool = False,
-          batch_dependent: bool = False, raise_in_backward: bool = False) -> type:
+          batch_dependent: bool = False, raise_in_backward: bool = False, half: bool = False,
+          grad_slip: bool = False) -> type:
     reduce = _batch_dependent_sum if batch_dependent else tree_sum
 
     def compute_dtype(x: torch.Tensor) -> torch.dtype:
+        if half:
+            return x.dtype
         return torch.float32 if fp32 else torch.promote_types(x.dtype, torch.float32)
 
     class Fn(torch.autograd.Function):
@@ -86,6 +93,8 @@ def _make(name: str, *, ignore_zcg_forward: bool = False, dx_double_weight: bool
             if dx_double_weight:
                 var = var * gamma
             dx = gc * gamma * r_ - var
+            if grad_slip and not g.is_contiguous():
+                dx = dx * (1 + 1e-3)
             dw_rows = gc * xc * r_
             if dw_times_gamma:
                 dw_rows = dw_rows * gamma
@@ -105,4 +114,6 @@ Fp32Compute = _make("Fp32Compute", fp32=True)
 NoEpsInBackward = _make("NoEpsInBackward", no_eps_backward=True)
 NotBatchInvariant = _make("NotBatchInvariant", batch_dependent=True)
 RaisesInBackward = _make("RaisesInBackward", raise_in_backward=True)
+HalfCompute = _make("HalfCompute", half=True)
+HalfComputeGradSlip = _make("HalfComputeGradSlip", half=True, grad_slip=True)
 NOT_A_FUNCTION = 3

@@ -164,7 +164,8 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
     details: dict[str, Any] = {"method": "ulp audit", "reference": f"{REFERENCE}, exact",
                                "outputs": list(outs), **returns_y_alone(point, list(outs))}
     worst: Measurement | None = None
-    failing = []
+    failing: list[str] = []
+    audits: dict[str, lowp.AuditResult] = {}
     for name, y in outs.items():
         label = refs[name][0][0]
         m, audit = _audit(y, ref[name], compute_bound(point, name, ref[name], U_C), cfg)
@@ -177,33 +178,43 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
         details[f"mean_signed_ulp_{name}"] = audit.mean_signed_ulp
         details[f"not_correctly_rounded_{name}"] = audit.frac_not_correctly_rounded
         details[f"diagnosis_{name}"] = lowp.classify(audit)
+        audits[name] = audit
         if audit.n_ties:
             details[f"ties_within_fp32_{name}"] = audit.n_ties
         if len(refs[name]) > 1:
             details[f"reference_{name}"] = label if m.passed else "exact, and as stored"
         if not m.passed:
-            failing.append(f"{name}: {lowp.classify(audit)}")
+            failing.append(name)
         ratio = m.details.get("ratio", 0.0)
         if worst is None or ratio > worst.details.get("ratio", 0.0):
             worst, details["worst_output"] = m, name
     assert worst is not None
     notes = [nonfinite(n, y) for n, y in outs.items()] + [_training_note(fn, point, outs)]
-    problems = [n for n in notes if n] + failing
-    if failing:
-        problems.append(_in_fp64(fn, point, unit_roundoff(cfg.torch_dtype)))
+    problems = [n for n in notes if n]
+    if failing:  # the fp64 run decides whether a large error can be the formula
+        why, right = _in_fp64(fn, point, unit_roundoff(cfg.torch_dtype))
+        problems += [f"{n}: {lowp.classify(audits[n], formula_ruled_out=right)}"
+                     for n in failing]
+        problems.append(why)
+        for n in failing:
+            details[f"diagnosis_{n}"] = lowp.classify(audits[n], formula_ruled_out=right)
+        # Rounding only (right in fp64, nothing non-finite): ranked below a formula's failure.
+        details["cause"] = "precision" if right and len(problems) == len(failing) + 1 \
+            else "formula"
     return Measurement(worst.max_abs_err, worst.tolerance, not problems, worst.worst,
                        "; ".join(p for p in problems if p), {**details, **worst.details})
 
 
-def _in_fp64(fn: Any, point: OpPoint, u_half: float) -> str:
+def _in_fp64(fn: Any, point: OpPoint, u_half: float) -> tuple[str, bool]:
     """Whether the same kernel's forward is right in fp64 at the same inputs: a formula error
     shows in every precision, a precision error vanishes there. Right: within fp64's
     tolerance plus a margin far below the half-precision ulp, as RMSNorm's diagnosis (a
-    kernel computing in fp32 whatever its dtype is right here)."""
+    kernel computing in fp32 whatever its dtype is right here). Returns the line and
+    whether fp64 was right (then no error at this dtype is called the formula's)."""
     try:
         short = inaccuracy(fn, lifted_point(point, torch.float64), higher_margin(u_half))
     except Exception:  # only a diagnosis: the verdict stands without it
-        return ""
+        return "", False
     if short is None:
-        return "in fp64 the same forward is right: a precision choice, not the formula"
-    return "its fp64 forward is wrong too: the formula, not precision"
+        return "in fp64 the same forward is right: a precision choice, not the formula", True
+    return "its fp64 forward is wrong too: the formula, not precision", False

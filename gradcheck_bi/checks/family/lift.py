@@ -126,13 +126,15 @@ def judge_lifted(analytic: torch.Tensor, ref: torch.Tensor, floor: torch.Tensor,
         # in ulps (the JSON keeps units of the gradient).
         m.details["ulp"] = float(unit[tuple(m.worst)])
     if not m.passed and not m.message:
-        m.message = _diagnosis(name, audit, median_ulp, higher() if higher else None)
+        m.message, m.details["cause"] = _diagnosis(name, audit, median_ulp,
+                                                   higher() if higher else None)
     return m
 
 
 def _diagnosis(name: str, audit: lowp.AuditResult, median_ulp: float,
-               higher: str | None) -> str:
-    """A failing gradient in a kernel maintainer's words: precision or formula.
+               higher: str | None) -> tuple[str, str]:
+    """A failing gradient in a kernel maintainer's words, and its cause for the closing
+    block's ranking (:func:`gradcheck_bi.gate.precision_only`): precision or formula.
 
     Decided by the kernel's own backward in the lifted dtype (``higher``: ``"fp64"`` when it
     matched the lifted differences there, ``"!fp64"`` when it did not): a formula error
@@ -143,19 +145,22 @@ def _diagnosis(name: str, audit: lowp.AuditResult, median_ulp: float,
     numbers = (f"{name}: {audit.frac_not_correctly_rounded:.1%} of elements not correctly "
                f"rounded against the lifted reference, median error {median_ulp:.2g} ulp, max "
                f"{audit.max_ulp:.3g}, mean signed {audit.mean_signed_ulp:+.2g} ulp")
+    cause = "formula"
     if higher is not None and higher.startswith("!"):
         why = (f"wrong formula: the kernel's {higher[1:]} backward disagrees with its own "
                f"{higher[1:]} forward too")
     elif higher is not None:
-        why = (f"precision: in {higher} the same backward matches its forward, so an "
-               "intermediate is rounded to, or summed in, a precision below fp32")
+        why, cause = (f"precision: in {higher} the same backward matches its forward, so an "
+                      "intermediate is rounded to, or summed in, a precision below fp32"), \
+            "precision"
     elif median_ulp > lowp.WRONG_FORMULA_ULP:
         why = "the typical element is off beyond any rounding: a wrong formula"
     else:
-        why = ("the typical element is off by a few ulps at most: a rounding or accumulation "
-               "in low precision, or a formula error this small (the kernel's backward could "
-               "not run in a higher precision to tell them apart)")
-    return f"{numbers} — {why}"
+        why, cause = ("the typical element is off by a few ulps at most: a rounding or "
+                      "accumulation in low precision, or a formula error this small (the "
+                      "kernel's backward could not run in a higher precision to tell them "
+                      "apart)"), "precision"
+    return f"{numbers} — {why}", cause
 
 
 def higher_verdict(grad: torch.Tensor, reference: torch.Tensor, floor: torch.Tensor,
