@@ -312,6 +312,8 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
     u, note = working_unit(point, errs, m.output_sigma)
     fd = finite_differences(kernel, point, role, m, u, analytic)
+    # the FD's tables live on the host (filled colour by colour), the gradient on the device
+    analytic, sig_g = analytic.cpu(), sig_g.cpu()
     err = (analytic - fd.value).abs()
     tol = K_SIGMA * torch.sqrt(fd.sigma**2 + (u * sig_g) ** 2) + K_TRUNC * fd.trunc + _floor(u)
     err = torch.where(fd.checked, err, torch.zeros_like(err))
@@ -388,7 +390,7 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
                 tp[dev_idx] = orig
             sums.append(sum(_reduce(g[k] * (ys[0][k] - ys[1][k]), axes, shared)
                             for k, axes in outs))
-            disp.append((ds[0] - ds[1]).cpu())
+            disp.append(ds[0] - ds[1])  # on the tensor's device, as the sums
         est, tr = combine([s / d for s, d in zip(sums, disp, strict=True)])
         value[idx] = est.cpu() if isinstance(est, torch.Tensor) else est
         sigma[idx] = (u * torch.sqrt(noise * noise_weight(disp))).cpu()
@@ -424,7 +426,7 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
                 steps.append(t.double() - orig.double())
                 ys.append(forward(kernel, point))
                 t.copy_(orig)
-            moved = (steps[0] - steps[1]).cpu()
+            moved = steps[0] - steps[1]  # on the tensor's device, as the gradient
             fds.append(sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g))
             ans.append(float((analytic * moved).sum()))
             disp.append(2 * o * h)
@@ -435,7 +437,7 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
         w = noise_weight([torch.tensor(disp[0], dtype=torch.float64),
                           torch.tensor(disp[1], dtype=torch.float64)])
         sigma_fd = u * math.sqrt(noise * float(w))
-        sigma_k = u * float(torch.sqrt(((d.cpu() * sig_g) ** 2).sum()))
+        sigma_k = u * float(torch.sqrt(((d * sig_g) ** 2).sum()))
         tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + K_TRUNC * float(tr)
         out.append((abs(float(e_fd) - float(e_an)), tol))
     return out

@@ -265,7 +265,7 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
             else "apply" if callable(getattr(obj, "apply", None)) else "callable")
     if forced in SHAPED or forced is None:
         found = recognise(obj, _shaped_kind(obj, kind), forced)
-        if found is not None and (found.distance <= MATCH_SHAPED or forced is not None):
+        if found is not None and (found.distance <= found.match or forced is not None):
             return _shaped_spec(found, name, source, description)
         if forced in SHAPED:
             raise KernelLoadError(f"kernel {name}: its parameters do not bind to {forced}'s "
@@ -287,8 +287,6 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     spec = _adapt_rms(builder or obj, name, source, args, override, description)
     return replace(spec, recognised=rec.note, mismatch=rec.mismatch)
 
-
-MATCH_SHAPED = 1e-5
 
 
 def _shaped_kind(obj: Any, kind: str) -> str:

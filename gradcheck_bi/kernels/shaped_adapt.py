@@ -46,6 +46,8 @@ class Found:
     # Options the kernel does not take, at the value its forward computes (a GEMM with no
     # layout parameter: the layout that matched): swept at that value alone.
     fixed: tuple[tuple[str, Any], ...] = ()
+    # The distance that matches where the probe ran (:data:`PROBES`).
+    match: float = 1e-5
 
 
 def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
@@ -108,30 +110,47 @@ def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], .
     return out
 
 
-def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> float:
-    """The kernel's forward at a small random fp64 point against the reference: the
-    largest relative error (inf when it raises or returns another shape)."""
-    gen = torch.Generator().manual_seed(1234)
-    shape = op.default_shape
-    drawn = op.draw(op.sizes(shape), variant, torch.float64, "cpu", gen)
-    with torch.no_grad():
-        raw = kernel(drawn.tensors, drawn.options)
-    canon = op.canonical(drawn.tensors, drawn.options)
-    ref = op.reference({k: v for k, v in canon.items()}, drawn.options)
-    worst = 0.0
-    for o, t in zip(op.outputs, raw, strict=False):
-        if not isinstance(t, torch.Tensor):
-            return float("inf")
-        got = op.output_view(o.name, t).to(torch.float64)
-        r = ref[o.name]
-        if got.shape != r.shape:
-            return float("inf")
-        scale = float(r.abs().max()) or 1.0
-        worst = max(worst, float((got - r).abs().max()) / scale)
-    return worst
+# Where the probe runs, in turn, until the kernel takes it: fp64 on CPU, else fp32 on CPU,
+# else fp32 on CUDA (a Triton kernel refuses the CPU, Megatron's GEMM fp64). Each with the
+# distance a kernel computing the op matches within: fp64 ~1e-7 with fp32 inside; fp32 ~1e-3
+# with TF32 inside (Triton's tl.dot and cuBLAS multiply fp32 in TF32 by default), ~1e-2 with
+# bf16 inside — still far from any other op or binding (those are O(1) off).
+PROBES: tuple[tuple[torch.dtype, str, float], ...] = (
+    (torch.float64, "cpu", 1e-5), (torch.float32, "cpu", 2e-2), (torch.float32, "cuda", 2e-2))
 
 
-MATCH = 1e-5  # a kernel computing in fp32 inside matches to ~1e-7 relative
+def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float, float, str]:
+    """The kernel's forward at a small random point against the fp64 reference: the largest
+    relative error (inf when it returns another shape), the distance that matches there,
+    and where it ran (the first of :data:`PROBES` the kernel does not refuse)."""
+    why: Exception | None = None
+    for dtype, device, match in PROBES:
+        if device == "cuda" and not torch.cuda.is_available():
+            continue
+        gen = torch.Generator().manual_seed(1234)
+        drawn = op.draw(op.sizes(op.default_shape), variant, dtype, device, gen)
+        try:
+            with torch.no_grad():
+                raw = kernel(drawn.tensors, drawn.options)
+        except Exception as exc:  # refused here: the next target
+            why = exc
+            continue
+        wide = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor) else v)
+                for k, v in drawn.tensors.items()}
+        ref = op.reference(op.canonical(wide, drawn.options), drawn.options)
+        worst = 0.0
+        for o, t in zip(op.outputs, raw, strict=False):
+            if not isinstance(t, torch.Tensor):
+                return float("inf"), match, f"{dtype} on {device}"
+            got = op.output_view(o.name, t).to(torch.float64)
+            r = ref[o.name]
+            if got.shape != r.shape:
+                return float("inf"), match, f"{dtype} on {device}"
+            scale = float(r.abs().max()) or 1.0
+            worst = max(worst, float((got - r).abs().max()) / scale)
+        return worst, match, str(dtype).replace("torch.", "") + f" on {device}"
+    assert why is not None
+    raise why
 
 
 def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
@@ -155,15 +174,16 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                 variant = Variant(tuple((a.name, dict(fixed).get(a.name, a.default))
                                         for a in op.axes))
                 try:
-                    distance = _probe(op, kernel, variant)
+                    distance, match, where = _probe(op, kernel, variant)
                 except Exception:
-                    distance = float("inf")
+                    distance, match, where = float("inf"), PROBES[0][2], "nowhere"
                 note = (f"recognised {op.name} from its forward ({kernel.words}"
                         + "".join(f"; {k} fixed at {v}" for k, v in fixed)
-                        + f"; max relative error {distance:.1e} against the reference)")
-                found = Found(kernel, distance, note, fixed)
-                if best is None or distance < best.distance:
+                        + f"; max relative error {distance:.1e} against the reference, "
+                        + f"{where})")
+                found = Found(kernel, distance, note, fixed, match)
+                if best is None or distance / match < best.distance / best.match:
                     best = found
-                if distance <= MATCH:
+                if distance <= match:
                     return found
     return best
