@@ -197,23 +197,30 @@ def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.exp2(torch.floor(torch.log2(mag))) * fi.eps
 
 
+# Working precisions coarser than a dtype, finest first: what a kernel may compute in inside.
+COARSER = (("fp32", 2.0**-24), ("tf32", 2.0**-11), ("bf16", 2.0**-8))
+
+
 def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, torch.Tensor]
                  ) -> tuple[float, str | None]:
-    """The unit roundoff the kernel delivers: its dtype's, or fp32's for a kernel given
-    fp64 that computes in fp32 inside (its forward errs beyond fp64's rounding and within
-    fp32's) — and the note that says so; ``--precision exact`` keeps the dtype's."""
+    """The unit roundoff the kernel delivers: its dtype's, or the finest coarser one whose
+    rounding its forward stays within (fp32 inside an fp64 call; TF32 inside an fp32 GEMM),
+    with the note that says so; ``--precision exact`` keeps the dtype's."""
     u = unit(point.dtype)
-    if point.dtype != torch.float64 or point.cfg.precision == "exact":
+    if point.cfg.dtype in HALF_DTYPES or point.cfg.precision == "exact":
         return u, None
-    u32 = unit(torch.float32)
 
     def within(u_: float) -> bool:
         return all(bool((e <= K_SIGMA * u_ * s + _floor(u_)).all()) for e, s in
                    ((errs[k], sig[k]) for k in errs))
 
-    if within(u) or not within(u32):
+    if within(u):
         return u, None
-    return u32, "computes in fp32 inside: judged at fp32 rounding (--precision exact: fp64)"
+    for name, coarse in COARSER:
+        if coarse > u and within(coarse):
+            return coarse, (f"computes in {name} inside: judged at {name} rounding "
+                            f"(--precision exact: {point.cfg.dtype})")
+    return u, None
 
 
 def _floor(u: float) -> float:

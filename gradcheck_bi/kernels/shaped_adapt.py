@@ -11,7 +11,8 @@ the norms' recognition, and if that refuses too, the refusal names the closest o
 
 >>> import torch
 >>> def gemm(A, B, bias=None, out_dtype=None, layout="TN"):
-...     y = B.reshape(-1, B.shape[-1]) @ (A.t() if layout[0] == "T" else A)
+...     b = B.t() if layout[1] == "T" else B.reshape(-1, B.shape[-1])
+...     y = b @ (A.t() if layout[0] == "T" else A) + (0 if bias is None else bias)
 ...     return y.reshape(*B.shape[:-1], -1) if layout[1] == "N" else y
 >>> found = recognise(gemm, "function")
 >>> found.kernel.op, found.distance == 0.0
@@ -135,8 +136,8 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
         except Exception as exc:  # refused here: the next target
             why = exc
             continue
-        wide = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor) else v)
-                for k, v in drawn.tensors.items()}
+        wide = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor)
+                    and v.is_floating_point() else v) for k, v in drawn.tensors.items()}
         ref = op.reference(op.canonical(wide, drawn.options), drawn.options)
         worst = 0.0
         for o, t in zip(op.outputs, raw, strict=False):

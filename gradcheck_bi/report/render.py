@@ -51,6 +51,8 @@ def method_line(table: Table) -> str:
         parts = [HALF_NOTES[table.check]]
     else:
         stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
+        if table.column is not None:
+            return _shaped_method(table)
         note = forward_note(OPS[table.op]) if table.check == "forward" else NOTES[table.check]
         parts = [note + (f"; {stencil}" if stencil else "")]
     step = _steps(table)
@@ -59,13 +61,33 @@ def method_line(table: Table) -> str:
     return " · ".join(parts)
 
 
+def _shaped_method(table: Table) -> str:
+    """An op of any shape: the tolerance's words, and how many elements its gradient
+    results checked each way."""
+    found = [r.details for row in table.rows for c in row.cells.values() for r in c.results]
+    if table.check == "forward":
+        return "tolerance: per element, 8σ of the rounding derived from the fp64 reference"
+    if table.check == "batch_invariance":
+        return "bitwise"
+    per = [int(d["checked_per_element"]) for d in found if "checked_per_element" in d]
+    every = [int(d["elements"]) for d in found if "elements" in d]
+    dirs = [int(d["directions"]) for d in found if "directions" in d]
+    words = ("tolerance: per element, 8σ of the FD noise and the kernel's rounding derived "
+             "from the reference, in quadrature, + 2× Richardson truncation; 4th-order "
+             "central differences")
+    if per and sum(per) < sum(every):
+        words += (f"; {sum(per)} of {sum(every)} elements checked per element, the rest by "
+                  f"{max(dirs)} random directions each")
+    return words
+
+
 def ratio_line(table: Table) -> str:
     """The discrimination ratio per row; empty for an op without a weight (no controls)."""
     if not table.weighted:
         return ""
     return "discrimination ratio (γ=randn error / γ=ones error): " + " · ".join(
         f"{row.kernel} {row.target} {format_ratio(row.ratio)}" for row in table.rows
-        if row.cells["ones"].results  # a layout row runs γ = randn only: no ratio
+        if row.has_ratio  # a layout row runs γ = randn only: no ratio
     )
 
 

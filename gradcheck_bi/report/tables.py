@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
-from gradcheck_bi.ops import ALL_CHECKS, OPS
+from gradcheck_bi.ops import ALL_CHECKS, OPS, SHAPED
 from gradcheck_bi.point import has_eps, op_words, weight_words
 from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Result, format_error
 
@@ -112,7 +112,13 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        if "randn" not in self.cells or "ones" not in self.cells:
+            return None  # an op of any shape: its columns are its own axis's values
         return discrimination_ratio(self.cells["randn"].shown_err, self.cells["ones"].shown_err)
+
+    @property
+    def has_ratio(self) -> bool:
+        return "ones" in self.cells and bool(self.cells["ones"].results)
 
     @property
     def loosest(self) -> Result | None:
@@ -129,14 +135,16 @@ class Row:
 
     @property
     def worst_randn(self) -> list[int] | None:
-        w = self.cells["randn"].worst
+        first = self.cells.get("randn") or next(iter(self.cells.values()))
+        w = first.worst
         return w.worst if w is not None else None
 
     @property
     def detectable_randn(self) -> float | None:
         """The largest ``detectable_rel`` of the γ=randn results (dx, dw): the smallest
         relative error in the gradient that every one of them typically catches."""
-        found = [float(r.details["detectable_rel"]) for r in self.cells["randn"].results
+        found = [float(r.details["detectable_rel"])
+                 for r in (self.cells["randn"].results if "randn" in self.cells else [])
                  if "detectable_rel" in r.details]
         return max(found) if found else None
 
@@ -151,25 +159,37 @@ class Table:
     seeds: list[int]
     half: bool = False  # bf16/fp16 rows (see HALF_CHECK_TITLES)
     op: str = "rms_norm"
+    # An op of any shape: its column axis, its values in order, and its blind value.
+    column: tuple[str, tuple[str, ...], str | None] | None = None
 
     @property
     def weighted(self) -> bool:
         """Whether the op has a weight: γ controls and zcg exist (its record says)."""
-        return OPS[self.op].has("weight")
+        return self.column is None and OPS[self.op].has("weight")
 
     @property
     def controls(self) -> tuple[str, ...]:
         """The γ controls the table has columns for: all three, or the one point an op
-        without a weight runs at (the results' own control)."""
+        without a weight runs at (the results' own control); an op of any shape's column
+        axis values."""
+        if self.column is not None:
+            return self.column[1]
         if self.weighted:
             return CONTROLS
         return tuple(w for w in CONTROLS if any(row.cells[w].results for row in self.rows))
 
     def column_title(self, w: str) -> str:
+        if self.column is not None:
+            name, _, blind = self.column
+            return f"{name}={w}" + (" (control)" if w == blind else "")
         return COLUMN_TITLES[w] if self.weighted else UNWEIGHTED_COLUMN
 
     @property
     def title(self) -> str:
+        if self.column is not None:
+            return f"{self.op} · " + SHAPED_TITLES.get(
+                self.check, f"{self.check}: analytic vs central differences of the kernel's "
+                "own forward, per element (sampled colours and directions where too many)")
         zcg = f"zero_centered_gamma={'on' if self.zcg else 'off'}"
         if not self.weighted:
             return f"{self.op} · " + (UNWEIGHTED_FORWARD_TITLE if self.check == "forward"
@@ -190,7 +210,7 @@ class Table:
         n = sum(len(c.results) for row in self.rows for c in row.cells.values())
         eps = ", ".join(f"{e:g}" for e in self.eps)
         seeds = ", ".join(str(s) for s in self.seeds)
-        eps_part = f" · eps {eps}" if OPS[self.op].has("eps") else ""
+        eps_part = f" · eps {eps}" if self.op in OPS and OPS[self.op].has("eps") else ""
         return f"shape {shapes}{eps_part} · seed {seeds} · {n} results"
 
     @property
@@ -222,7 +242,53 @@ def build_tables(results: list[Result]) -> list[Table]:
             _unique(r.shape for r in mine), _unique(r.eps for r in mine),
             _unique(r.seed for r in mine), half, op,
         ))
+    return tables + shaped_tables(results)
+
+
+def _word(v: object) -> str:
+    return "on" if v is True else "off" if v is False else str(v)
+
+
+def shaped_tables(results: list[Result]) -> list[Table]:
+    """The tables of ops of any shape: one per (op, check, low precision or not); columns
+    the op's column axis (its blind value marked), a row per kernel, target, the other
+    axes where they leave the op's default, and layout."""
+    tables = []
+    for name, op in SHAPED.items():
+        axis = op.axis(op.column) if op.column else None
+        default = dict(op.variants()[0].values)
+        for check, half in itertools.product(op.checks, (False, True)):
+            mine = [r for r in results if r.op == name and r.check == check
+                    and (r.dtype in HALF_DTYPES) == half]
+            if not mine:
+                continue
+            values = tuple(_word(v) for v in (axis.values if axis else ("—",)))
+            rows: dict[tuple[str, str], Row] = {}
+            for r in mine:
+                variant = r.variant or {}
+                moved = [f"{k}={_word(v)}" for k, v in variant.items()
+                         if k != op.column and default.get(k) != v]
+                lay = [] if r.layout == "contiguous" else [r.layout]
+                key = (short_name(r.kernel), " ".join([f"{r.device} {r.dtype}", *moved, *lay]))
+                if key not in rows:
+                    rows[key] = Row(key[0], key[1], {w: Cell() for w in values})
+                col = _word(variant.get(op.column, "—")) if axis else "—"
+                rows[key].cells[col].results.append(r)
+            blind = _word(axis.blind) if axis and axis.blind is not None else None
+            used = tuple(v for v in values if any(row.cells[v].results for row in rows.values()))
+            tables.append(Table(check, False, list(rows.values()),
+                                _unique(r.shape for r in mine), [], _unique(r.seed for r in mine),
+                                half, name, (op.column or "—", used, blind)))
     return tables
+
+
+SHAPED_TITLES = {
+    "forward": "forward: every output vs the op's fp64 reference, per element, at the "
+               "rounding derived from that reference",
+    "batch_invariance": "batch invariance: first and last rows alone and in batches of "
+                        "other sizes, bitwise (outputs and the gradients that carry the rows); "
+                        "run to run, bitwise",
+}
 
 
 def short_name(kernel: str) -> str:

@@ -124,7 +124,7 @@ def _grid(table: Table, names: dict[str, str]) -> list[list[Line]]:
                     + [c[0] for c in cells])
         grid.append([[], [("tol", "dim")]] + [[(c[1], "")] for c in cells])
         grid.append([[], [("worst at", "dim")]] + [[(c[2], "")] for c in cells])
-        if row.cells["ones"].results:  # a layout row runs γ = randn only: no ratio
+        if row.has_ratio:  # a layout row runs γ = randn only: no ratio
             grid.append([[], [("randn/ones", "dim")], [(format_ratio(row.ratio), "")]])
         if table.per_row_method and row.methods:
             grid.append([[], [("method", "dim")], [("; ".join(row.methods), "")]])
@@ -164,7 +164,8 @@ def _per_result(table: Table, names: dict[str, str]) -> list[Line]:
         for w in table.controls:
             for r in row.cells[w].results:
                 g = glyph(r)
-                gamma = f" γ={w}" if table.weighted else ""
+                gamma = (f" γ={w}" if table.weighted else
+                         f" {table.column_title(w)}" if table.column is not None else "")
                 line: Line = [(f"{names[r.kernel]} {row.target}{gamma}: ", "")]
                 if r.status in ("error", "unsupported"):
                     line.append(g)
