@@ -281,9 +281,11 @@ def _forward_tol(point: Point, ref: torch.Tensor, sig: torch.Tensor, u: float) -
 
 
 def _measured(errs: dict[str, torch.Tensor], tols: dict[str, torch.Tensor], point: Point,
-              note: str | None, what: str, extra: dict[str, Any] | None = None
-              ) -> Measurement:
+              note: str | None, what: str, extra: dict[str, Any] | None = None,
+              locate: Any = None) -> Measurement:
     judged = {k: _judge(errs[k], tols[k]) for k in errs}
+    if locate is not None:
+        judged = {k: (e, t, locate(w), ok) for k, (e, t, w, ok) in judged.items()}
     name = max(judged, key=lambda k: (not judged[k][3], judged[k][0] / judged[k][1]
                                       if judged[k][1] > 0 else math.inf))
     e, t, worst, _ = judged[name]
@@ -319,15 +321,18 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
     u, note = working_unit(point, errs, m.output_sigma)
     fd = finite_differences(kernel, point, role, m, u, analytic)
-    # the FD's tables live on the host (filled colour by colour), the gradient on the device
-    analytic, sig_g = analytic.cpu(), sig_g.cpu()
-    err = (analytic - fd.value).abs()
-    tol = K_SIGMA * torch.sqrt(fd.sigma**2 + (u * sig_g) ** 2) + K_TRUNC * fd.trunc + _floor(u)
-    err = torch.where(fd.checked, err, torch.zeros_like(err))
-    tol = torch.where(fd.checked, tol, torch.ones_like(tol))
-    extra = {"elements": int(err.numel()), "checked_per_element": int(fd.checked.sum()),
+    at = tuple(i.to(analytic.device) for i in fd.index)
+    err = (analytic[at] - fd.value).abs()
+    tol = (K_SIGMA * torch.sqrt(fd.sigma**2 + (u * sig_g[at]) ** 2) + K_TRUNC * fd.trunc
+           + _floor(u))
+    extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
              "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
-    measured = _measured({role: err}, {role: tol}, point, note, "gradient", extra)
+
+    def locate(k: list[int]) -> list[int]:  # a checked element's place in the tensor
+        return [int(i[k[0]]) for i in fd.index] if k else k
+
+    measured = _measured({role: err.cpu()}, {role: tol.cpu()}, point, note, "gradient", extra,
+                         locate)
     for i, (de, dt) in enumerate(fd.directions):
         if not de <= dt:
             measured.passed = False
@@ -340,10 +345,13 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
 
 @dataclass
 class FD:
+    """The finite differences of the elements a check held, flat: their canonical index
+    (one tensor per axis), estimate, noise σ and truncation."""
+
+    index: tuple[torch.Tensor, ...]
     value: torch.Tensor
     sigma: torch.Tensor
     trunc: torch.Tensor
-    checked: torch.Tensor
     directions: list[tuple[float, float]]
     h: float
     colours: str
@@ -380,9 +388,8 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     colours = plan(s_sizes, c_sizes, risky, gen)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(_reduce(g[k] ** 2 * m.output_sigma[k] ** 2, axes, shared) for k, axes in outs)
-    value = torch.zeros(tp.shape, dtype=torch.float64)
-    sigma, trunc = torch.zeros_like(value), torch.zeros_like(value)
-    checked = torch.zeros(tp.shape, dtype=torch.bool)
+    where: list[tuple[torch.Tensor, ...]] = []
+    values, sigmas, truncs = [], [], []
     for pick in colours.picks:
         idx = index_of(pick, s_sizes, c_sizes)
         dev_idx = tuple(i.to(tp.device) for i in idx)
@@ -399,13 +406,13 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
                             for k, axes in outs))
             disp.append(ds[0] - ds[1])  # on the tensor's device, as the sums
         est, tr = combine([s / d for s, d in zip(sums, disp, strict=True)])
-        value[idx] = est.cpu() if isinstance(est, torch.Tensor) else est
-        sigma[idx] = (u * torch.sqrt(noise * noise_weight(disp))).cpu()
-        trunc[idx] = tr.cpu()
-        checked[idx] = True
-    inverse = [perm.index(i) for i in range(len(perm))]
-    fd = FD(value.permute(inverse), sigma.permute(inverse), trunc.permute(inverse),
-            checked.permute(inverse), [], h,
+        where.append(tuple(i.reshape(-1) for i in idx))
+        values.append(torch.as_tensor(est).reshape(-1))
+        sigmas.append((u * torch.sqrt(noise * noise_weight(disp))).reshape(-1))
+        truncs.append(torch.as_tensor(tr).reshape(-1))
+    # back from (shared…, colour…) to the role's own axes
+    index = tuple(torch.cat([w[perm.index(j)] for w in where]) for j in range(len(perm)))
+    fd = FD(index, torch.cat(values), torch.cat(sigmas), torch.cat(truncs), [], h,
             f"{len(colours.picks)} of {colours.total}")
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
@@ -417,14 +424,14 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     """``⟨d<role>, t⟩`` against central differences along random ``t`` over the whole
     tensor: ``(error, tolerance)`` per direction."""
     t = point.canonical()[role]
-    gen = torch.Generator().manual_seed(seed_of(point.cfg) + 2)
+    gen = torch.Generator(device=t.device).manual_seed(seed_of(point.cfg) + 2)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(float((g[k] ** 2 * m.output_sigma[k] ** 2).sum()) for k in g)
     sig_g = m.grad_sigma[role]
     out = []
     orig = t.clone()
     for _ in range(DIRECTIONS):
-        d = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.device)
+        d = torch.randn(t.shape, generator=gen, dtype=torch.float64, device=t.device)
         fds, ans, disp = [], [], []
         for o in LEVELS:
             ys, steps = [], []

@@ -22,12 +22,17 @@ from contextvars import ContextVar
 
 import torch
 
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.vocab import ContractViolation
 
 # The tensors a kernel may write into during the current check, and the declared writes seen.
 _DECLARED: ContextVar[tuple[frozenset[str], list[str]]] = ContextVar(
     "declared_mutations", default=(frozenset(), []))
-MUTABLE = ("x", "weight", "grad_output")  # what a kernel can declare it writes into
+# What a kernel can declare it writes into: a norm's x or weight, the cotangent, and any
+# tensor role of an op of any shape (logits, A, …).
+MUTABLE = ("x", "weight", "grad_output",
+           *dict.fromkeys(r.name for op in SHAPED.values() for r in op.roles
+                          if r.name not in ("x", "weight")))
 
 
 @contextmanager
