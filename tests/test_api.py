@@ -185,6 +185,8 @@ def _threads_seen(monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> set[tupl
     from gradcheck_bi.fd import threads as fd_threads
 
     seen: set[tuple] = set()
+    # Here: the kernel's calls (at load too: kernels/sandbox.py) run in this process, seen.
+    monkeypatch.setenv("GRADCHECK_BI_ISOLATE", "0")
 
     def kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         seen.add((torch.get_num_threads(), fd_threads.fixed_threads()))

@@ -88,3 +88,18 @@ def test_the_gate_reports_a_segfault_at_load_and_a_hang_at_load(tmp_path: Path) 
     done = _cli("--case", str(case), "--kernel", f"{LOAD_FAULTS}:segfault_when_small",
                 "--format", "junit", "--output", str(junit))
     assert done.returncode == 1 and "SIGSEGV" in junit.read_text(), done.stderr[-2000:]
+
+
+def test_a_spawned_child_records_what_a_forked_one_does() -> None:
+    # Where a kernel runs on CUDA only, its calls are recorded in a spawned child that loads
+    # it by reference (a forked child cannot use CUDA): the same outcomes, in order.
+    from gradcheck_bi.kernels import registry, sandbox
+
+    ref = "tests/kernels/user_rmsnorm.py:Correct"
+    spawned = sandbox._record("spawn", None, ref, (registry.resolve, ref, {}))
+    forked = sandbox._record("fork", lambda: registry.resolve(ref, {}), ref, None)
+    assert spawned is not None and forked is not None and len(spawned) == len(forked) > 0
+    assert [k for k, _ in spawned] == [k for k, _ in forked], (spawned, forked)
+    with pytest.raises(sandbox.KernelCrashed, match="SIGSEGV"):
+        bad = f"{LOAD_FAULTS}:segfault_when_small"
+        sandbox._record("spawn", None, bad, (registry.resolve, bad, {}))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gradcheck_bi.kernels import rmsnorm
+from gradcheck_bi.kernels import rmsnorm, sandbox
 from gradcheck_bi.kernels.loader import complete_ref, load
 from gradcheck_bi.kernels.named import NAMED, resolve_named
 from gradcheck_bi.vocab import CONTROLS, Defect, KernelLoadError, KernelSpec
@@ -71,3 +71,6 @@ def resolve(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
         f"unknown kernel {ref!r}: expected one of {', '.join([*BUNDLED, *NAMED])}, "
         "PATH.py:ATTR or package.module:ATTR (`gradcheck-bi kernels` lists them)"
     )
+
+
+sandbox.loader = resolve  # a spawned child records a CUDA-only kernel's calls after this

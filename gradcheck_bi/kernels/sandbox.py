@@ -44,6 +44,9 @@ _forked = False  # the recording child was forked: it cannot use CUDA
 _replay: collections.deque[tuple[str, Any]] = collections.deque()
 _limit_s: float | None = None
 _off = False
+# How a spawned child loads a kernel by reference: registry.resolve, set there (it imports
+# this module, not the other way round).
+loader: Callable[[str, dict[str, Any]], Any] | None = None
 
 
 class _NeedsCuda(BaseException):
@@ -106,8 +109,8 @@ def isolated(build: Callable[[], T], name: str, ref: str | None,
             or not hasattr(os, "fork"):
         return build()
     outcomes = _record("fork", build, name, None)
-    if outcomes is None and ref is not None:
-        outcomes = _record("spawn", None, name, (ref, dict(kernel_args or {})))
+    if outcomes is None and ref is not None and loader is not None:
+        outcomes = _record("spawn", None, name, (loader, ref, dict(kernel_args or {})))
     if outcomes is None:  # only CUDA runs it, and no fresh process can load it
         return build()
     _replay.clear()
@@ -121,7 +124,8 @@ def isolated(build: Callable[[], T], name: str, ref: str | None,
 
 
 def _record(start: str, build: Callable[[], Any] | None, name: str,
-            loadable: tuple[str, dict[str, Any]] | None) -> list[tuple[str, Any]] | None:
+            loadable: tuple[Any, str, dict[str, Any]] | None
+            ) -> list[tuple[str, Any]] | None:
     """The outcomes of a child's kernel calls, in order; ``None``: it asked for CUDA."""
     import multiprocessing as mp
 
@@ -172,7 +176,7 @@ def _death(code: int | None) -> str:
 
 
 def _child(conn: Any, build: Callable[[], Any] | None,
-           loadable: tuple[str, dict[str, Any]] | None, forked: bool) -> None:
+           loadable: tuple[Any, str, dict[str, Any]] | None, forked: bool) -> None:
     """A recording child's life: adapt the kernel (``build``, or load it by reference)."""
     global _mode, _conn, _forked
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the user's Ctrl-C stops the parent
@@ -186,10 +190,9 @@ def _child(conn: Any, build: Callable[[], Any] | None,
         if build is not None:
             build()
         else:
-            from gradcheck_bi.kernels.registry import resolve
-
             assert loadable is not None
-            resolve(*loadable)
+            load, ref, kernel_args = loadable
+            load(ref, kernel_args)
         _send(conn, "done", None)
     except _NeedsCuda:
         _send(conn, "cuda", None)
