@@ -85,9 +85,9 @@ def recording(seen: Counter[Key]) -> Iterator[None]:
 
     original = execute.resolve_kernels
 
-    def wrapped(refs: list[str], kernel_args: dict[str, Any] | None = None) -> list[Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> list[Any]:
         return [replace(spec, fn=Recorder(spec.fn, seen))
-                for spec in original(refs, kernel_args)]
+                for spec in original(*args, **kwargs)]
 
     execute.resolve_kernels = wrapped  # type: ignore[assignment]
     try:

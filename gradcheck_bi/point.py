@@ -239,6 +239,9 @@ AXES: tuple[Axis, ...] = (
     # (Result.working_precision) only where that is coarser than its dtype.
     _chosen("precision", PRECISIONS, "precision", json="never", cli="--precision"),
     _chosen("working_precision", tuple(DTYPES), None, json="never"),
+    # An op of any shape's own axes at the point (layout, reduction, the cotangent control):
+    # a result carries them as ``variant`` (judge), never as point fields of their own.
+    Axis("variant", tuple, None, json="never"),
 )
 AXIS = {a.field: a for a in AXES}
 BY_KEY = {a.key: a for a in AXES if a.key is not None}

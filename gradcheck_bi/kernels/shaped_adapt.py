@@ -29,8 +29,10 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.kernels import sandbox
 from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.names import ROLE_OF
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
 
 PROBE_SHAPES: dict[str, tuple[int, ...]] = {}
@@ -88,7 +90,8 @@ def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], .
     unbound = [r.name for r in op.roles if r.name not in by_name.values()]
     free = [p for p in params if p.name not in by_name]
     out = []
-    tensor_params = [p for p in free if p.default is inspect.Parameter.empty]
+    tensor_params = [p for p in free if p.default is inspect.Parameter.empty
+                     and ROLE_OF.get(p.name.lower()) not in NOT_TENSORS]
     required_roles = [r for r in unbound if not op.role(r).optional]
     optional_roles = [r for r in unbound if op.role(r).optional]
     for order in itertools.islice(itertools.permutations(tensor_params, len(required_roles)),
@@ -116,6 +119,8 @@ def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], .
 # distance a kernel computing the op matches within: fp64 ~1e-7 with fp32 inside; fp32 ~1e-3
 # with TF32 inside (Triton's tl.dot and cuBLAS multiply fp32 in TF32 by default), ~1e-2 with
 # bf16 inside — still far from any other op or binding (those are O(1) off).
+# Names the norms read as options: never a tensor of an op bound by position.
+NOT_TENSORS = {"eps", "group_size", "norm_before_gate", "prenorm", "zcg", "offset", "shape"}
 PROBES: tuple[tuple[torch.dtype, str, float], ...] = (
     (torch.float64, "cpu", 1e-5), (torch.float32, "cpu", 2e-2), (torch.float32, "cuda", 2e-2))
 
@@ -131,8 +136,8 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
         gen = torch.Generator().manual_seed(1234)
         drawn = op.draw(op.sizes(op.default_shape), variant, dtype, device, gen)
         try:
-            with torch.no_grad():
-                raw = kernel(drawn.tensors, drawn.options)
+            raw = sandbox.call(lambda d=drawn: _outputs(kernel, d),  # type: ignore[misc]
+                               f"its forward as {op.name} ({dtype} on {device})", device)
         except Exception as exc:  # refused here: the next target
             why = exc
             continue
@@ -141,10 +146,10 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
         ref = op.reference(op.canonical(wide, drawn.options), drawn.options)
         worst = 0.0
         for o, t in zip(op.outputs, raw, strict=False):
-            if not isinstance(t, torch.Tensor):
+            if t is None:
                 return float("inf"), match, f"{dtype} on {device}"
-            got = op.output_view(o.name, t).to(torch.float64)
-            r = ref[o.name]
+            got = op.output_view(o.name, t)
+            r = ref[o.name].cpu()
             if got.shape != r.shape:
                 return float("inf"), match, f"{dtype} on {device}"
             scale = float(r.abs().max()) or 1.0
@@ -152,6 +157,25 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
         return worst, match, str(dtype).replace("torch.", "") + f" on {device}"
     assert why is not None
     raise why
+
+
+def _one_at_a_time(axes: list[Any]) -> list[tuple[Any, ...]]:
+    """The options' defaults, then each other value alone: what a kernel that takes none
+    of them may compute (a softcap it applies inside, say)."""
+    base = tuple(a.default for a in axes)
+    out = [base]
+    for i, a in enumerate(axes):
+        out += [(*base[:i], v, *base[i + 1:]) for v in a.values[1:]]
+    return out
+
+
+def _outputs(kernel: ShapedKernel, drawn: Any) -> list[torch.Tensor | None]:
+    """The kernel's outputs at a probe as fp64 CPU tensors (what a load-time call may hand
+    back from a child process: :mod:`.sandbox`), ``None`` for anything not a tensor."""
+    with torch.no_grad():
+        raw = kernel(drawn.tensors, drawn.options)
+    return [t.detach().to("cpu", torch.float64) if isinstance(t, torch.Tensor) else None
+            for t in raw]
 
 
 def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
@@ -169,7 +193,7 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
             absent = tuple((a.name, False) for a in op.axes
                            if a.name in {r.name for r in op.roles if r.optional}
                            and a.name not in taken)
-            for values in itertools.product(*(a.values for a in open_axes)):
+            for values in _one_at_a_time(open_axes):
                 fixed = absent + tuple((a.name, v)
                                        for a, v in zip(open_axes, values, strict=True))
                 variant = Variant(tuple((a.name, dict(fixed).get(a.name, a.default))
