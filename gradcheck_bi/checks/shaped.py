@@ -133,6 +133,8 @@ def forward(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | None =
             ) -> dict[str, torch.Tensor]:
     """The kernel's outputs (fp64, canonical) at ``tensors`` (the point's by default)."""
     tensors = tensors if tensors is not None else point.drawn.tensors
+    if allowed_mutations():  # a kernel that writes into what it gets (by design): copies
+        tensors = _copies(tensors)
     with torch.no_grad():
         outs = outputs_of(point, kernel(tensors, point.drawn.options))
     return {k: point.op.output_view(k, v).to(torch.float64) for k, v in outs.items()}
@@ -147,6 +149,8 @@ def with_grads(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | Non
     tensors = dict(tensors if tensors is not None else point.drawn.tensors)
     cotangents = cotangents if cotangents is not None else point.drawn.cotangents
     allowed = allowed_mutations()
+    if allowed:  # a kernel that writes into what it gets (by design): copies
+        tensors = _copies(tensors)
     leaves = {}
     for k, v in tensors.items():
         if v is not None and op.role(k).differentiable:
@@ -180,6 +184,20 @@ def with_grads(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | Non
     grads_c = {k: v.detach().to(torch.float64) for k, v in canon.items() if v is not None}
     outs_c = {k: op.output_view(k, v.detach()).to(torch.float64) for k, v in outs.items()}
     return outs_c, grads_c
+
+
+def _copies(tensors: dict[str, Any]) -> dict[str, Any]:
+    """Each tensor copied with its strides (a kernel declared to write into its inputs must
+    not change the point's own: the finite differences read them again)."""
+    out: dict[str, Any] = {}
+    for k, v in tensors.items():
+        if isinstance(v, torch.Tensor):
+            c = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+            c.copy_(v)
+            out[k] = c
+        else:
+            out[k] = v
+    return out
 
 
 # -- the error model at a point ----------------------------------------------------------

@@ -47,12 +47,12 @@ def _steps(table: Table) -> str:
 
 
 def method_line(table: Table) -> str:
+    if table.column is not None:
+        return _shaped_method(table)
     if table.half:
         parts = [HALF_NOTES[table.check]]
     else:
         stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
-        if table.column is not None:
-            return _shaped_method(table)
         note = forward_note(OPS[table.op]) if table.check == "forward" else NOTES[table.check]
         parts = [note + (f"; {stencil}" if stencil else "")]
     step = _steps(table)
