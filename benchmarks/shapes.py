@@ -85,9 +85,10 @@ def recording(seen: Counter[Key]) -> Iterator[None]:
 
     original = execute.resolve_kernels
 
-    def wrapped(refs: list[str], kernel_args: dict[str, Any] | None = None) -> list[Any]:
+    def wrapped(refs: list[str], kernel_args: dict[str, Any] | None = None,
+                timeout: float | None = None) -> list[Any]:
         return [replace(spec, fn=Recorder(spec.fn, seen))
-                for spec in original(refs, kernel_args)]
+                for spec in original(refs, kernel_args, timeout)]
 
     execute.resolve_kernels = wrapped  # type: ignore[assignment]
     try:
