@@ -46,6 +46,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -72,6 +73,7 @@ KERNELS = {
     "gelu_and_mul": "tests/kernels/gelu_and_mul.py:GeluAndMul",
     "cross_entropy": "tests/kernels/cross_entropy.py:CrossEntropy",
 }
+ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("fp64", "fp32", "bf16")
 POWER_DTYPES = ("fp64", "fp32")
 MAX_ROWS = 40
@@ -153,15 +155,15 @@ def layouts_for(op: ShapedOp, variant: Variant) -> list[str]:
     return out
 
 
-def configs(op: ShapedOp, spec: KernelSpec, dtype: str, n: int, seed: int
-            ) -> Iterator[list[Config]]:
+def configs(op: ShapedOp, spec: KernelSpec, dtype: str, n: int, seed: int,
+            max_calls: int = MAX_CALLS) -> Iterator[list[Config]]:
     """``n`` configurations of ``op``, each as its list of Configs, one per check."""
     rng = random.Random(f"{seed}-{op.name}-{dtype}")
     fixed = dict(spec.fixed)
     for _ in range(n):
         variant = random_variant(op, fixed, rng)
         shape = random_shape(op, rng)
-        while forward_calls(op, shape, variant) > MAX_CALLS:
+        while forward_calls(op, shape, variant) > max_calls:
             shape = random_shape(op, rng)
         layout = rng.choice(layouts_for(op, variant))
         point_seed = rng.randrange(1 << 31)
@@ -183,16 +185,17 @@ def reproduce(ref: str, cfg: Config) -> str:
 
 
 def false_alarms(op_name: str, dtype: str, n: int, seed: int = 20261203,
-                 log: Callable[[str], None] = lambda s: None) -> Tally:
+                 log: Callable[[str], None] = lambda s: None, max_calls: int = MAX_CALLS
+                 ) -> Tally:
     """Every applicable check of ``op_name``'s correct kernel at ``n`` configurations."""
     ref = KERNELS[op_name]
-    spec = resolve(ref)
+    spec = resolve(str(ROOT / ref))
     op = SHAPED[op_name]
-    sweep = Sweep(kernels=[ref], targets=[("cpu", dtype)])
+    sweep = Sweep(kernels=[spec.ref], targets=[("cpu", dtype)])
     measure = PointMeasurer()
     tally = Tally()
     start = time.perf_counter()
-    for i, cfgs in enumerate(configs(op, spec, dtype, n, seed)):
+    for i, cfgs in enumerate(configs(op, spec, dtype, n, seed, max_calls)):
         tally.configs += 1
         for cfg in cfgs:
             r = measure(spec, cfg, sweep)
@@ -247,7 +250,7 @@ def caught(op: ShapedOp, kernel: ShapedKernel, cfgs: list[Config], delta: float)
 def smallest_caught(op_name: str, dtype: str, steps: int = 4) -> float | None:
     """The smallest relative defect δ ∈ [1e-12, 1e-1] a gradient check of the op's default
     point catches (None: not even 1e-1)."""
-    spec = resolve(KERNELS[op_name])
+    spec = resolve(str(ROOT / KERNELS[op_name]))
     op = SHAPED[op_name]
     variant = op.variants({k: [v] for k, v in spec.fixed})[0]
     cfgs = [Config(check=c, device="cpu", dtype=dtype, shape=op.default_shape, seed=0,
