@@ -209,7 +209,8 @@ def false_alarms(op_name: str, dtype: str, n: int, seed: int = 20261203,
             elif r.max_abs_err is not None and r.tolerance:
                 tally.worst = max(tally.worst, r.max_abs_err / r.tolerance)
         if (i + 1) % 25 == 0:
-            log(f"{op_name} {dtype}: {i + 1} of {n}, {len(tally.alarms)} false alarms, "
+            log(f"{op_name} {dtype}: {i + 1} of {n} configurations, {tally.results} results, "
+                f"{len(tally.alarms)} false alarms, worst err/tol {tally.worst:.2f}, "
                 f"{time.perf_counter() - start:.0f} s")
     tally.seconds = time.perf_counter() - start
     return tally
