@@ -62,6 +62,23 @@ def test_correct_gemm_passes(check):
     assert _result("gemm.py:GemmFn", check, dtype="fp32")[0] == "pass"
 
 
+@pytest.mark.parametrize("ref,shape", [("gemm.py:GemmFn", (1, 27, 28)),
+                                       ("gemm.py:GemmFn", (2, 33, 14)),
+                                       ("gelu_and_mul.py:GeluAndMul", (2, 5)),
+                                       ("cross_entropy.py:CrossEntropy", (1, 7))])
+def test_batch_invariance_with_fewer_rows_than_its_padding(ref, shape):
+    """A batch padded with 3 rows of another draw that has only 1 or 2: its rows cycle
+    (an IndexError, reported as the kernel's error, before)."""
+    spec = resolve(str(KERNELS / ref))
+    op = SHAPED[spec.op]
+    base = dict(op.variants({k: [v] for k, v in spec.fixed})[0].values)
+    base["reduction"] = "none"  # cross-entropy's rows are independent only under none
+    variant = Variant(tuple((a.name, base[a.name]) for a in op.axes))
+    cfg = Config(check="batch_invariance", shape=shape, op=op.name, variant=variant.values)
+    r = run_point(spec, cfg, Sweep(kernels=[spec.ref]), None)
+    assert r.status == "pass", r.message
+
+
 @pytest.mark.parametrize("mutant,check,shows,blind", [
     ("DbiasFirstRow", "dbias", {"cotangent": "random"}, {"cotangent": "ones"}),
     ("DbFirstRow", "dB", {"cotangent": "random"}, {"cotangent": "ones"}),

@@ -1,0 +1,352 @@
+"""False alarms of the ops of any shape, and the smallest defect each one's checks catch.
+
+    PYTHONPATH=. python benchmarks/shaped_false_alarms.py [--n 200] [--ops gemm,…]
+        [--dtypes fp64,fp32,bf16] [--seed S] [--no-power] [--quiet]
+
+For every op in :data:`gradcheck_bi.ops.SHAPED` (an op without a correct kernel in
+:data:`KERNELS` is listed as such, never skipped in silence), each dtype: ``--n`` random
+configurations (:func:`configs`), each run through every check of the op that applies
+there, the way a sweep runs a point (probe, working precision, gate:
+:class:`gradcheck_bi.measure.PointMeasurer`). A correct kernel must pass every one: a result
+that is not ``pass`` is a false alarm, printed with the Config that reproduces it.
+
+A configuration draws, generically from the op's record:
+
+* a seed;
+* a shape: 1–3 leading dims of at most :data:`MAX_ROWS` rows in all, each trailing (inner)
+  size uniform in 1–:data:`MAX_INNER` (:data:`INNER_CAP`: a GEMM's ``K``, a Python loop in
+  the reference kernel, to 64) — small, odd, non-powers of two; a shape whose finite
+  differences would take more than :data:`MAX_CALLS` forward calls in one check (the
+  colours of :mod:`gradcheck_bi.fd.plan`, counted from the op's axes) is drawn again, so
+  that a point stays cheap: a check takes every colour of a small tensor, or the sampled
+  colours and random directions of one past ``FULL_COLOURS``, never thousands of calls;
+* every axis of the op at a random value, crossed freely (not only ``op.variants()``),
+  an option the kernel fixes (``spec.fixed``) at its value;
+* a layout among what a sweep offers the op (:func:`gradcheck_bi.sweep.shaped_layouts`): a
+  check the layout does not apply to runs contiguous.
+
+Input scales are not varied: an op's ``draw`` has no scale knob (GEMM's inputs are unit
+normals, ``gelu_and_mul``'s gate 3×, cross-entropy's logits 2×) and this harness does not
+change what an op draws.
+
+Detection power (``--no-power`` skips it), fp64 and fp32: the correct kernel with every
+output's cotangent multiplied by ``1 + δ`` in its backward (so every input gradient is off by
+a relative ``δ``), at the op's default point (its default shape and variant, seed 0,
+contiguous): the smallest ``δ`` in 1e-1 … 1e-12 that some gradient check fails, found by a
+decade scan downwards and a bisection in log ``δ`` between the last decade caught and the
+first missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gradcheck_bi.checks.shaped import run_shaped_check
+from gradcheck_bi.fd.plan import (
+    DIRECTIONS,
+    FULL_COLOURS,
+    LEVELS,
+    SAMPLED_COLOURS,
+    shared_and_colour,
+)
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.shaped_call import ShapedKernel
+from gradcheck_bi.measure import PointMeasurer
+from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.shaped import ShapedOp, Variant
+from gradcheck_bi.sweep import Sweep, _layout_applies, _variant_has, shaped_layouts
+from gradcheck_bi.vocab import Config, KernelSpec
+
+# The correct kernel of each op of any shape; an op missing here is reported, not skipped.
+KERNELS = {
+    "gemm": "tests/kernels/gemm.py:GemmFn",
+    "gelu_and_mul": "tests/kernels/gelu_and_mul.py:GeluAndMul",
+    "cross_entropy": "tests/kernels/cross_entropy.py:CrossEntropy",
+}
+ROOT = Path(__file__).resolve().parents[1]
+DTYPES = ("fp64", "fp32", "bf16")
+POWER_DTYPES = ("fp64", "fp32")
+MAX_ROWS = 40
+MAX_INNER = 300
+# An inner size (by its name in op.sizes) whose cost is quadratic in the reference kernel:
+# GEMM's K is a Python loop in tests/kernels/gemm.py, and dA/dB take K colours each.
+INNER_CAP = {("gemm", "k"): 64}
+# The most forward calls one gradient check of a configuration may take (redrawn past it).
+MAX_CALLS = 600
+
+
+@dataclass
+class Tally:
+    configs: int = 0
+    results: int = 0
+    alarms: list[str] = field(default_factory=list)
+    worst: float = 0.0  # the largest error/tolerance of a passing gradient or forward
+    seconds: float = 0.0
+    by_check: dict[str, int] = field(default_factory=dict)
+
+
+# -- drawing configurations ----------------------------------------------------------------
+def _inner_names(op: ShapedOp) -> list[str]:
+    """The op's trailing sizes, in ``--shape`` order: the names ``op.sizes`` gives that are
+    not the rows (``n``) or the leading dims."""
+    s = op.sizes(op.default_shape)
+    return [k for k in s if k != "n" and not k.startswith("lead")]
+
+
+def forward_calls(op: ShapedOp, shape: tuple[int, ...], variant: Variant) -> int:
+    """The most forward calls a gradient check takes at ``shape`` and ``variant``: per
+    colour (every one up to FULL_COLOURS, else the sampled ones and the directions), two
+    per level."""
+    sizes = op.sizes(shape)
+    outs = [o.axes for o in op.outputs_at(dict(variant.values))]
+    most = 0
+    for check, name in op.gradient_checks.items():
+        if not _variant_has(op, variant, check):
+            continue
+        r = op.role(name)
+        _, colour = shared_and_colour(r.axes, outs, op.coupled)
+        total = math.prod(sizes[a] for a in colour)
+        picks = total if total <= FULL_COLOURS else SAMPLED_COLOURS + DIRECTIONS
+        most = max(most, 2 * len(LEVELS) * picks)
+    return most
+
+
+def random_shape(op: ShapedOp, rng: random.Random) -> tuple[int, ...]:
+    """1–3 leading dims of at most MAX_ROWS rows, then each inner size in 1–its cap."""
+    rows = rng.randint(1, MAX_ROWS)
+    lead: list[int] = [rows]
+    for _ in range(rng.choice((0, 0, 1, 2))):  # split the rows into more leading dims
+        divisors = [d for d in range(1, lead[-1] + 1) if lead[-1] % d == 0]
+        d = rng.choice(divisors)
+        lead[-1:] = [d, lead[-1] // d]
+    inner = [rng.randint(1, INNER_CAP.get((op.name, k), MAX_INNER)) for k in _inner_names(op)]
+    shape = (*lead, *inner)
+    op.sizes(shape)  # raises where the op refuses it
+    return shape
+
+
+def random_variant(op: ShapedOp, fixed: dict[str, Any], rng: random.Random) -> Variant:
+    return Variant(tuple((a.name, fixed[a.name] if a.name in fixed else rng.choice(a.values))
+                         for a in op.axes))
+
+
+def layouts_for(op: ShapedOp, variant: Variant) -> list[str]:
+    """What a sweep offers the op, less a strided role that is absent and a layout that
+    applies to none of the op's checks at ``variant``."""
+    out = []
+    for layout in shaped_layouts(op, Sweep()):
+        if layout.endswith("-strided") and not layout.startswith("grad"):
+            r = op.role(layout[: -len("-strided")])
+            if r.optional and variant.get(r.name) is False:
+                continue
+        if any(_layout_applies(op, layout, variant, c) for c in op.checks
+               if _variant_has(op, variant, c)):
+            out.append(layout)
+    return out
+
+
+def configs(op: ShapedOp, spec: KernelSpec, dtype: str, n: int, seed: int,
+            max_calls: int = MAX_CALLS) -> Iterator[list[Config]]:
+    """``n`` configurations of ``op``, each as its list of Configs, one per check."""
+    rng = random.Random(f"{seed}-{op.name}-{dtype}")
+    fixed = dict(spec.fixed)
+    for _ in range(n):
+        variant = random_variant(op, fixed, rng)
+        shape = random_shape(op, rng)
+        while forward_calls(op, shape, variant) > max_calls:
+            shape = random_shape(op, rng)
+        layout = rng.choice(layouts_for(op, variant))
+        point_seed = rng.randrange(1 << 31)
+        out = []
+        for check in op.checks:
+            if not _variant_has(op, variant, check):
+                continue
+            lay = layout if _layout_applies(op, layout, variant, check) else "contiguous"
+            out.append(Config(check=check, device="cpu", dtype=dtype, shape=shape,
+                              seed=point_seed, op=op.name, variant=variant.values,
+                              layout=lay))
+        yield out
+
+
+def reproduce(ref: str, cfg: Config) -> str:
+    return (f"run_shaped_check(resolve({ref!r}).fn, Config(check={cfg.check!r}, "
+            f"dtype={cfg.dtype!r}, shape={cfg.shape!r}, seed={cfg.seed}, op={cfg.op!r}, "
+            f"variant={cfg.variant!r}, layout={cfg.layout!r}))")
+
+
+def false_alarms(op_name: str, dtype: str, n: int, seed: int = 20261203,
+                 log: Callable[[str], None] = lambda s: None, max_calls: int = MAX_CALLS
+                 ) -> Tally:
+    """Every applicable check of ``op_name``'s correct kernel at ``n`` configurations."""
+    ref = KERNELS[op_name]
+    spec = resolve(str(ROOT / ref))
+    op = SHAPED[op_name]
+    sweep = Sweep(kernels=[spec.ref], targets=[("cpu", dtype)])
+    measure = PointMeasurer()
+    tally = Tally()
+    start = time.perf_counter()
+    for i, cfgs in enumerate(configs(op, spec, dtype, n, seed, max_calls)):
+        tally.configs += 1
+        for cfg in cfgs:
+            r = measure(spec, cfg, sweep)
+            tally.results += 1
+            if r.status != "pass":
+                tally.by_check[cfg.check] = tally.by_check.get(cfg.check, 0) + 1
+                line = (f"{op_name} {dtype} #{i} {cfg.check} {r.status}: {r.message}\n"
+                        f"    {reproduce(ref, cfg)}")
+                tally.alarms.append(line)
+                log("FALSE ALARM " + line)
+            elif r.max_abs_err is not None and r.tolerance:
+                tally.worst = max(tally.worst, r.max_abs_err / r.tolerance)
+        if (i + 1) % 25 == 0:
+            log(f"{op_name} {dtype}: {i + 1} of {n} configurations, {tally.results} results, "
+                f"{len(tally.alarms)} false alarms, worst err/tol {tally.worst:.2f}, "
+                f"{time.perf_counter() - start:.0f} s")
+    tally.seconds = time.perf_counter() - start
+    return tally
+
+
+# -- detection power -----------------------------------------------------------------------
+class _ScaledCotangent(torch.autograd.Function):
+    """Identity forward; the backward multiplies the cotangent by ``1 + δ`` (in fp64)."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, delta: float) -> torch.Tensor:
+        ctx.delta = delta
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return (g.double() * (1.0 + ctx.delta)).to(g.dtype), None
+
+
+@dataclass(frozen=True)
+class Defective:
+    """A correct kernel whose every input gradient is off by a relative ``delta``."""
+
+    kernel: ShapedKernel
+    delta: float
+
+    def __call__(self, tensors: dict[str, Any], options: dict[str, Any]) -> tuple[Any, ...]:
+        out = self.kernel(tensors, options)
+        return tuple(_ScaledCotangent.apply(y, self.delta)
+                     if isinstance(y, torch.Tensor) and y.requires_grad else y for y in out)
+
+
+def caught(op: ShapedOp, kernel: ShapedKernel, cfgs: list[Config], delta: float) -> bool:
+    bad = Defective(kernel, delta)
+    return any(not run_shaped_check(bad, cfg).passed for cfg in cfgs)  # type: ignore[arg-type]
+
+
+def smallest_caught(op_name: str, dtype: str, steps: int = 4) -> float | None:
+    """The smallest relative defect δ ∈ [1e-12, 1e-1] a gradient check of the op's default
+    point catches (None: not even 1e-1)."""
+    spec = resolve(str(ROOT / KERNELS[op_name]))
+    op = SHAPED[op_name]
+    variant = op.variants({k: [v] for k, v in spec.fixed})[0]
+    cfgs = [Config(check=c, device="cpu", dtype=dtype, shape=op.default_shape, seed=0,
+                   op=op_name, variant=variant.values)
+            for c in op.gradient_checks if _variant_has(op, variant, c)]
+    assert all(run_shaped_check(spec.fn, cfg).passed for cfg in cfgs), "correct kernel fails"
+    hit, miss = None, None
+    for e in range(1, 13):
+        if caught(op, spec.fn, cfgs, 10.0**-e):
+            hit = float(e)
+        else:
+            miss = float(e)
+            break
+    if hit is None:
+        return None
+    if miss is None:
+        return 10.0**-hit
+    for _ in range(steps):  # hit < miss in decades: bisect log10 δ
+        mid = (hit + miss) / 2
+        if caught(op, spec.fn, cfgs, 10.0**-mid):
+            hit = mid
+        else:
+            miss = mid
+    return 10.0**-hit
+
+
+# -- the table -----------------------------------------------------------------------------
+def table(tallies: dict[tuple[str, str], Tally | None],
+          power: dict[tuple[str, str], float | None]) -> str:
+    lines = ["| op | dtype | configurations | results | false alarms | worst err/tol (pass) "
+             "| s per configuration | smallest defect caught |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (op_name, dtype), t in tallies.items():
+        if t is None:
+            lines.append(f"| {op_name} | {dtype} | no correct kernel | — | — | — | — | — |")
+            continue
+        key = (op_name, dtype)
+        if key in power:
+            p = power[key]
+            shown = ("> 1e-1" if p is None else f"≤ {p:.0e}" if p <= 1e-12
+                     else f"{p:.1e}")
+        else:
+            shown = "—"
+        per = t.seconds / t.configs if t.configs else 0.0
+        lines.append(f"| {op_name} | {dtype} | {t.configs} | {t.results} | {len(t.alarms)} | "
+                     f"{t.worst:.2f} | {per:.2f} | {shown} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=200, help="configurations per op and dtype")
+    ap.add_argument("--ops", default=",".join(SHAPED))
+    ap.add_argument("--dtypes", default=",".join(DTYPES))
+    ap.add_argument("--seed", type=int, default=20261203)
+    ap.add_argument("--no-power", action="store_true", help="skip the smallest defect")
+    ap.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    ops = [o for o in args.ops.split(",") if o]
+    unknown = [o for o in ops if o not in SHAPED]
+    if unknown:
+        ap.error(f"unknown op(s) {', '.join(unknown)}: expected {', '.join(SHAPED)}")
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    started = time.perf_counter()
+    tallies: dict[tuple[str, str], Tally | None] = {}
+    power: dict[tuple[str, str], float | None] = {}
+    for op_name in ops:
+        for dtype in dtypes:
+            if op_name not in KERNELS:
+                tallies[(op_name, dtype)] = None
+                continue
+            t = false_alarms(op_name, dtype, args.n, args.seed, log)
+            tallies[(op_name, dtype)] = t
+            log(f"{op_name} {dtype}: {t.configs} configurations, {t.results} results, "
+                f"{len(t.alarms)} false alarms, {t.seconds:.0f} s")
+            if not args.no_power and dtype in POWER_DTYPES:
+                power[(op_name, dtype)] = smallest_caught(op_name, dtype)
+                log(f"{op_name} {dtype}: smallest defect caught {power[(op_name, dtype)]}")
+    print(f"{args.n} random configurations per op and dtype (seed {args.seed}), CPU, "
+          f"{time.perf_counter() - started:.0f} s")
+    print(table(tallies, power))
+    missing = sorted({o for o in ops if o not in KERNELS})
+    if missing:
+        print(f"no correct kernel: {', '.join(missing)} (add it to KERNELS)")
+    alarms = [a for t in tallies.values() if t is not None for a in t.alarms]
+    for a in alarms:
+        print("FALSE ALARM:", a)
+    return 1 if alarms else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["KERNELS", "Defective", "Tally", "configs", "false_alarms", "main",
+           "smallest_caught", "table"]
