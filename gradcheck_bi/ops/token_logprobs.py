@@ -120,7 +120,7 @@ OP = ShapedOp(
           Axis("peaked", (False, True), blind=False,
                words="the target's logit raised until p ≈ 0.999")),
     reference=reference, canonical=rows, draw=draw, sizes=sizes,
-    default_shape=(2, 8, 512), shape_words="(…tokens, V)",
+    default_shape=(2, 4, 256), shape_words="(…tokens, V)",
     batch_axis=lambda values: "n", column="cotangent", risky=risky,
     marks=("logprob", "log_prob", "logps"),
     output_view=output_view, restore=restore,
