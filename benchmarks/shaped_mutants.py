@@ -26,6 +26,11 @@ CATALOGUE = [
         "CrossEntropy", "AssumesGradOne", "FirstRowCotangent", "IgnoredRowsLeak",
         "MeanOverAllRows", "SmoothingWithoutOneMinusEps", "GradIntoLogits",
         "TargetProbRoundedLowp")),
+    *(f"tests/kernels/token_logprobs.py:{m}" for m in (
+        "TokenLogprobs", "IgnoresCotangent", "FirstTokenCotangent", "TemperatureForgotten")),
+    *(f"tests/kernels/fused_linear_cross_entropy.py:{m}" for m in (
+        "FusedLinearCrossEntropy", "ChunkedFusedLinearCrossEntropy", "DweightOneChunk",
+        "MeanOverAllRows", "AssumesGradOne")),
 ]
 
 

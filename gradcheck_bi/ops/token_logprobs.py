@@ -1,0 +1,127 @@
+"""``token_logprobs``: the log-probability of each token's target, as RL trainers compute it.
+
+With ``z`` a row of logits over the vocabulary, ``τ`` the sampling temperature and ``t``
+the row's target token::
+
+    y_i   = z_{i t_i} / τ − log Σ_j exp(z_ij / τ)          (= log softmax(z_i / τ)[t_i])
+    dz_ij = g_i (δ_{j t_i} − p_ij) / τ                      (p = softmax(z / τ))
+
+one value per token (output axes ``(n,)``: the logits' leading dims flattened), each row
+its own problem — batch invariance is over the rows. The kernels this describes take
+``(logits, labels, temperature=1.0)`` (OpenRLHF's ``log_probs_from_logits``, torchtune's
+``logits_to_logprobs``; TRL's ``selective_log_softmax(logits, index)`` and verl's
+``logprobs_from_logits`` take no temperature: recognition fixes it at 1.0).
+
+The blind controls, each swept beside its sensitive value: per-token cotangents that are
+all 1 (a backward that never reads them, or reads only the first, is right there), a
+temperature of 1.0 (a backward that forgets ``1/τ`` is right there), unpeaked logits
+(``peaked``: the target's p ≈ 0.999, where ``δ − p`` cancels in low precision — a sampled
+token is often that likely). ``--shape`` is ``(…tokens, V)``.
+
+>>> import torch
+>>> z = torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+>>> t = torch.tensor([0, 1])
+>>> OP.reference({"logits": z, "target": t}, {"temperature": 1.0})["logprobs"]
+tensor([-0.1269, -0.3133], dtype=torch.float64)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+
+
+def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+              ) -> dict[str, torch.Tensor]:
+    z, target = t["logits"], t["target"]
+    assert z is not None and target is not None
+    z = z / float(options.get("temperature") or 1.0)
+    m = z.amax(-1, keepdim=True).detach()
+    lse = (m + torch.log(torch.exp(z - m).sum(-1, keepdim=True))).squeeze(-1)
+    return {"logprobs": z.gather(-1, target.unsqueeze(-1)).squeeze(-1) - lse}
+
+
+def sizes(shape: tuple[int, ...]) -> Sizes:
+    if len(shape) < 2:
+        raise ValueError("token_logprobs takes --shape as (…tokens, V), e.g. 4,512,32000")
+    return {"n": math.prod(shape[:-1]), "v": shape[-1], "lead": len(shape) - 1,
+            **{f"lead{i}": s for i, s in enumerate(shape[:-1])}}
+
+
+def _lead(s: Sizes) -> tuple[int, ...]:
+    return tuple(s[f"lead{i}"] for i in range(s["lead"]))
+
+
+def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
+         gen: torch.Generator) -> Drawn:
+    n, v = s["n"], s["v"]
+    z = 2.0 * torch.randn(n, v, generator=gen, dtype=torch.float64)
+    target = torch.randint(0, v, (n,), generator=gen)
+    tau = float(variant["temperature"])
+    if variant["peaked"]:  # the target's probability ≈ 0.999 at the temperature
+        z[torch.arange(n), target] = z.amax(-1) + tau * (math.log(v) + 7.0)
+    g = (torch.ones(n, dtype=torch.float64) if variant["cotangent"] == "ones"
+         else torch.randn(n, generator=gen, dtype=torch.float64))
+    lead = _lead(s)
+    return Drawn({"logits": z.reshape(*lead, v).to(dtype).to(device),
+                  "target": target.reshape(lead).to(device)},
+                 {"temperature": tau}, {"logprobs": g.to(dtype).to(device)}, s)
+
+
+def rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+         ) -> dict[str, torch.Tensor | None]:
+    """The logits as ``(n, v)`` and the targets as ``(n,)``: the leading dims flattened."""
+    z, target = t.get("logits"), t.get("target")
+    return {"logits": z.reshape(-1, z.shape[-1]) if z is not None else None,
+            "target": target.reshape(-1) if target is not None else None}
+
+
+def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
+            ) -> torch.Tensor:
+    """A few canonical rows with the kernel's leading rank (one batch of ``k`` tokens)."""
+    lead = like.dim() - (1 if name == "logits" else 0)
+    return part.reshape(*([1] * (lead - 1)), *part.shape).contiguous()
+
+
+def output_view(name: str, y: torch.Tensor) -> torch.Tensor:
+    return y.reshape(-1)
+
+
+def risky(drawn: Drawn, role: str) -> list[torch.Tensor]:
+    """Per row: the target's column, the largest logits, the first and last columns, the
+    edges of 128- and 1024-wide blocks (a sampled check holds these)."""
+    z, target = drawn.tensors["logits"], drawn.tensors["target"]
+    assert z is not None and target is not None
+    z = z.reshape(-1, z.shape[-1]).double().cpu()
+    n, v = z.shape
+    top = z.topk(min(3, v), dim=-1).indices
+    edges = [c for b in (128, 1024) for c in (b - 1, b) if c < v]
+    cols = [target.reshape(-1).cpu(), *top.unbind(-1), torch.zeros(n, dtype=torch.long),
+            torch.full((n,), v - 1), *(torch.full((n,), c) for c in edges)]
+    return [c.long() for c in cols]
+
+
+OP = ShapedOp(
+    "token_logprobs", "y = log softmax(z / τ)[target] per token (RL's log-probs; temperature)",
+    roles=(Role("logits", ("n", "v"), names=("logits", "input", "_input", "x", "inp", "z",
+                                             "hidden")),
+           Role("target", ("n",), kind="index",
+                names=("target", "targets", "labels", "label", "index", "input_ids", "ids",
+                       "sequences", "tokens", "y"))),
+    outputs=(Output("logprobs", ("n",)),),
+    axes=(Axis("cotangent", ("random", "ones"), blind="ones",
+               words="the per-token cotangent: random, or all ones"),
+          Axis("temperature", (0.7, 1.0), passed=True, blind=1.0,
+               names=("temperature", "temp", "tau"), words="the sampling temperature τ"),
+          Axis("peaked", (False, True), blind=False,
+               words="the target's logit raised until p ≈ 0.999")),
+    reference=reference, canonical=rows, draw=draw, sizes=sizes,
+    default_shape=(2, 4, 256), shape_words="(…tokens, V)",
+    batch_axis=lambda values: "n", column="cotangent", risky=risky,
+    marks=("logprob", "log_prob", "logps"),
+    output_view=output_view, restore=restore,
+)

@@ -1,0 +1,100 @@
+"""Losses: ``token_logprobs`` and ``fused_linear_cross_entropy`` — recognised from their
+forwards, correct kernels pass, each mutant fails where its defect shows and passes at the
+blind control that hides it (an axis's blind value, or one row chunk)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.measure import run_point
+from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.shaped import Variant
+from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.vocab import Config
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+TLP = "token_logprobs.py"
+FLCE = "fused_linear_cross_entropy.py"
+
+
+def _status(ref: str, check: str, shape: tuple[int, ...] | None = None,
+            **axes: Any) -> tuple[str, dict[str, Any]]:
+    """One point of the kernel's op: its default variant with ``axes`` changed (an option the
+    kernel fixes kept at its value), fp64, contiguous; the status and the details."""
+    spec = resolve(str(KERNELS / ref))
+    op = SHAPED[spec.op]
+    values = {**dict(op.variants({k: [v] for k, v in spec.fixed})[0].values), **axes}
+    cfg = Config(check=check, dtype="fp64", shape=shape or op.default_shape, op=op.name,
+                 variant=Variant(tuple((a.name, values[a.name]) for a in op.axes)).values)
+    r = run_point(spec, cfg, Sweep(kernels=[spec.ref]), None)
+    return r.status, r.details or {}
+
+
+@pytest.mark.parametrize("ref,op", [
+    (f"{TLP}:TokenLogprobs", "token_logprobs"),
+    (f"{FLCE}:FusedLinearCrossEntropy", "fused_linear_cross_entropy"),
+    (f"{FLCE}:ChunkedFusedLinearCrossEntropy", "fused_linear_cross_entropy"),
+])
+def test_recognised_from_its_forward(ref, op):
+    spec = resolve(str(KERNELS / ref))
+    assert spec.op == op and "recognised" in spec.recognised
+
+
+def test_plain_fused_kernel_has_no_bias_axis():
+    spec = resolve(str(KERNELS / f"{FLCE}:FusedLinearCrossEntropy"))
+    assert ("bias", False) in spec.fixed
+
+
+@pytest.mark.parametrize("check,axes", [
+    ("forward", {}), ("dlogits", {}), ("batch_invariance", {}),
+    ("dlogits", {"temperature": 1.0, "cotangent": "ones"}),
+])
+def test_token_logprobs_correct(check, axes):
+    assert _status(f"{TLP}:TokenLogprobs", check, **axes)[0] == "pass"
+
+
+@pytest.mark.parametrize("mutant,shows,blind", [
+    ("IgnoresCotangent", {"cotangent": "random"}, {"cotangent": "ones"}),
+    ("FirstTokenCotangent", {"cotangent": "random"}, {"cotangent": "ones"}),
+    ("TemperatureForgotten", {"temperature": 0.7}, {"temperature": 1.0}),
+])
+def test_token_logprobs_mutant_and_its_blind_control(mutant, shows, blind):
+    assert _status(f"{TLP}:{mutant}", "dlogits", **shows)[0] == "fail"
+    assert _status(f"{TLP}:{mutant}", "dlogits", **blind)[0] == "pass"
+
+
+@pytest.mark.parametrize("check,axes", [
+    ("forward", {}), ("dweight", {}), ("dbias", {"reduction": "none"}),
+    ("dhidden", {"reduction": "none"}), ("batch_invariance", {"reduction": "none"}),
+])
+def test_chunked_fused_correct(check, axes):
+    assert _status(f"{FLCE}:ChunkedFusedLinearCrossEntropy", check, **axes)[0] == "pass"
+
+
+def test_dweight_is_sampled_with_directions():
+    status, details = _status(f"{FLCE}:FusedLinearCrossEntropy", "dweight", reduction="sum")
+    assert status == "pass"
+    assert details["directions"] > 0
+    assert 0 < details["checked_per_element"] < details["elements"]
+
+
+@pytest.mark.parametrize("mutant,check,shows,blind", [
+    ("AssumesGradOne", "dhidden", {"reduction": "none", "cotangent": "random"},
+     {"reduction": "none", "cotangent": "ones"}),
+    ("AssumesGradOne", "dweight", {"cotangent": "random"}, {"cotangent": "ones"}),
+    ("MeanOverAllRows", "dweight", {"ignore": "some"}, {"ignore": "none"}),
+    ("MeanOverAllRows", "dhidden", {"ignore": "some"}, {"ignore": "none"}),
+])
+def test_fused_mutant_and_its_blind_control(mutant, check, shows, blind):
+    assert _status(f"{FLCE}:{mutant}", check, **shows)[0] == "fail"
+    assert _status(f"{FLCE}:{mutant}", check, **blind)[0] == "pass"
+
+
+def test_dweight_of_one_chunk_caught_with_several_chunks():
+    ref = f"{FLCE}:DweightOneChunk"
+    assert _status(ref, "dweight")[0] == "fail"  # the default shape's 10 rows: three chunks
+    assert _status(ref, "dweight", shape=(1, 4, 16, 320))[0] == "pass"  # one chunk
