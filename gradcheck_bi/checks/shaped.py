@@ -34,6 +34,7 @@ from gradcheck_bi.errors import Derived, derived, unit
 from gradcheck_bi.fd.plan import (
     DIRECTIONS,
     LEVELS,
+    SAMPLED_COLOURS,
     combine,
     index_of,
     noise_weight,
@@ -399,10 +400,14 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     h = step(t, dtype)
     gen = torch.Generator().manual_seed(seed_of(point.cfg) + 1)
     risky = op.risky(point.drawn, role) if op.risky is not None else []
-    if not s_sizes and risky:  # a scalar output: each risky element of each row a colour
+    if not s_sizes and risky and risky[0].numel() > 1:
+        # a scalar output: each risky element of each row is a colour of its own; half the
+        # sample spread over every kind and random rows, the other half random elements
         width = math.prod(c_sizes[1:])
-        risky = [torch.tensor(row * width + int(c)) for r in risky
-                 for row, c in enumerate(r.reshape(-1).tolist())]
+        rows = torch.randperm(risky[0].numel(), generator=gen).tolist()
+        per_kind = max(1, SAMPLED_COLOURS // (2 * len(risky)))
+        risky = [torch.tensor(row * width + int(r.reshape(-1)[row]))
+                 for row in rows[:per_kind] for r in risky]
     colours = plan(s_sizes, c_sizes, risky, gen)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(_reduce(g[k] ** 2 * m.output_sigma[k] ** 2, axes, shared) for k, axes in outs)
