@@ -59,33 +59,69 @@ def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
     return obj, False
 
 
-def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], ...]]:
-    """Every way the kernel's parameters can take the op's roles and options: names first
-    (case-insensitive), the rest of the roles by position; at most a few candidates."""
-    try:
-        target, skip = _target(obj, kind)
-        params = parameters(target, skip)
-    except (TypeError, ValueError, AttributeError):
-        return []
+Binding = tuple[tuple[str, str], ...]
+
+
+def _by_name(op: ShapedOp, params: list[inspect.Parameter], roles: bool = True
+             ) -> dict[str, str]:
+    """Each parameter the op's names bind (case-insensitive): a role (only a role without
+    a gradient where ``roles`` is False: a module constructor's class weights), an option,
+    a value the op fills; a role or option named twice keeps its first parameter."""
     by_name: dict[str, str] = {}
     for p in params:
         low = p.name.lower()
         for r in op.roles:
-            if low == r.name.lower() or low in r.names:
+            if (roles or not r.differentiable and r.kind == "float") and (
+                    low == r.name.lower() or low in r.names):
                 by_name.setdefault(p.name, r.name)
         for a in op.axes:
             if a.passed and (low == a.name or low in a.names):
                 by_name.setdefault(p.name, a.name)
         if low in op.fills:
             by_name.setdefault(p.name, "=" + low)
-    # a role named twice keeps its first parameter
     taken: dict[str, str] = {}
     for pname, what in list(by_name.items()):
         if what in taken.values():
             del by_name[pname]
         else:
             taken[pname] = what
-    unbound = [r.name for r in op.roles if r.name not in by_name.values()]
+    return by_name
+
+
+def _constructor(op: ShapedOp, obj: Any) -> Binding | None:
+    """A module class's constructor bound by name: the op's options, the values it fills,
+    an optional role without a gradient (``CrossEntropyLoss(weight=…)``); the rest at
+    their defaults. ``None`` when a required parameter is left unbound."""
+    try:
+        params = parameters(obj, False)
+    except (TypeError, ValueError):
+        return None
+    by_name = _by_name(op, params, roles=False)
+    if any(p.default is inspect.Parameter.empty and p.name not in by_name for p in params):
+        return None
+    return tuple((p.name, by_name.get(p.name, KEEP)) for p in params)
+
+
+def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[Binding, Binding]]:
+    """Every way the kernel's parameters can take the op's roles and options: names first
+    (case-insensitive), the rest of the roles by position; at most a few candidates. Each
+    is ``(constructor, call)``: a module class's constructor takes what its names bind
+    (options, class weights), its forward the tensors; other kernels have no constructor."""
+    try:
+        target, skip = _target(obj, kind)
+        params = parameters(target, skip)
+    except (TypeError, ValueError, AttributeError):
+        return []
+    ctor: Binding = ()
+    if kind == "module":
+        built = _constructor(op, obj)
+        if built is None:
+            return []
+        ctor = built
+    in_ctor = {what for _, what in ctor if what != KEEP}
+    by_name = {p: what for p, what in _by_name(op, params).items() if what not in in_ctor}
+    unbound = [r.name for r in op.roles
+               if r.name not in by_name.values() and r.name not in in_ctor]
     free = [p for p in params if p.name not in by_name]
     out = []
     tensor_params = [p for p in free if p.default is inspect.Parameter.empty]
@@ -103,9 +139,10 @@ def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], .
                 rest = [p for p in rest if p.name != spare[0].name]
         if any(p.default is inspect.Parameter.empty for p in params if p.name not in binding):
             continue
-        if not all(role.name in binding.values() for role in op.roles if not role.optional):
+        if not all(role.name in binding.values() or role.name in in_ctor
+                   for role in op.roles if not role.optional):
             continue
-        out.append(tuple((p.name, binding.get(p.name, KEEP)) for p in params))
+        out.append((ctor, tuple((p.name, binding.get(p.name, KEEP)) for p in params)))
         if not required_roles:
             break
     return out
@@ -126,6 +163,7 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
     and where it ran (the first of :data:`PROBES` the kernel does not refuse)."""
     why: Exception | None = None
     for dtype, device, match in PROBES:
+        where = str(dtype).replace("torch.", "") + f" on {device}"
         if device == "cuda" and not torch.cuda.is_available():
             continue
         gen = torch.Generator().manual_seed(1234)
@@ -142,14 +180,14 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
         worst = 0.0
         for o, t in zip(op.outputs, raw, strict=False):
             if not isinstance(t, torch.Tensor):
-                return float("inf"), match, f"{dtype} on {device}"
+                return float("inf"), match, where
             got = op.output_view(o.name, t).to(torch.float64)
             r = ref[o.name]
             if got.shape != r.shape:
-                return float("inf"), match, f"{dtype} on {device}"
+                return float("inf"), match, where
             scale = float(r.abs().max()) or 1.0
             worst = max(worst, float((got - r).abs().max()) / scale)
-        return worst, match, str(dtype).replace("torch.", "") + f" on {device}"
+        return worst, match, where
     assert why is not None
     raise why
 
@@ -161,9 +199,9 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
     ops = [SHAPED[forced]] if forced in SHAPED else list(SHAPED.values())
     best: Found | None = None
     for op in ops:
-        for binding in bindings(op, obj, kind):
-            kernel = ShapedKernel(obj, op.name, binding, kind)
-            taken = {what for _, what in binding}
+        for ctor, binding in bindings(op, obj, kind):
+            kernel = ShapedKernel(obj, op.name, binding, kind, ctor)
+            taken = {what for _, what in (*ctor, *binding)}
             open_axes = [a for a in op.axes if a.passed and a.name not in taken]
             # an optional role the kernel does not take: its axis at "absent" alone
             absent = tuple((a.name, False) for a in op.axes
