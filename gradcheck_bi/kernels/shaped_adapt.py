@@ -71,7 +71,7 @@ def _by_name(op: ShapedOp, params: list[inspect.Parameter], roles: bool = True
     for p in params:
         low = p.name.lower()
         for r in op.roles:
-            if (roles or not r.differentiable and r.kind == "float") and (
+            if (roles or (not r.differentiable and r.kind == "float")) and (
                     low == r.name.lower() or low in r.names):
                 by_name.setdefault(p.name, r.name)
         for a in op.axes:
