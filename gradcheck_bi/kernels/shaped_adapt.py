@@ -31,7 +31,7 @@ import torch
 
 from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
-from gradcheck_bi.ops.shaped import ShapedOp, Variant
+from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
 
 PROBE_SHAPES: dict[str, tuple[int, ...]] = {}
 
@@ -49,6 +49,9 @@ class Found:
     fixed: tuple[tuple[str, Any], ...] = ()
     # The distance that matches where the probe ran (:data:`PROBES`).
     match: float = 1e-5
+    # Whether its output required grad with its differentiable inputs requiring it
+    # (``None``: not seen): ``False`` is a kernel with no backward to check.
+    grad: bool | None = None
 
 
 def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
@@ -157,7 +160,25 @@ PROBES: tuple[tuple[torch.dtype, str, float], ...] = (
     (torch.float64, "cpu", 1e-5), (torch.float32, "cpu", 2e-2), (torch.float32, "cuda", 2e-2))
 
 
-def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float, float, str]:
+def _call(op: ShapedOp, kernel: ShapedKernel, drawn: Drawn) -> tuple[tuple[Any, ...], bool | None]:
+    """The kernel's outputs with its differentiable inputs requiring grad, and whether its
+    first output did too; where it refuses inputs that require grad, without (``None``)."""
+    try:
+        with torch.enable_grad():
+            live = {k: (v.detach().requires_grad_() * 1 if isinstance(v, torch.Tensor)
+                        and op.role(k).differentiable else v)
+                    for k, v in drawn.tensors.items()}
+            raw = kernel(live, drawn.options)
+        first = raw[0] if raw else None
+        grad = bool(first.requires_grad) if isinstance(first, torch.Tensor) else None
+        return tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in raw), grad
+    except Exception:  # an in-place write torch refuses under grad, say: without
+        with torch.no_grad():
+            return kernel(drawn.tensors, drawn.options), None
+
+
+def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
+           seen_grad: list[bool | None]) -> tuple[float, float, str]:
     """The kernel's forward at a small random point against the fp64 reference: the largest
     relative error (inf when it returns another shape), the distance that matches there,
     and where it ran (the first of :data:`PROBES` the kernel does not refuse)."""
@@ -169,11 +190,11 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float,
         gen = torch.Generator().manual_seed(1234)
         drawn = op.draw(op.sizes(op.default_shape), variant, dtype, device, gen)
         try:
-            with torch.no_grad():
-                raw = kernel(drawn.tensors, drawn.options)
+            raw, grad = _call(op, kernel, drawn)
         except Exception as exc:  # refused here: the next target
             why = exc
             continue
+        seen_grad[0] = grad
         wide = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor)
                     and v.is_floating_point() else v) for k, v in drawn.tensors.items()}
         ref = op.reference(op.canonical(wide, drawn.options), drawn.options)
@@ -212,15 +233,16 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                                        for a, v in zip(open_axes, values, strict=True))
                 variant = Variant(tuple((a.name, dict(fixed).get(a.name, a.default))
                                         for a in op.axes))
+                seen_grad: list[bool | None] = [None]
                 try:
-                    distance, match, where = _probe(op, kernel, variant)
+                    distance, match, where = _probe(op, kernel, variant, seen_grad)
                 except Exception:
                     distance, match, where = float("inf"), PROBES[0][2], "nowhere"
                 note = (f"recognised {op.name} from its forward ({kernel.words}"
                         + "".join(f"; {k} fixed at {v}" for k, v in fixed)
                         + f"; max relative error {distance:.1e} against the reference, "
                         + f"{where})")
-                found = Found(kernel, distance, note, fixed, match)
+                found = Found(kernel, distance, note, fixed, match, seen_grad[0])
                 if best is None or distance / match < best.distance / best.match:
                     best = found
                 if distance <= match:
