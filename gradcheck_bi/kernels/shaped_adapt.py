@@ -217,7 +217,8 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
     """The op of any shape the kernel computes, or ``None`` when no candidate binds; a
     candidate that binds and does not match comes back with its distance (the caller
     refuses or goes on)."""
-    ops = [SHAPED[forced]] if forced in SHAPED else list(SHAPED.values())
+    ops = [SHAPED[forced]] if forced in SHAPED else [
+        op for op in SHAPED.values() if op.independent]
     best: Found | None = None
     for op in ops:
         for ctor, binding in bindings(op, obj, kind):
