@@ -42,10 +42,11 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.errors import derived
 from gradcheck_bi.kernels.shaped_call import ShapedKernel
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
-from gradcheck_bi.vocab import DTYPES, KernelSpec
+from gradcheck_bi.vocab import DTYPES, KernelSpec, first_line
 
 PATTERNS = ("none", "elementwise", "rows", "whole")
 WORDS = {"none": "reaches no output", "elementwise": "elementwise",
@@ -138,6 +139,14 @@ def _pattern(si: tuple[int, ...], so: tuple[int, ...], at: tuple[int, ...],
     return "whole"
 
 
+def _unravel(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for n in reversed(shape):
+        out.append(k % n)
+        k //= n
+    return tuple(reversed(out))
+
+
 def measure(call: Callable[[list[Any]], tuple[torch.Tensor, ...]], args: list[_Arg],
             gen: torch.Generator) -> dict[str, str]:
     """Each floating input's pattern (the widest over its probes and every output)."""
@@ -158,7 +167,7 @@ def measure(call: Callable[[list[Any]], tuple[torch.Tensor, ...]], args: list[_A
             flat[k] = flat[k] + 1e-3 * (1.0 + abs(float(flat[k])))
             with torch.no_grad():
                 ys = call([*values[:i], moved_t, *values[i + 1:]])
-            at = tuple(int(c) for c in torch.unravel_index(torch.tensor(k), t.shape))
+            at = _unravel(k, tuple(t.shape))
             for y0, y1 in zip(base, ys, strict=True):
                 p = _pattern(tuple(t.shape), tuple(y0.shape), at, y1 != y0)
                 worst = max(worst, p, key=PATTERNS.index)
@@ -276,6 +285,22 @@ def build(fn: Any, inputs: Sequence[Any], name: str = "") -> tuple[ShapedOp, lis
     return op, words
 
 
+def _derivable(op: ShapedOp) -> None:
+    """Derive the error model once here, at the examples: a kernel it cannot follow is
+    refused now, with the reason (and what a Function's first call under the model's
+    dispatch mode imports is imported once, before the workers fork)."""
+    variant = op.variants()[0]
+    drawn = op.draw(op.sizes(op.default_shape), variant, torch.float64, "cpu",
+                    torch.Generator().manual_seed(0))
+    wide = {k: v for k, v in drawn.tensors.items()}
+    wrt = [r.name for r in op.roles if r.differentiable]
+    try:
+        derived(lambda t: op.reference(t, drawn.options), wide, drawn.cotangents, wrt)
+    except Exception as exc:
+        raise GenericError("the error model cannot be derived from the kernel's own fp64 "
+                           f"forward ({type(exc).__name__}: {first_line(exc)})") from None
+
+
 @dataclass(frozen=True)
 class Generic:
     """A kernel ready for the engine: its spec (its op registered) and what to say."""
@@ -292,6 +317,7 @@ def prepare(fn: Any, inputs: Sequence[Any], name: str = "") -> Generic:
     fn = _unwrap(fn)
     name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     op, words = build(fn, inputs, name)
+    _derivable(op)
     SHAPED[op.name] = op
     floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
     dtype = next(k for k, v in DTYPES.items() if v == floats[0].dtype)
