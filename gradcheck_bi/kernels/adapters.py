@@ -244,8 +244,31 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     cannot be filled, :class:`~gradcheck_bi.vocab.KernelCrashed` for one that crashed or
     hung while its forward was probed (in a child process: :mod:`.sandbox`).
     """
+    if kernel_args and "generic" in kernel_args:  # --generic: no op, its own forward
+        return _generic(obj, name, source, kernel_args)
     return sandbox.isolated(lambda: _adapt(obj, name, source, kernel_args, description), name,
                             None if source == "api" else source, kernel_args)
+
+
+def _generic(obj: Any, name: str, source: str, kernel_args: dict[str, Any]) -> KernelSpec:
+    """The generic check's kernel (:mod:`gradcheck_bi.generic`) at example inputs drawn
+    from ``kernel_args["generic"]``: one shape per tensor argument, in order (seeded, so a
+    worker that loads it again builds the same op)."""
+    from gradcheck_bi.generic import GenericError, prepare
+
+    shapes = kernel_args["generic"]
+    rest = sorted(set(kernel_args) - {"generic"})
+    if rest:
+        raise KernelLoadError(f"kernel {name}: --generic takes no --kernel-arg or --op "
+                              f"({', '.join(rest)})")
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
+    try:
+        generic = prepare(obj, inputs, name)
+    except GenericError as exc:
+        raise KernelLoadError(f"kernel {name}: {exc}") from None
+    return replace(generic.spec, source=source, recognised="; ".join(generic.notes),
+                   loaded_with=(("generic", tuple(tuple(s) for s in shapes)),))
 
 
 def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
