@@ -109,3 +109,19 @@ def test_half_examples_and_no_float_input_are_refused() -> None:
         build(torch.tanh, (_x(2, 4).to(torch.bfloat16),))
     with pytest.raises(GenericError, match="no floating tensor"):
         build(lambda i: i * 2, (torch.arange(4),))
+
+
+def test_cli_generic_checks_a_plain_function(tmp_path, capsys) -> None:
+    from gradcheck_bi import cli
+
+    path = tmp_path / "l2.py"
+    path.write_text("import torch\n\n\ndef l2norm(x, eps=1e-6):\n"
+                    "    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)\n")
+    code = cli.main(["run", "--kernel", f"{path}:l2norm", "--generic", "--shape", "3,8",
+                     "--check", "dx", "--layout", "contiguous", "--no-progress",
+                     "--format", "text"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "x: rows over the last axis" in err and "forward not checked" in err
+    assert cli.main(["run", "--kernel", f"{path}:l2norm", "--generic"]) == 2
+    assert "needs one --shape per tensor argument" in capsys.readouterr().err

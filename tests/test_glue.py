@@ -87,3 +87,37 @@ def test_upper_case_function_binds_by_name() -> None:
     assert spec.op == "cross_entropy" and "reduction" not in dict(spec.fixed)
     assert _status(spec, "dlogits") == "pass"
     assert _status(spec, "dlogits", reduction="none") == "pass"
+
+
+L2_FILE = '''
+import torch
+
+
+def l2norm(x, eps=1e-6, output_dtype=None):
+    y = x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)
+    return y if output_dtype is None else y.to(output_dtype)
+
+
+def forward_only(x, weight, eps=1e-6):
+    with torch.no_grad():
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+'''
+
+
+def test_refusals_are_one_line_exit_2(tmp_path, capsys) -> None:
+    from gradcheck_bi import cli
+
+    path = tmp_path / "l2.py"
+    path.write_text(L2_FILE)
+    code = cli.main(["run", "--kernel", f"{path}:l2norm", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "l2norm(x, eps, output_dtype)" in lines[0]
+    assert "matches no op here (nearest: layer_norm" in lines[0]
+    assert "--op NAME" in lines[0] and "--generic" in lines[0]
+    code = cli.main(["run", "--kernel", f"{path}:forward_only", "--no-progress"])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "does not require grad" in lines[0]
+    assert "forward_only(x, weight, eps)" in lines[0]
