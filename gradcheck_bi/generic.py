@@ -37,16 +37,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from gradcheck_bi.errors import derived
+from gradcheck_bi.kernels.adapters import BUILDERS
 from gradcheck_bi.kernels.shaped_call import ShapedKernel
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
-from gradcheck_bi.vocab import DTYPES, KernelSpec, first_line
+from gradcheck_bi.vocab import DTYPES, KernelLoadError, KernelSpec, first_line
 
 PATTERNS = ("none", "elementwise", "rows", "whole")
 WORDS = {"none": "reaches no output", "elementwise": "elementwise",
@@ -336,3 +337,18 @@ def prepare(fn: Any, inputs: Sequence[Any], name: str = "") -> Generic:
     spec = KernelSpec(name, kernel, (), "", source="api", zcg=frozenset({False}),
                       op=op.name, recognised=notes[0])
     return Generic(spec, dtype, device, notes)
+
+
+def load_spec(obj: Any, name: str, source: str, shapes: list[tuple[int, ...]]) -> KernelSpec:
+    """``run --generic``'s kernel: ``obj`` at seeded fp64 inputs of ``shapes``, one per
+    tensor argument in order (seeded: a worker that loads it again builds the same op)."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
+    try:
+        generic = prepare(obj, inputs, name)
+    except GenericError as exc:
+        raise KernelLoadError(f"kernel {name}: {exc}") from None
+    return replace(generic.spec, source=source, recognised="; ".join(generic.notes))
+
+
+BUILDERS.append(load_spec)

@@ -40,6 +40,7 @@ from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
+from gradcheck_bi.generic import load_spec as _generic  # noqa: F401  (run --generic)
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.ops import OPS

@@ -250,25 +250,22 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
                             None if source == "api" else source, kernel_args)
 
 
-def _generic(obj: Any, name: str, source: str, kernel_args: dict[str, Any]) -> KernelSpec:
-    """The generic check's kernel (:mod:`gradcheck_bi.generic`) at example inputs drawn
-    from ``kernel_args["generic"]``: one shape per tensor argument, in order (seeded, so a
-    worker that loads it again builds the same op)."""
-    from gradcheck_bi.generic import GenericError, prepare
+# ``--generic`` (kernel arg ``generic``: the inputs' shapes): the generic check builds the
+# kernel's spec (:mod:`gradcheck_bi.generic`, a layer above, which registers itself here when
+# the package is imported).
+GenericBuilder = Callable[[Any, str, str, list[tuple[int, ...]]], KernelSpec]
+BUILDERS: list[GenericBuilder] = []
 
-    shapes = kernel_args["generic"]
+
+def _generic(obj: Any, name: str, source: str, kernel_args: dict[str, Any]) -> KernelSpec:
     rest = sorted(set(kernel_args) - {"generic"})
     if rest:
         raise KernelLoadError(f"kernel {name}: --generic takes no --kernel-arg or --op "
                               f"({', '.join(rest)})")
-    gen = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
-    try:
-        generic = prepare(obj, inputs, name)
-    except GenericError as exc:
-        raise KernelLoadError(f"kernel {name}: {exc}") from None
-    return replace(generic.spec, source=source, recognised="; ".join(generic.notes),
-                   loaded_with=(("generic", tuple(tuple(s) for s in shapes)),))
+    if not BUILDERS:
+        raise KernelLoadError(f"kernel {name}: the generic check is not loaded "
+                              "(import gradcheck_bi)")
+    return BUILDERS[0](obj, name, source, [tuple(s) for s in kernel_args["generic"]])
 
 
 def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
