@@ -304,16 +304,19 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
     if rec.grad is False:
         raise KernelLoadError(_no_backward(obj, name, kind, rec.op))
-    if rec.unmatched and forced is None:
-        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
             builder is not None and builder.weightless) or (weightless and kind != "module"):
         # another op, or an RMSNorm without a weight or with a bias: adapted by role
-        return adapt_op(builder or obj, kind, name, source, rec, args, override, description,
+        spec = adapt_op(builder or obj, kind, name, source, rec, args, override, description,
                         skip)
-    spec = _adapt_rms(builder or obj, name, source, args, override, description)
-    return replace(spec, recognised=rec.note, mismatch=rec.mismatch)
+    else:
+        spec = replace(_adapt_rms(builder or obj, name, source, args, override, description),
+                       recognised=rec.note, mismatch=rec.mismatch)
+    # after the adapter, whose refusal of parameters it cannot fill says more (f(x) → x)
+    if rec.unmatched and forced is None:
+        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found))
+    return spec
 
 
 

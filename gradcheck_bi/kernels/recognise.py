@@ -195,7 +195,10 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         variant is not None and variant.bias) else set()
     seen = seen or Seen()
     unmatched = ""
-    if by_name is None and not chosen and seen.errors and seen.match() is None:
+    # (an output that is not finite anywhere near a variant is a broken kernel, which its
+    # forward check reports, not another op)
+    if by_name is None and not chosen and seen.errors and seen.match() is None \
+            and seen.errors[0][0] < float("inf"):
         e, nearest = seen.errors[0]
         unmatched = f"{nearest.words} (max relative error {e:.2g})"
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
