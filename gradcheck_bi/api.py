@@ -40,6 +40,7 @@ import torch
 from gradcheck_bi.cases import check_values
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
+from gradcheck_bi.generic import prepare
 from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.kernels.loader import crashed
 from gradcheck_bi.point import BY_KEY
@@ -87,6 +88,8 @@ class Report:
     not_run: list[str] = field(default_factory=list)
     # (kernel, why) when every point asked of the kernel was dropped: nothing was checked.
     unchecked: list[tuple[str, str]] = field(default_factory=list)
+    # What a generic check measured and left out (its dependency pattern, no forward).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def summary(self) -> Summary:
@@ -115,6 +118,7 @@ class Report:
         lines = ["gradcheck-bi: " + verdict_line(self.summary)]
         lines += ["  " + describe(r) for r in self.failed]
         lines += [f"  (not run: {note})" for note in self.not_run]
+        lines += [f"  ({note})" for note in self.notes]
         if self.unsupported:
             lines.append(f"  ({len(self.unsupported)} unsupported here, e.g. "
                          f"{self.unsupported[0].message})")
@@ -226,6 +230,7 @@ def check(
     raise_on_failure: bool = True,
     kernel_args: dict[str, Any] | None = None,
     threads: int | None = None,
+    inputs: Sequence[Any] | None = None,
     **sweep_options: Any,
 ) -> Report:
     """Check ``fn`` over a small sweep: an autograd Function, a function
@@ -246,6 +251,12 @@ def check(
     validated before any kernel runs, with the case files' rules: a bad value is a
     ``ValueError`` naming it, an unknown keyword a ``TypeError``.
 
+    ``inputs``: example arguments (tensors, as :func:`torch.autograd.gradcheck` takes
+    them) for a kernel that computes no op here — the **generic check**
+    (:mod:`gradcheck_bi.generic`): every floating input's gradient per element against
+    central differences of the kernel's own forward, at the examples' dtype and device,
+    its dependency pattern measured and said in the report's notes, no forward check.
+
     Raises :class:`GradcheckFailure` when a result is not as expected (with ``strict=True``,
     also when any is unsupported or nothing was checked) and :class:`GradcheckSkipped` when
     nothing could be checked here (every result unsupported, or every point dropped),
@@ -259,14 +270,21 @@ def check(
                           device=device, dtype=dtype, eps=eps, seeds=seeds,
                           input_scales=input_scales, weight_scales=weight_scales,
                           expect=expect, **sweep_options)
+    notes: list[str] = []
     with fd_threads.policy(threads):  # adapting a kernel may call it too
-        spec = _spec(fn, kernel_args)
+        if inputs is not None:
+            generic = prepare(fn, inputs)
+            spec, notes = generic.spec, list(generic.notes)
+            values["targets"] = [(generic.device, generic.dtype)]
+        else:
+            spec = _spec(fn, kernel_args)
         if spec.source == "bundled":
             values.pop("expect")  # a bundled kernel's declared defects say what it must show
         sweep = Sweep(kernels=[spec.name], **values)
         results = run(sweep, [spec])
     idle = unchecked([sweep], [spec], (r.kernel for r in results))
-    report = Report(results, strict, [] if idle else not_run([sweep], [spec]), idle)
+    report = Report(results, strict, [] if idle or inputs is not None
+                    else not_run([sweep], [spec]), idle, notes)
     if raise_on_failure and report.exit_code == EXIT_UNEXPECTED:
         raise GradcheckFailure(report)
     if raise_on_failure and report.exit_code == EXIT_UNSUPPORTED and (

@@ -22,6 +22,7 @@ from gradcheck_bi.checks.precision import working_precision
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.checks.twins import Twins
 from gradcheck_bi.gate import expected, judge, judge_raised
+from gradcheck_bi.generic import load_spec as _generic  # noqa: F401  (run --generic)
 from gradcheck_bi.kernels.call import declared_mutations
 from gradcheck_bi.kernels.trace import is_internal, stops_the_run
 from gradcheck_bi.sweep import Sweep

@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("gradcheck_bi.kernels",),
     ("gradcheck_bi.tolerance", "gradcheck_bi.errors"),
     ("gradcheck_bi.fd", "gradcheck_bi.inputs", "gradcheck_bi.lowp"),
-    ("gradcheck_bi.checks", "gradcheck_bi.stepsweep"),
+    ("gradcheck_bi.checks", "gradcheck_bi.stepsweep", "gradcheck_bi.generic"),
     ("gradcheck_bi.point", "gradcheck_bi.sweep", "gradcheck_bi.cases", "gradcheck_bi.shard"),
     ("gradcheck_bi.gate",),
     ("gradcheck_bi.measure", "gradcheck_bi.serve", "gradcheck_bi.workers", "gradcheck_bi.runner",

@@ -18,6 +18,7 @@ from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.behaviour import MATCH, candidates, drawn_values, probe
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
+from gradcheck_bi.vocab import KernelLoadError
 
 VARIANTS = str(Path(__file__).parent / "kernels" / "variants.py")
 SMALL = {"targets": [("cpu", "fp64")], "shapes": [(3, 32)]}
@@ -131,14 +132,20 @@ def test_rmsnorm_whose_forward_subtracts_the_mean_fails_naming_layer_norm(
                      "--no-progress"]) == 0
 
 
-def test_output_matching_no_op_is_one_note_line() -> None:
-    spec = resolve(f"{VARIANTS}:doubling_norm")
-    assert spec.op == "rms_norm"
-    assert "its output at a small random fp64 point matches no known op (closest:" in \
-        spec.recognised
+def test_output_matching_no_op_is_one_refusal_line() -> None:
+    """Read as rms_norm by default alone (no name, no parameter says it), an output that
+    matches no op is refused with one line, not checked against a guessed op; --op holds it
+    to an op, and its failed forward then says what it matched."""
+    with pytest.raises(KernelLoadError) as refused:
+        resolve(f"{VARIANTS}:doubling_norm")
+    line = str(refused.value)
+    assert "\n" not in line and "doubling_norm(x, weight, eps)" in line
+    assert "matches no op here (nearest: " in line and "max relative error" in line
+    assert "--op NAME" in line and "--generic" in line
+    spec = resolve(f"{VARIANTS}:doubling_norm", {"op": "rms_norm"})
     fails = [r for r in _run(spec, checks=["forward"], weights=["randn"], zcg=[False])
              if r.status == "fail"]
-    assert fails and "matches no known op" in fails[0].message
+    assert fails
 
 
 def test_videoprism_is_a_zero_centred_layer_norm() -> None:

@@ -40,6 +40,7 @@ from gradcheck_bi.fd import MemoryBudgetError
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
+from gradcheck_bi.generic import load_spec as _generic  # noqa: F401  (run --generic)
 from gradcheck_bi.kernels.call import MUTABLE
 from gradcheck_bi.kernels.loader import complete_ref
 from gradcheck_bi.ops import OPS
@@ -80,6 +81,11 @@ def run_command(
     op: Annotated[str | None, typer.Option(
         "--op", metavar="OP", rich_help_panel=WHAT, show_default="from the parameter names",
         help=f"The op your kernels compute: {', '.join(OPS)} (`gradcheck-bi ops`).")] = None,
+    generic: Annotated[bool, typer.Option(
+        "--generic", rich_help_panel=WHAT, show_default=False,
+        help="A kernel that computes no op here: each floating input's gradient against "
+        "central differences of its own forward, its dependency pattern measured; one "
+        "--shape per tensor argument, in order (random fp64 inputs).")] = False,
     allow_mutation: Annotated[list[str] | None, typer.Option(
         "--allow-mutation", metavar="TENSOR,…", rich_help_panel=WHAT, show_default="none",
         help="Tensors your kernel writes into by design (x, weight, grad_output): a note, "
@@ -226,6 +232,8 @@ def run_command(
     if point.get("op") is not None:
         extra["op"] = point.pop("op")  # the adapter's reserved kernel arg (kernels/adapters.py)
     targets = _targets(point.pop("device", None), point.pop("dtype", None))
+    if generic:
+        extra["generic"] = _generic_shapes(point, extra, targets)
     if targets is not None:
         dropped = []  # the command line's targets replace the case's: nothing of it dropped
     for d in dropped:  # one line per target skip_missing_devices left out
@@ -260,6 +268,25 @@ def run_command(
         print_tracebacks(results)
     emit(report, fmt_name, output, plot, time.perf_counter() - started)
     return code
+
+
+def _generic_shapes(point: dict[str, Any], extra: dict[str, Any],
+                    targets: list[tuple[str, str]] | None) -> list[tuple[int, ...]]:
+    """``--generic``: the ``--shape`` of each input (taken from the sweep's shapes: the
+    inputs' shapes are one point), refusing what it cannot check."""
+    shapes = point.pop("shape", None)
+    if not shapes:
+        raise UsageError("--generic needs one --shape per tensor argument of the kernel, in "
+                         "order (e.g. --shape 4,64 --shape 64)")
+    if "op" in extra:
+        raise UsageError("--generic and --op exclude each other: --generic is for a kernel "
+                         "that computes no op here")
+    half = [dt for _, dt in targets or [] if dt in ("bf16", "fp16")]
+    if half:
+        raise UsageError(f"--generic --dtype {half[0]}: the generic check needs fp32 or fp64 "
+                         "(no difference of a half-precision forward resolves a gradient, "
+                         "and there is no reference to hold it to)")
+    return [tuple(s) for s in shapes]
 
 
 def _timeout(seconds: float | None) -> float | None:

@@ -38,6 +38,7 @@ fails rather than hides a defect.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -243,8 +244,28 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     cannot be filled, :class:`~gradcheck_bi.vocab.KernelCrashed` for one that crashed or
     hung while its forward was probed (in a child process: :mod:`.sandbox`).
     """
+    if kernel_args and "generic" in kernel_args:  # --generic: no op, its own forward
+        return _generic(obj, name, source, kernel_args)
     return sandbox.isolated(lambda: _adapt(obj, name, source, kernel_args, description), name,
                             None if source == "api" else source, kernel_args)
+
+
+# ``--generic`` (kernel arg ``generic``: the inputs' shapes): the generic check builds the
+# kernel's spec (:mod:`gradcheck_bi.generic`, a layer above, which registers itself here when
+# the package is imported).
+GenericBuilder = Callable[[Any, str, str, list[tuple[int, ...]]], KernelSpec]
+BUILDERS: list[GenericBuilder] = []
+
+
+def _generic(obj: Any, name: str, source: str, kernel_args: dict[str, Any]) -> KernelSpec:
+    rest = sorted(set(kernel_args) - {"generic"})
+    if rest:
+        raise KernelLoadError(f"kernel {name}: --generic takes no --kernel-arg or --op "
+                              f"({', '.join(rest)})")
+    if not BUILDERS:
+        raise KernelLoadError(f"kernel {name}: the generic check is not loaded "
+                              "(import gradcheck_bi)")
+    return BUILDERS[0](obj, name, source, [tuple(s) for s in kernel_args["generic"]])
 
 
 def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
@@ -263,9 +284,12 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     forced = args.pop("op", None)  # --op NAME: the op, instead of reading it off the names
     kind = ("module" if _is_module_factory(obj) else "function" if _is_function(obj)
             else "apply" if callable(getattr(obj, "apply", None)) else "callable")
+    found: Found | None = None
     if forced in SHAPED or forced is None:
         found = recognise(obj, _shaped_kind(obj, kind), forced)
         if found is not None and (found.distance <= found.match or forced is not None):
+            if found.grad is False:
+                raise KernelLoadError(_no_backward(obj, name, kind, found.kernel.op))
             return _shaped_spec(found, name, source, description)
         if forced in SHAPED:
             raise KernelLoadError(f"kernel {name}: its parameters do not bind to {forced}'s "
@@ -278,15 +302,55 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     skip = kind == "function" and _own_forward_has_ctx(obj)
     builder = Builder(obj, name, args) if kind == "module" else None
     rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
+    if rec.grad is False:
+        raise KernelLoadError(_no_backward(obj, name, kind, rec.op))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
             builder is not None and builder.weightless) or (weightless and kind != "module"):
         # another op, or an RMSNorm without a weight or with a bias: adapted by role
-        return adapt_op(builder or obj, kind, name, source, rec, args, override, description,
+        spec = adapt_op(builder or obj, kind, name, source, rec, args, override, description,
                         skip)
-    spec = _adapt_rms(builder or obj, name, source, args, override, description)
-    return replace(spec, recognised=rec.note, mismatch=rec.mismatch)
+    else:
+        spec = replace(_adapt_rms(builder or obj, name, source, args, override, description),
+                       recognised=rec.note, mismatch=rec.mismatch)
+    # after the adapter, whose refusal of parameters it cannot fill says more (f(x) → x)
+    if rec.unmatched and forced is None:
+        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found))
+    return spec
 
+
+
+def _signature(obj: Any, name: str, kind: str) -> str:
+    """``name(x, eps, output_dtype)``: the kernel and the parameters its call takes."""
+    target = getattr(obj, "forward", obj) if kind in ("module", "function") else obj
+    try:
+        params = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return name
+    if kind in ("module", "function") and params and params[0] in ("self", "ctx"):
+        params = params[1:]
+    return f"{name}({', '.join(params)})"
+
+
+GENERIC = ("--generic --shape … per input (gradcheck_bi.check(fn, inputs=(…)) from Python), "
+           "which checks its backward against its own forward")
+
+
+def _matches_nothing(obj: Any, name: str, kind: str, nearest: str, found: Found | None
+                     ) -> str:
+    """One line: the kernel's output is no op's here, the nearest of each kind, what to do."""
+    near = [nearest]
+    if found is not None and found.distance < float("inf"):
+        near.append(f"{found.kernel.op} (max relative error {found.distance:.2g})")
+    return (f"kernel {_signature(obj, name, kind)}: its output at a small random point "
+            f"matches no op here (nearest: {'; '.join(near)}); if it is one of "
+            f"`gradcheck-bi ops`, say which with --op NAME, else check it with {GENERIC}")
+
+
+def _no_backward(obj: Any, name: str, kind: str, op: str) -> str:
+    return (f"kernel {_signature(obj, name, kind)}: its output does not require grad when "
+            f"its inputs do (computed as {op} under torch.no_grad, or detached): there is no "
+            "backward to check")
 
 
 def _shaped_kind(obj: Any, kind: str) -> str:

@@ -133,6 +133,9 @@ class Seen:
 
     errors: tuple[tuple[float, Variant], ...] = ()
     why: str = ""
+    # Whether its output required grad with its inputs requiring it (``None``: not seen, a
+    # kernel that refused to run so): ``False`` is a kernel with no backward to check.
+    grad: bool | None = None
 
     def match(self, op: str | None = None) -> Variant | None:
         """The closest variant (of ``op``) the output matches, if any."""
@@ -148,13 +151,30 @@ class Seen:
         return f"closest: {v.words}, max relative error {e:.2g}"
 
 
+_GRAD_ROLES = ("x", "residual", "z", "weight", "bias")
+
+
 def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str
-            ) -> torch.Tensor:
-    """The kernel's first output at the probe's point, as an fp64 CPU tensor."""
-    with torch.no_grad():
-        raw = run(drawn_values(dtype, device))
-    y = raw[0] if isinstance(raw, (tuple, list)) else raw
-    return y.detach().to(device="cpu", dtype=torch.float64)
+            ) -> tuple[torch.Tensor, bool | None]:
+    """The kernel's first output at the probe's point, as an fp64 CPU tensor, and whether it
+    required grad with every tensor it takes requiring grad (``None``: the kernel refused
+    inputs that require grad, and ran without)."""
+    values = drawn_values(dtype, device)
+    try:
+        with torch.enable_grad():
+            # non-leaf views, so that a kernel writing in place may
+            live = {n: values[n].detach().requires_grad_() * 1 for n in _GRAD_ROLES}
+            raw = run({**values, **live})
+        grad: bool | None = bool(_first(raw).requires_grad)
+    except Exception:  # torch refused an in-place write, say: once more, without grad
+        with torch.no_grad():
+            raw = run(drawn_values(dtype, device))
+        grad = None
+    return _first(raw).detach().to(device="cpu", dtype=torch.float64), grad
+
+
+def _first(raw: Any) -> torch.Tensor:
+    return raw[0] if isinstance(raw, (tuple, list)) else raw  # type: ignore[no-any-return]
 
 
 def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
@@ -167,7 +187,7 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
     drawn = drawn_values(torch.float64)["fp64"]
     for dtype, device in targets:
         try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel
-            y = sandbox.call(functools.partial(_output, run, dtype, device),
+            y, grad = sandbox.call(functools.partial(_output, run, dtype, device),
                              f"its forward at a {(PROBE_ROWS, PROBE_D)} "
                              f"{str(dtype).removeprefix('torch.')} point on {device}", device)
         except Exception as exc:  # refused here (a CUDA-only kernel): the next, else say why
@@ -181,5 +201,5 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
             scale = float(ref.abs().max()) or 1.0
             err = float((y - ref).abs().max()) / scale
             errors.append((err if err == err else float("inf"), v))
-        return Seen(tuple(sorted(errors, key=lambda ev: ev[0])))
+        return Seen(tuple(sorted(errors, key=lambda ev: ev[0])), grad=grad)
     return Seen(why=why)

@@ -59,6 +59,11 @@ class Recognition:
     # The op's parameters (weight, bias) the kernel takes: a parameter of that role, a bias
     # only where required or its output uses it; ``None`` where that was not read (--op).
     takes: frozenset[str] | None = None
+    # The op was only the default reading (no --op, no name, no parameter marking one) and
+    # the output matched no variant of any op: the nearest, and how far (for a refusal).
+    unmatched: str = ""
+    # Whether the probe's output required grad (:attr:`.behaviour.Seen.grad`).
+    grad: bool | None = None
 
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
@@ -188,9 +193,18 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         f"its parameters {listing}" + (f": {why}" if why and chosen else ""), bool(chosen))
     used = {"bias"} if "bias" in required | (tensors or set()) or (
         variant is not None and variant.bias) else set()
+    seen = seen or Seen()
+    unmatched = ""
+    # (an output that is not finite anywhere near a variant is a broken kernel, which its
+    # forward check reports, not another op)
+    if by_name is None and not chosen and seen.errors and seen.match() is None \
+            and seen.errors[0][0] < float("inf"):
+        e, nearest = seen.errors[0]
+        unmatched = f"{nearest.words} (max relative error {e:.2g})"
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
                        None if unread else frozenset(({"weight"} & taken)
-                                                     | ({"bias"} & taken & used)))
+                                                     | ({"bias"} & taken & used)),
+                       unmatched, seen.grad)
 
 
 def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,

@@ -33,7 +33,7 @@ from gradcheck_bi.kernels import sandbox
 from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.names import ROLE_OF
-from gradcheck_bi.ops.shaped import ShapedOp, Variant
+from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
 
 PROBE_SHAPES: dict[str, tuple[int, ...]] = {}
 
@@ -51,6 +51,9 @@ class Found:
     fixed: tuple[tuple[str, Any], ...] = ()
     # The distance that matches where the probe ran (:data:`PROBES`).
     match: float = 1e-5
+    # Whether its output required grad with its differentiable inputs requiring it
+    # (``None``: not seen): ``False`` is a kernel with no backward to check.
+    grad: bool | None = None
 
 
 def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
@@ -61,33 +64,69 @@ def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
     return obj, False
 
 
-def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], ...]]:
-    """Every way the kernel's parameters can take the op's roles and options: names first
-    (case-insensitive), the rest of the roles by position; at most a few candidates."""
-    try:
-        target, skip = _target(obj, kind)
-        params = parameters(target, skip)
-    except (TypeError, ValueError, AttributeError):
-        return []
+Binding = tuple[tuple[str, str], ...]
+
+
+def _by_name(op: ShapedOp, params: list[inspect.Parameter], roles: bool = True
+             ) -> dict[str, str]:
+    """Each parameter the op's names bind (case-insensitive): a role (only a role without
+    a gradient where ``roles`` is False: a module constructor's class weights), an option,
+    a value the op fills; a role or option named twice keeps its first parameter."""
     by_name: dict[str, str] = {}
     for p in params:
         low = p.name.lower()
         for r in op.roles:
-            if low == r.name.lower() or low in r.names:
+            if (roles or (not r.differentiable and r.kind == "float")) and (
+                    low == r.name.lower() or low in r.names):
                 by_name.setdefault(p.name, r.name)
         for a in op.axes:
             if a.passed and (low == a.name or low in a.names):
                 by_name.setdefault(p.name, a.name)
         if low in op.fills:
             by_name.setdefault(p.name, "=" + low)
-    # a role named twice keeps its first parameter
     taken: dict[str, str] = {}
     for pname, what in list(by_name.items()):
         if what in taken.values():
             del by_name[pname]
         else:
             taken[pname] = what
-    unbound = [r.name for r in op.roles if r.name not in by_name.values()]
+    return by_name
+
+
+def _constructor(op: ShapedOp, obj: Any) -> Binding | None:
+    """A module class's constructor bound by name: the op's options, the values it fills,
+    an optional role without a gradient (``CrossEntropyLoss(weight=…)``); the rest at
+    their defaults. ``None`` when a required parameter is left unbound."""
+    try:
+        params = parameters(obj, False)
+    except (TypeError, ValueError):
+        return None
+    by_name = _by_name(op, params, roles=False)
+    if any(p.default is inspect.Parameter.empty and p.name not in by_name for p in params):
+        return None
+    return tuple((p.name, by_name.get(p.name, KEEP)) for p in params)
+
+
+def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[Binding, Binding]]:
+    """Every way the kernel's parameters can take the op's roles and options: names first
+    (case-insensitive), the rest of the roles by position; at most a few candidates. Each
+    is ``(constructor, call)``: a module class's constructor takes what its names bind
+    (options, class weights), its forward the tensors; other kernels have no constructor."""
+    try:
+        target, skip = _target(obj, kind)
+        params = parameters(target, skip)
+    except (TypeError, ValueError, AttributeError):
+        return []
+    ctor: Binding = ()
+    if kind == "module":
+        built = _constructor(op, obj)
+        if built is None:
+            return []
+        ctor = built
+    in_ctor = {what for _, what in ctor if what != KEEP}
+    by_name = {p: what for p, what in _by_name(op, params).items() if what not in in_ctor}
+    unbound = [r.name for r in op.roles
+               if r.name not in by_name.values() and r.name not in in_ctor]
     free = [p for p in params if p.name not in by_name]
     out = []
     tensor_params = [p for p in free if p.default is inspect.Parameter.empty
@@ -106,9 +145,10 @@ def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[tuple[str, str], .
                 rest = [p for p in rest if p.name != spare[0].name]
         if any(p.default is inspect.Parameter.empty for p in params if p.name not in binding):
             continue
-        if not all(role.name in binding.values() for role in op.roles if not role.optional):
+        if not all(role.name in binding.values() or role.name in in_ctor
+                   for role in op.roles if not role.optional):
             continue
-        out.append(tuple((p.name, binding.get(p.name, KEEP)) for p in params))
+        out.append((ctor, tuple((p.name, binding.get(p.name, KEEP)) for p in params)))
         if not required_roles:
             break
     return out
@@ -125,36 +165,57 @@ PROBES: tuple[tuple[torch.dtype, str, float], ...] = (
     (torch.float64, "cpu", 1e-5), (torch.float32, "cpu", 2e-2), (torch.float32, "cuda", 2e-2))
 
 
-def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant) -> tuple[float, float, str]:
+def _call(op: ShapedOp, kernel: ShapedKernel, drawn: Drawn) -> tuple[tuple[Any, ...], bool | None]:
+    """The kernel's outputs with its differentiable inputs requiring grad, and whether its
+    first output did too; where it refuses inputs that require grad, without (``None``)."""
+    try:
+        with torch.enable_grad():
+            live = {k: (v.detach().requires_grad_() * 1 if isinstance(v, torch.Tensor)
+                        and op.role(k).differentiable else v)
+                    for k, v in drawn.tensors.items()}
+            raw = kernel(live, drawn.options)
+        first = raw[0] if raw else None
+        grad = bool(first.requires_grad) if isinstance(first, torch.Tensor) else None
+        return tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in raw), grad
+    except Exception:  # an in-place write torch refuses under grad, say: without
+        with torch.no_grad():
+            return kernel(drawn.tensors, drawn.options), None
+
+
+def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
+           seen_grad: list[bool | None]) -> tuple[float, float, str]:
     """The kernel's forward at a small random point against the fp64 reference: the largest
     relative error (inf when it returns another shape), the distance that matches there,
     and where it ran (the first of :data:`PROBES` the kernel does not refuse)."""
     why: Exception | None = None
     for dtype, device, match in PROBES:
+        where = str(dtype).replace("torch.", "") + f" on {device}"
         if device == "cuda" and not torch.cuda.is_available():
             continue
         gen = torch.Generator().manual_seed(1234)
         drawn = op.draw(op.sizes(op.default_shape), variant, dtype, device, gen)
         try:
-            raw = sandbox.call(lambda d=drawn: _outputs(kernel, d),  # type: ignore[misc]
-                               f"its forward as {op.name} ({dtype} on {device})", device)
+            raw, grad = sandbox.call(
+                lambda d=drawn: _outputs(op, kernel, d),  # type: ignore[misc]
+                f"its forward as {op.name} ({dtype} on {device})", device)
         except Exception as exc:  # refused here: the next target
             why = exc
             continue
+        seen_grad[0] = grad
         wide = {k: (v.to(torch.float64) if isinstance(v, torch.Tensor)
                     and v.is_floating_point() else v) for k, v in drawn.tensors.items()}
         ref = op.reference(op.canonical(wide, drawn.options), drawn.options)
         worst = 0.0
         for o, t in zip(op.outputs, raw, strict=False):
             if t is None:
-                return float("inf"), match, f"{dtype} on {device}"
+                return float("inf"), match, where
             got = op.output_view(o.name, t)
             r = ref[o.name].cpu()
             if got.shape != r.shape:
-                return float("inf"), match, f"{dtype} on {device}"
+                return float("inf"), match, where
             scale = float(r.abs().max()) or 1.0
             worst = max(worst, float((got - r).abs().max()) / scale)
-        return worst, match, str(dtype).replace("torch.", "") + f" on {device}"
+        return worst, match, where
     assert why is not None
     raise why
 
@@ -169,25 +230,27 @@ def _one_at_a_time(axes: list[Any]) -> list[tuple[Any, ...]]:
     return out
 
 
-def _outputs(kernel: ShapedKernel, drawn: Any) -> list[torch.Tensor | None]:
+def _outputs(op: ShapedOp, kernel: ShapedKernel, drawn: Any
+             ) -> tuple[list[torch.Tensor | None], bool | None]:
     """The kernel's outputs at a probe as fp64 CPU tensors (what a load-time call may hand
-    back from a child process: :mod:`.sandbox`), ``None`` for anything not a tensor."""
-    with torch.no_grad():
-        raw = kernel(drawn.tensors, drawn.options)
+    back from a child process: :mod:`.sandbox`), ``None`` for anything not a tensor, and
+    whether its first output requires grad (:func:`_call`)."""
+    raw, grad = _call(op, kernel, drawn)
     return [t.detach().to("cpu", torch.float64) if isinstance(t, torch.Tensor) else None
-            for t in raw]
+            for t in raw], grad
 
 
 def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
     """The op of any shape the kernel computes, or ``None`` when no candidate binds; a
     candidate that binds and does not match comes back with its distance (the caller
     refuses or goes on)."""
-    ops = [SHAPED[forced]] if forced in SHAPED else list(SHAPED.values())
+    ops = [SHAPED[forced]] if forced in SHAPED else [
+        op for op in SHAPED.values() if op.independent]
     best: Found | None = None
     for op in ops:
-        for binding in bindings(op, obj, kind):
-            kernel = ShapedKernel(obj, op.name, binding, kind)
-            taken = {what for _, what in binding}
+        for ctor, binding in bindings(op, obj, kind):
+            kernel = ShapedKernel(obj, op.name, binding, kind, ctor)
+            taken = {what for _, what in (*ctor, *binding)}
             open_axes = [a for a in op.axes if a.passed and a.name not in taken]
             # an optional role the kernel does not take: its axis at "absent" alone
             absent = tuple((a.name, False) for a in op.axes
@@ -198,15 +261,16 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                                        for a, v in zip(open_axes, values, strict=True))
                 variant = Variant(tuple((a.name, dict(fixed).get(a.name, a.default))
                                         for a in op.axes))
+                seen_grad: list[bool | None] = [None]
                 try:
-                    distance, match, where = _probe(op, kernel, variant)
+                    distance, match, where = _probe(op, kernel, variant, seen_grad)
                 except Exception:
                     distance, match, where = float("inf"), PROBES[0][2], "nowhere"
                 note = (f"recognised {op.name} from its forward ({kernel.words}"
                         + "".join(f"; {k} fixed at {v}" for k, v in fixed)
                         + f"; max relative error {distance:.1e} against the reference, "
                         + f"{where})")
-                found = Found(kernel, distance, note, fixed, match)
+                found = Found(kernel, distance, note, fixed, match, seen_grad[0])
                 if best is None or distance / match < best.distance / best.match:
                     best = found
                 if distance <= match:

@@ -71,8 +71,13 @@ class ShapedKernel:
     @property
     def words(self) -> str:
         """``A←A, B←B, bias←bias, out_dtype=None, layout←layout``: the binding, readable."""
-        return ", ".join(f"{p}{'=' + what[1:] if what.startswith('=') else '←' + what}"
-                         for p, what in (*self.ctor, *self.binding) if what != KEEP)
+        def said(pairs: tuple[tuple[str, str], ...]) -> str:
+            return ", ".join(f"{p}{'=' + what[1:] if what.startswith('=') else '←' + what}"
+                             for p, what in pairs if what != KEEP)
+
+        if self.kind == "module" and any(what != KEEP for _, what in self.ctor):
+            return f"constructor {said(self.ctor)}; forward {said(self.binding)}"
+        return said(self.binding)
 
 
 def _value(what: str, tensors: dict[str, Any], options: dict[str, Any], default: Any) -> Any:

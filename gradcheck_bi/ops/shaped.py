@@ -179,11 +179,15 @@ class ShapedOp:
     # How a Variant's axes are crossed: the default point, each axis's other values one at
     # a time, and the pairs named here crossed in full (the cotangent with the reduction).
     crossed: tuple[tuple[str, str], ...] = ()
+    # False for an op built from a kernel's own forward (:mod:`gradcheck_bi.generic`): its
+    # reference is that forward, so there is no forward to check, and recognition never
+    # offers it for another kernel.
+    independent: bool = True
 
     @property
     def checks(self) -> tuple[str, ...]:
-        return ("forward", *(r.check for r in self.roles if r.differentiable),
-                "batch_invariance")
+        return (*(("forward",) if self.independent else ()),
+                *(r.check for r in self.roles if r.differentiable), "batch_invariance")
 
     @property
     def gradient_checks(self) -> dict[str, str]:

@@ -1,0 +1,127 @@
+"""The generic check (``gradcheck_bi.check(fn, inputs=…)``): a kernel that computes no op
+here, its gradients against differences of its own forward, its dependency pattern
+measured."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gradcheck_bi
+from gradcheck_bi.generic import GenericError, build
+
+
+class L2Norm(torch.autograd.Function):
+    """``x / ‖x‖`` over the last axis (with eps), its backward written by hand."""
+
+    @staticmethod
+    def forward(ctx, x, eps=1e-6):
+        r = torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, r)
+        return x * r
+
+    @staticmethod
+    def backward(ctx, g):
+        x, r = ctx.saved_tensors
+        g = g.contiguous()  # a row's sum in one order, whatever the cotangent's layout
+        y = x * r
+        return r * (g - y * (g * y).sum(-1, keepdim=True)), None
+
+
+class L2NormNoProjection(L2Norm):
+    @staticmethod
+    def backward(ctx, g):  # MUTANT: the projection onto the sphere's tangent is missing
+        _x, r = ctx.saved_tensors
+        return r * g, None
+
+
+class Softsign(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x / (1 + x.abs())
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g / (1 + x.abs()) ** 2
+
+
+class SoftsignWritesCotangent(Softsign):
+    @staticmethod
+    def backward(ctx, g):  # MUTANT: scales the cotangent in place
+        (x,) = ctx.saved_tensors
+        return g.div_((1 + x.abs()) ** 2)
+
+
+def _x(*shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=dtype)
+
+
+@pytest.mark.parametrize("fn, inputs, words", [
+    (L2Norm.apply, (_x(4, 8),), ["x: rows over the last axis"]),
+    (torch.tanh, (_x(4, 8),), ["input0: elementwise"]),  # a builtin: no signature
+    (lambda x, w: x * w, (_x(4, 8), _x(8)), ["x: elementwise", "w: elementwise"]),
+    (lambda x, w: x / (x * w).norm(dim=-1, keepdim=True), (_x(4, 8), _x(8)),
+     # a (D,) weight is one row: each element moves every output of the row it is in
+     ["x: rows over the last axis", "w: rows over the last axis"]),
+    (lambda x: x - x.mean(), (_x(4, 8),), ["x: the whole tensor"]),
+    (lambda x: (x * x).sum(-1), (_x(4, 8),), ["x: the whole tensor"]),
+])
+def test_dependency_pattern_is_measured(fn, inputs, words) -> None:
+    _op, said = build(fn, inputs)
+    assert said == words
+
+
+def test_l2_norm_passes_and_says_its_pattern() -> None:
+    report = gradcheck_bi.check(L2Norm, inputs=(_x(4, 16),),
+                                checks=["dx", "batch_invariance"])
+    assert report.ok and {r.check for r in report.results} == {"dx", "batch_invariance"}
+    layouts = {r.layout for r in report.results}
+    assert {"contiguous", "x-strided", "grad-strided"} <= layouts
+    text = str(report)
+    assert "x: rows over the last axis" in text and "forward not checked" in text
+
+
+def test_l2_norm_with_a_wrong_backward_fails() -> None:
+    report = gradcheck_bi.check(L2NormNoProjection, inputs=(_x(4, 16),), checks=["dx"],
+                                layouts=["contiguous"], raise_on_failure=False)
+    assert report.exit_code == 1
+    assert report.failed and all(r.check == "dx" for r in report.failed)
+
+
+def test_elementwise_activation_passes_in_fp32() -> None:
+    report = gradcheck_bi.check(Softsign, inputs=(_x(3, 10, dtype=torch.float32),),
+                                checks=["dx"], layouts=["contiguous"])
+    assert report.ok and {r.dtype for r in report.results} == {"fp32"}
+    assert "x: elementwise" in str(report)
+
+
+def test_a_write_into_the_cotangent_fails() -> None:
+    report = gradcheck_bi.check(SoftsignWritesCotangent, inputs=(_x(3, 10),), checks=["dx"],
+                                layouts=["contiguous"], raise_on_failure=False)
+    assert report.exit_code == 1
+    assert any("wrote into" in r.message for r in report.failed)
+
+
+def test_half_examples_and_no_float_input_are_refused() -> None:
+    with pytest.raises(GenericError, match="fp32 or fp64"):
+        build(torch.tanh, (_x(2, 4).to(torch.bfloat16),))
+    with pytest.raises(GenericError, match="no floating tensor"):
+        build(lambda i: i * 2, (torch.arange(4),))
+
+
+def test_cli_generic_checks_a_plain_function(tmp_path, capsys) -> None:
+    from gradcheck_bi import cli
+
+    path = tmp_path / "l2.py"
+    path.write_text("import torch\n\n\ndef l2norm(x, eps=1e-6):\n"
+                    "    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps)\n")
+    code = cli.main(["run", "--kernel", f"{path}:l2norm", "--generic", "--shape", "3,8",
+                     "--check", "dx", "--layout", "contiguous", "--no-progress",
+                     "--format", "text"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "x: rows over the last axis" in err and "forward not checked" in err
+    assert cli.main(["run", "--kernel", f"{path}:l2norm", "--generic"]) == 2
+    assert "needs one --shape per tensor argument" in capsys.readouterr().err
