@@ -58,11 +58,11 @@ def discover() -> dict[str, ShapedOp]:
 SHAPED: dict[str, ShapedOp] = discover()
 # Every check name any op has, in the order tables list them: the inputs', then the
 # parameters'.
-ALL_CHECKS = ("forward",
+ALL_CHECKS = tuple(dict.fromkeys(("forward",
               *dict.fromkeys(f"d{i}" for op in OPS.values() for i in op.inputs),
               *dict.fromkeys(p.check for op in OPS.values() for p in op.params),
               *dict.fromkeys(c for op in SHAPED.values() for c in op.gradient_checks),
-              "batch_invariance")
+              "batch_invariance")))
 
 
 def op_named(name: str) -> Op:
