@@ -39,10 +39,10 @@ from typing import Any
 import torch
 
 from gradcheck_bi.fd import threads as fd_threads
-from gradcheck_bi.fd.chunks import main_module_hidden
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels import phase, watch
 from gradcheck_bi.kernels.loader import Crashed
+from gradcheck_bi.kernels.sandbox import main_module_hidden
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.serve import Point, serve
 from gradcheck_bi.sweep import Sweep

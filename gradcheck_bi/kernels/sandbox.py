@@ -135,7 +135,7 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
                         daemon=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    with warnings.catch_warnings(), _main_hidden():  # 3.12 warns of fork with threads alive
+    with warnings.catch_warnings(), main_module_hidden():  # 3.12 warns of fork with threads alive
         warnings.simplefilter("ignore", DeprecationWarning)
         child.start()
     theirs.close()
@@ -207,12 +207,14 @@ def _child(conn: Any, build: Callable[[], Any] | None,
 
 
 @contextlib.contextmanager
-def _main_hidden() -> Iterator[None]:
-    """A spawned child starts without the caller's main script (it would run it again), as
-    :func:`gradcheck_bi.fd.chunks.main_module_hidden`'s workers do."""
+def main_module_hidden() -> Iterator[None]:
+    """Start spawned processes without the caller's main script: a spawned process otherwise
+    runs it again (as ``__mp_main__``), and a script without a ``__main__`` guard would run
+    its whole check a second time. For children that need nothing from it (their kernel
+    comes from a reference: this module's recording child, :mod:`gradcheck_bi.workers`)."""
     main = sys.modules.get("__main__")
     saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
-             if main is not None and k in main.__dict__}
+                             if main is not None and k in main.__dict__}
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
