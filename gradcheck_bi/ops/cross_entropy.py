@@ -76,6 +76,17 @@ def sizes(shape: tuple[int, ...]) -> Sizes:
     return {"n": math.prod(shape[:-1]), "v": shape[-1]}
 
 
+def loss_cotangent(variant: Variant, n: int, gen: torch.Generator) -> torch.Tensor:
+    """A loss's cotangent (fp64): all ones (the blind control), else a scalar that is not 1
+    for a reduced loss, or random per row under ``reduction="none"``."""
+    scalar = variant["reduction"] != "none"
+    if variant["cotangent"] == "ones":
+        return torch.ones(() if scalar else (n,), dtype=torch.float64)
+    if scalar:
+        return 0.37 + 0.5 * torch.rand((), generator=gen, dtype=torch.float64)
+    return torch.randn(n, generator=gen, dtype=torch.float64)
+
+
 def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
          gen: torch.Generator) -> Drawn:
     n, v = s["n"], s["v"]
@@ -87,13 +98,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
         target[torch.arange(n) % 3 == 1] = IGNORE
     weight = (0.5 + torch.rand(v, generator=gen, dtype=torch.float64)
               if variant["weight"] else None)
-    scalar = variant["reduction"] != "none"
-    if variant["cotangent"] == "ones":
-        g = torch.ones(() if scalar else (n,), dtype=torch.float64)
-    elif scalar:  # a value that is not 1
-        g = 0.37 + 0.5 * torch.rand((), generator=gen, dtype=torch.float64)
-    else:
-        g = torch.randn(n, generator=gen, dtype=torch.float64)
+    g = loss_cotangent(variant, n, gen)
     options = {"reduction": variant["reduction"], "ignore_index": IGNORE,
                "label_smoothing": variant["label_smoothing"], "softcap": variant["softcap"],
                "lse_square_scale": variant["lse_square_scale"]}

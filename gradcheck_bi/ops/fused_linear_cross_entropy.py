@@ -83,13 +83,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
     target = torch.randint(0, v, (n,), generator=gen)
     if variant["ignore"] == "some":
         target[torch.arange(n) % 3 == 1] = IGNORE
-    scalar = variant["reduction"] != "none"
-    if variant["cotangent"] == "ones":
-        g = torch.ones(() if scalar else (n,), dtype=torch.float64)
-    elif scalar:  # a value that is not 1
-        g = 0.37 + 0.5 * torch.rand((), generator=gen, dtype=torch.float64)
-    else:
-        g = torch.randn(n, generator=gen, dtype=torch.float64)
+    g = cross_entropy.loss_cotangent(variant, n, gen)
     lead = _lead(s)
 
     def put(x: torch.Tensor) -> torch.Tensor:

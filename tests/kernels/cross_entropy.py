@@ -76,6 +76,13 @@ class CrossEntropy(torch.autograd.Function):
         return d.to(logits.dtype), None, None, None, None
 
 
+def _scaled(d, g, reduction, valid):
+    """``d`` times the loss's cotangent as the reduction hands it to each row (a mean: over
+    the rows not ignored)."""
+    return d * (g[:, None] if reduction == "none" else g if reduction == "sum"
+                else g / valid.sum().clamp(min=1))
+
+
 def _grad_parts(ctx):
     logits, target = ctx.saved_tensors
     ignore_index, reduction, eps = ctx.args
@@ -125,10 +132,7 @@ class IgnoredRowsLeak(CrossEntropy):
     def backward(ctx, grad):
         logits, p, onehot, valid, reduction, eps, wide = _grad_parts(ctx)
         d = (1 - eps) * (p - onehot) + eps * (p - 1 / p.shape[-1])  # MUTANT: no mask
-        g = grad.to(wide)
-        d = d * (g[:, None] if reduction == "none" else g if reduction == "sum"
-                 else g / valid.sum().clamp(min=1))
-        return d.to(logits.dtype), None, None, None, None
+        return _scaled(d, grad.to(wide), reduction, valid).to(logits.dtype), None, None, None, None
 
 
 class MeanOverAllRows(CrossEntropy):
@@ -153,10 +157,7 @@ class SmoothingWithoutOneMinusEps(CrossEntropy):
         logits, p, onehot, valid, reduction, eps, wide = _grad_parts(ctx)
         d = torch.where(valid[:, None], (p - onehot) + eps * (p - 1 / p.shape[-1]),  # MUTANT
                         0.0)
-        g = grad.to(wide)
-        d = d * (g[:, None] if reduction == "none" else g if reduction == "sum"
-                 else g / valid.sum().clamp(min=1))
-        return d.to(logits.dtype), None, None, None, None
+        return _scaled(d, grad.to(wide), reduction, valid).to(logits.dtype), None, None, None, None
 
 
 class GradIntoLogits(CrossEntropy):
@@ -180,7 +181,4 @@ class TargetProbRoundedLowp(CrossEntropy):
         p = p.to(logits.dtype).to(wide)  # MUTANT
         d = torch.where(valid[:, None], (1 - eps) * (p - onehot) + eps * (p - 1 / p.shape[-1]),
                         0.0)
-        g = grad.to(wide)
-        d = d * (g[:, None] if reduction == "none" else g if reduction == "sum"
-                 else g / valid.sum().clamp(min=1))
-        return d.to(logits.dtype), None, None, None, None
+        return _scaled(d, grad.to(wide), reduction, valid).to(logits.dtype), None, None, None, None
