@@ -27,7 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernel", default="tests/kernels/gemm_triton.py:GemmTritonFn")
     ap.add_argument("--shape", default="64,4096,4096")
-    ap.add_argument("--check", default="da")
+    ap.add_argument("--check", default="dA")
     ap.add_argument("--dtype", default="fp32")
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.shape.split(","))

@@ -317,8 +317,9 @@ def _checks_absent(checks: list[str], op_name: str, has: tuple[str, ...]) -> str
     >>> _checks_absent(["dz"], "rms_norm", ("forward", "dx", "dw", "batch_invariance"))
     "check dz does not apply to rms_norm, whose gradients are dx, dw (dz is rms_norm_gated's)"
     """
-    op = OPS[op_name]
-    owners = {c: " or ".join(f"{o.name}'s" for o in OPS.values()
+    every = {**OPS, **SHAPED}
+    op = every[op_name]
+    owners = {c: " or ".join(f"{o.name}'s" for o in every.values()
                              if c in o.checks and o.name != op_name) for c in checks}
     which = (f"check {checks[0]} does" if len(checks) == 1
              else f"checks {', '.join(checks)} do")

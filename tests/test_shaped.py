@@ -141,3 +141,13 @@ def test_points_leave_out_what_does_not_apply():
     batch = [dict(c.variant)["reduction"] for c in points if c.check == "batch_invariance"]
     assert batch and set(batch) == {"none"}  # a mean couples the rows
     assert all(dict(c.variant)["softcap"] is None for c in points)  # the kernel takes none
+
+
+def test_a_check_of_another_op_is_said_not_raised():
+    import gradcheck_bi
+
+    report = gradcheck_bi.check(str(KERNELS / "gemm.py:GemmFn"), checks=["da"],
+                                raise_on_failure=False)
+    assert not report.results
+    assert report.unchecked and "check da does not apply to gemm, whose gradients are dA" \
+        in report.unchecked[0][1]
