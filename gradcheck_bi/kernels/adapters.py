@@ -139,7 +139,7 @@ def gamma_at_zero(call: Callable[..., Any]) -> tuple[str | None, str]:
     x = torch.randn(*PROBE_SHAPE, generator=torch.Generator().manual_seed(0))
     plain = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
     why = ""
-    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+    for device in ["cpu"] + (["cuda"] if sandbox.cuda_here() else []):
         def at_zero(device: str = device) -> torch.Tensor:
             with torch.no_grad():
                 y = call(x.to(device), torch.zeros(PROBE_SHAPE[-1], device=device), 1e-6,

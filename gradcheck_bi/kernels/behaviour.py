@@ -183,7 +183,7 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
     first output with every :func:`candidates` variant's reference."""
     why = ""
     targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
-    targets += [(torch.float32, "cuda")] if torch.cuda.is_available() else []
+    targets += [(torch.float32, "cuda")] if sandbox.cuda_here() else []
     drawn = drawn_values(torch.float64)["fp64"]
     for dtype, device in targets:
         try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel

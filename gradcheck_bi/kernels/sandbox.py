@@ -44,6 +44,7 @@ _forked = False  # the recording child was forked: it cannot use CUDA
 _replay: collections.deque[tuple[str, Any]] = collections.deque()
 _limit_s: float | None = None
 _off = False
+_cuda: bool | None = None  # this process's answer, taken before a child is forked
 # How a spawned child loads a kernel by reference: registry.resolve, set there (it imports
 # this module, not the other way round).
 loader: Callable[[str, dict[str, Any]], Any] | None = None
@@ -93,6 +94,24 @@ def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
     return value
 
 
+def cuda_here() -> bool:
+    """Whether a load-time call may target CUDA — the same answer in a recording child and
+    in the replay here. A forked child cannot ask torch (after the parent has initialised
+    CUDA it sees no GPU, and recorded every CUDA probe as skipped while the replay ran
+    them): it inherits the parent's answer, and where that is yes it hands the recording
+    to a spawned child (:class:`_NeedsCuda`)."""
+    global _cuda
+    if _mode == "record" and _forked:
+        if _cuda:
+            raise _NeedsCuda
+        return False
+    if _cuda is None or _mode is None:
+        import torch
+
+        _cuda = torch.cuda.is_available()
+    return _cuda
+
+
 def _send(conn: Any, kind: str, value: Any) -> None:
     # Plain pickle: multiprocessing's own would pass a tensor as shared memory that the
     # child, gone by then, must still serve.
@@ -108,6 +127,7 @@ def isolated(build: Callable[[], T], name: str, ref: str | None,
     if _mode is not None or _off or os.environ.get("GRADCHECK_BI_ISOLATE", "1") == "0" \
             or not hasattr(os, "fork"):
         return build()
+    cuda_here()  # asked here, before the fork: the child inherits the answer
     outcomes = _record("fork", build, name, None)
     if outcomes is None and ref is not None and loader is not None:
         outcomes = _record("spawn", None, name, (loader, ref, dict(kernel_args or {})))

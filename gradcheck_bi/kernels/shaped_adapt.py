@@ -190,7 +190,7 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
     why: Exception | None = None
     for dtype, device, match in PROBES:
         where = str(dtype).replace("torch.", "") + f" on {device}"
-        if device == "cuda" and not torch.cuda.is_available():
+        if device == "cuda" and not sandbox.cuda_here():
             continue
         gen = torch.Generator().manual_seed(1234)
         drawn = op.draw(op.sizes(op.default_shape), variant, dtype, device, gen)
