@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gradcheck_bi import gpu, workers
+from gradcheck_bi.cli import main
 from gradcheck_bi.kernels import resolve, sandbox, shaped_adapt
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep
@@ -84,6 +85,21 @@ def test_a_run_forks_one_worker_per_device_kind_and_never_starts_cuda_here(
     assert {r.status for r in results if r.device == "cpu"} == {"pass"}
     assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
     assert not torch.cuda.is_initialized()
+
+
+def test_the_command_line_never_starts_cuda_before_its_report(
+        cuda_calls: list[str], started: list[tuple[str, str]],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The whole command: load, the memory refusal, the points (the JSON report's
+    # environment, after the run, names the GPU through torch: text here).
+    monkeypatch.setattr(gpu, "start_in_child", lambda device=None: None)
+    code = main(["run", "--kernel", "after", "--check", "forward", "--weight", "randn",
+                 "--zcg", "off", "--layout", "contiguous", "--format", "text"])
+    out = capsys.readouterr().out
+    # exit 3: the CUDA result is unsupported (measured in the forked worker, no CUDA here)
+    assert code == 3 and "1 of 2 results could not run here" in out, (code, out)
+    assert started == [("cpu", "fork"), ("cuda", "fork")], started
+    assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
 
 
 def test_a_forked_worker_that_cannot_start_cuda_hands_its_points_to_a_spawned_one(

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# What the isolation costs on a GPU (default run, Liger, the Triton GEMM): whole fresh
+# processes, GRADCHECK_BI_ISOLATE=1 against =0, paired; under 8 minutes on an H200.
+#   bash benchmarks/gpu_isolation.sh      (from the repo root)
+# Needs wheels/liger_kernel-0.8.5-py3-none-any.whl where liger_kernel is not installed.
+set -u
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+nproc; uptime
+if ! python -c "import liger_kernel" 2>/dev/null; then
+  python -m pip install -q --no-deps wheels/liger_kernel-0.8.5-py3-none-any.whl
+fi
+python -c "import torch, triton, liger_kernel, importlib.metadata as m
+print('torch', torch.__version__, 'triton', triton.__version__,
+      'liger-kernel', m.version('liger-kernel'))"
+timeout 470 python benchmarks/gpu_isolation.py --pairs 3 --budget 430 "$@"
+echo "exit $?"
