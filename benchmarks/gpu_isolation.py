@@ -35,6 +35,7 @@ def census(args: list[str]) -> tuple[float, int]:
     """One run in this process (as the command line runs it), watched; its wall time and
     exit code. Prints what it started."""
     from gradcheck_bi import workers
+    from gradcheck_bi.fd import threads as fd_threads
     from gradcheck_bi.kernels import sandbox
 
     started: collections.Counter[str] = collections.Counter()
@@ -42,7 +43,9 @@ def census(args: list[str]) -> tuple[float, int]:
     worker_init, record = workers._Worker.__init__, sandbox._record
 
     def watched_worker(self: Any, lane: Any, *rest: Any) -> None:
-        started[f"{lane.kind}/{lane.start}"] += 1
+        # a forked worker of a process that had a thread pool runs torch on one thread
+        threads = "" if lane.start == "spawn" or fd_threads.fork_keeps_threads() else ", 1 thread"
+        started[f"{lane.kind}/{lane.start}{threads}"] += 1
         worker_init(self, lane, *rest)
 
     def watched_record(start: str, *rest: Any) -> Any:

@@ -25,6 +25,7 @@ import os
 
 import torch
 
+
 @functools.lru_cache(maxsize=1)
 def _counted() -> int:
     return torch.cuda.device_count()
