@@ -74,9 +74,15 @@ def census(args: list[str]) -> tuple[float, int]:
     wall = time.perf_counter() - t0
     print(f"  census: exit {code}, {wall:.1f} s; workers "
           f"{dict(started) or 'none'}; recording children {dict(children) or 'none'}; "
-          f"CUDA initialised in the reporting process: {torch.cuda.is_initialized()}",
-          flush=True)
+          f"CUDA initialised in the reporting process: {torch.cuda.is_initialized()} "
+          f"(libcuda loaded there: {_libcuda_loaded()})", flush=True)
     return wall, code
+
+
+def _libcuda_loaded() -> bool:
+    """Whether the driver library is mapped here (loaded by a CUDA call, or by a library)."""
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        return any("libcuda.so" in line for line in maps)
 
 
 def timed(args: list[str], isolate: str) -> float:

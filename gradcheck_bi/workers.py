@@ -317,8 +317,11 @@ def _take(worker: _Worker, message: Any, points: list[Point],
     assert i is not None
     if isinstance(message, tuple) and message[0] == "unforkable":  # before its first point
         warnings.warn(f"CUDA did not start in a worker forked from this process "
-                      f"({message[1]}): CUDA workers are spawned, each loading the kernels "
-                      "again", RuntimeWarning, stacklevel=2)
+                      f"({message[1]}): the CUDA workers are spawned, each importing and "
+                      "loading the kernels again (seconds each). A fork needs CUDA never "
+                      "started here before the run: torch.cuda.is_available() starts the "
+                      "driver unless PYTORCH_NVML_BASED_CUDA_CHECK=1", RuntimeWarning,
+                      stacklevel=2)
         worker.lane.start = "spawn"
         worker.kill()  # its points go to the next worker
         return
