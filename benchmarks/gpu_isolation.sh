@@ -7,8 +7,10 @@ set -u
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 nproc; uptime
+WHEEL=wheels/liger_kernel-0.8.5-py3-none-any.whl
 if ! python -c "import liger_kernel" 2>/dev/null; then
-  python -m pip install -q --no-deps wheels/liger_kernel-0.8.5-py3-none-any.whl
+  if [ -f "$WHEEL" ]; then python -m pip install -q --no-deps "$WHEEL"
+  else echo "no $WHEEL and no liger_kernel installed: the liger run measures a missing library"; fi
 fi
 python -c "import torch, triton, liger_kernel, importlib.metadata as m
 print('torch', torch.__version__, 'triton', triton.__version__,
