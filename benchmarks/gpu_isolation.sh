@@ -12,8 +12,9 @@ if ! python -c "import liger_kernel" 2>/dev/null; then
   if [ -f "$WHEEL" ]; then python -m pip install -q --no-deps "$WHEEL"
   else echo "no $WHEEL and no liger_kernel installed: the liger run measures a missing library"; fi
 fi
-python -c "import torch, triton, liger_kernel, importlib.metadata as m
-print('torch', torch.__version__, 'triton', triton.__version__,
-      'liger-kernel', m.version('liger-kernel'))"
+python -c "import torch, triton, importlib.metadata as m
+try: liger = m.version('liger-kernel')
+except m.PackageNotFoundError: liger = 'absent'
+print('torch', torch.__version__, 'triton', triton.__version__, 'liger-kernel', liger)"
 timeout 470 python benchmarks/gpu_isolation.py --pairs 3 --budget 430 "$@"
 echo "exit $?"
