@@ -65,7 +65,7 @@ def main() -> int:
         walls.append(time.perf_counter() - t0)
         print(f"run {rep}: {walls[-1]:.2f} s, {sum(calls.values())} forward calls, "
               f"{len(rep_.results)} results, passed "
-              f"{sum(1 for r in rep_.results if r.status == "pass")}", flush=True)
+              f"{sum(1 for r in rep_.results if r.status == 'pass')}", flush=True)
     floor = 0.0
     for key, n in calls.items():
         A, B, bias, out_dtype, layout = args_of[key]

@@ -20,9 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
-
-from gradcheck_bi import workers
+from gradcheck_bi import gpu, workers
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.kernels import resolve, sandbox
 from gradcheck_bi.kernels.loader import Crashed, crashed, normal_ref
@@ -112,9 +110,9 @@ def measured_here() -> Iterator[None]:
 
 def visible_gpus(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[str]:
     """``cuda:0 … cuda:N-1`` when N ≥ 2 GPUs are visible and some point runs on CUDA."""
-    if not any(cfg.device == "cuda" for _, cfg, _ in points) or not torch.cuda.is_available():
+    if not any(cfg.device == "cuda" for _, cfg, _ in points) or not gpu.present():
         return []
-    n = torch.cuda.device_count()
+    n = gpu.count()  # without starting CUDA here: its workers are forked (gradcheck_bi.gpu)
     return [f"cuda:{i}" for i in range(n)] if n >= 2 else []
 
 

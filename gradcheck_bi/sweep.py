@@ -18,8 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-
+from gradcheck_bi import gpu
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED
@@ -40,7 +39,7 @@ CASE_TIMEOUT_S = 600.0
 def default_targets() -> list[tuple[str, str]]:
     """fp64 on CPU, plus fp32 on CUDA when a GPU is present."""
     targets = [("cpu", "fp64")]
-    if torch.cuda.is_available():
+    if gpu.present():
         targets.append(("cuda", "fp32"))
     return targets
 

@@ -104,21 +104,3 @@ def test_a_spawned_child_records_what_a_forked_one_does() -> None:
         bad = f"{LOAD_FAULTS}:segfault_when_small"
         sandbox._record("spawn", None, bad, (registry.resolve, bad, {}))
 
-
-def test_a_forked_recorder_asks_the_parent_whether_cuda_is_there(monkeypatch):
-    """A forked child cannot ask torch about CUDA (after the parent initialised it, it sees
-    none, and recorded every CUDA probe as skipped while the replay ran them: Liger's CE
-    was read as no op). It takes the parent's answer: where that is yes, a spawned child
-    records; where no, no CUDA probe in either."""
-    from gradcheck_bi.kernels import sandbox
-
-    monkeypatch.setattr(sandbox, "_mode", "record")
-    monkeypatch.setattr(sandbox, "_forked", True)
-    monkeypatch.setattr(sandbox, "_cuda", True)
-    with pytest.raises(sandbox._NeedsCuda):
-        sandbox.cuda_here()
-    monkeypatch.setattr(sandbox, "_cuda", False)
-    assert sandbox.cuda_here() is False
-    monkeypatch.setattr(sandbox, "_mode", "replay")
-    monkeypatch.setattr(sandbox, "_cuda", True)
-    assert sandbox.cuda_here() is True  # the replay keeps the answer the child was given

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gradcheck_bi import gpu
 from gradcheck_bi.fd import reduce
 from gradcheck_bi.kernels import reduction, watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
@@ -30,13 +31,13 @@ def environment() -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "cuda_available": torch.cuda.is_available(),
+        "cuda_available": gpu.present(),
         "reduction": reduce.described(),
     }
     version = reduction.triton_version()
     if version is not None:
         env["triton"] = version
-    if torch.cuda.is_available():
+    if gpu.present():  # after the run: its workers are done
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
 

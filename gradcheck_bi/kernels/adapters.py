@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi import gpu
 from gradcheck_bi.kernels import sandbox
 from gradcheck_bi.kernels.build import PROBE_D, Builder, required_inputs
 from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
@@ -139,7 +140,7 @@ def gamma_at_zero(call: Callable[..., Any]) -> tuple[str | None, str]:
     x = torch.randn(*PROBE_SHAPE, generator=torch.Generator().manual_seed(0))
     plain = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
     why = ""
-    for device in ["cpu"] + (["cuda"] if sandbox.cuda_here() else []):
+    for device in ["cpu"] + (["cuda"] if gpu.present() else []):
         def at_zero(device: str = device) -> torch.Tensor:
             with torch.no_grad():
                 y = call(x.to(device), torch.zeros(PROBE_SHAPE[-1], device=device), 1e-6,

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi import gpu
 from gradcheck_bi.kernels import sandbox
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import first_line
@@ -183,7 +184,7 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
     first output with every :func:`candidates` variant's reference."""
     why = ""
     targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
-    targets += [(torch.float32, "cuda")] if sandbox.cuda_here() else []
+    targets += [(torch.float32, "cuda")] if gpu.present() else []
     drawn = drawn_values(torch.float64)["fp64"]
     for dtype, device in targets:
         try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel
