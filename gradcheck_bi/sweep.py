@@ -22,6 +22,7 @@ from gradcheck_bi import gpu
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED
+from gradcheck_bi.ops.record import Op
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
 from gradcheck_bi.point import AXES
 from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
@@ -316,7 +317,7 @@ def _checks_absent(checks: list[str], op_name: str, has: tuple[str, ...]) -> str
     >>> _checks_absent(["dz"], "rms_norm", ("forward", "dx", "dw", "batch_invariance"))
     "check dz does not apply to rms_norm, whose gradients are dx, dw (dz is rms_norm_gated's)"
     """
-    every = {**OPS, **SHAPED}
+    every: dict[str, Op | ShapedOp] = {**OPS, **SHAPED}
     op = every[op_name]
     owners = {c: " or ".join(f"{o.name}'s" for o in every.values()
                              if c in o.checks and o.name != op_name) for c in checks}
