@@ -42,7 +42,8 @@ docs: $(STAMP)
 
 # The real-library scoreboard: every norm class of torch, transformers, timm (and
 # Liger, if installed) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
-# totals to docs/scoreboard.md. Under an hour on 2 cores; an interrupted run resumes.
+# totals to docs/scoreboard.md. Hours on 2 busy cores at the default shape; an interrupted run
+# resumes where it stopped.
 # SCOREBOARD_ARGS="--only Llama --update-expected …" (benchmarks/scoreboard.py --help).
 # Versions pinned (transformers in the `scoreboard` extra, timm here). timm goes in without its
 # dependencies: it requires torchvision, whose PyPI wheels are CUDA builds pinned to one torch —
