@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.precision import working_precision
+from gradcheck_bi.checks.precision import Working, measure
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.checks.twins import Twins
 from gradcheck_bi.gate import expected, judge, judge_raised
@@ -65,25 +65,29 @@ class PointMeasurer:
     def __init__(self) -> None:
         self.twins = Twins()
         self.refusals: dict[tuple[str, str, str], str | None] = {}
-        self.working: dict[tuple[str, str, str, str], str | None] = {}
+        self.working: dict[tuple[str, str, str, str], Working] = {}
 
     def __call__(self, spec: KernelSpec, cfg: Config, sweep: Sweep) -> Result:
         key = (spec.name, cfg.device, cfg.dtype)
         if key not in self.refusals:
             self.refusals[key] = probe(spec, cfg.device, cfg.dtype, cfg)
+        working = Working(None)
         if self.refusals[key] is None:
-            cfg = replace(cfg, working_precision=self._working(spec, cfg))
+            working = self._working(spec, cfg)
+            cfg = replace(cfg, working_precision=working.precision)
         result = run_point(spec, cfg, sweep, self.refusals[key], self.twins.check)
         result.working_precision = cfg.working_precision
+        if working.fallback:  # one note per kernel says it (cli.execute.working_notes)
+            result.details["working_precision_fallback"] = working.fallback
         return result
 
-    def _working(self, spec: KernelSpec, cfg: Config) -> str | None:
+    def _working(self, spec: KernelSpec, cfg: Config) -> Working:
         key = (spec.name, cfg.device, cfg.dtype, cfg.precision)
         if key not in self.working:
             try:
-                self.working[key] = working_precision(spec, cfg)
+                self.working[key] = measure(spec, cfg)
             except BaseException as exc:  # decides nothing: each point reports its own
                 if stops_the_run(exc) or is_internal(exc):
                     raise
-                self.working[key] = None
+                self.working[key] = Working(None)
         return self.working[key]

@@ -141,13 +141,19 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
 
 def working_notes(results: list[Result]) -> None:
     """One note per kernel and target judged at a measured working precision coarser than
-    its dtype (:mod:`gradcheck_bi.checks.precision`)."""
+    its dtype, or whose working precision was not found (:mod:`gradcheck_bi.checks.
+    precision`: why, and that the checks fall back to the dtype's rounding)."""
     seen = dict.fromkeys((r.kernel, r.device, r.dtype, r.working_precision) for r in results
                          if r.working_precision is not None)
     for kernel, device, dtype, working in seen:
         sys.stderr.write(f"gradcheck-bi: note: {kernel}: computes in {working} inside at "
                          f"{dtype} ({device}); judged at {working} rounding "
                          "(--precision exact: at the dtype's)\n")
+    fallbacks = dict.fromkeys((r.kernel, r.device, r.dtype,
+                               r.details.get("working_precision_fallback")) for r in results)
+    for kernel, device, dtype, why in fallbacks:
+        if why:
+            sys.stderr.write(f"gradcheck-bi: note: {kernel} ({dtype}, {device}): {why}\n")
 
 
 def kink_notes(results: list[Result]) -> None:
@@ -162,10 +168,15 @@ def kink_notes(results: list[Result]) -> None:
             tally[0] += 1
             tally[1] += n
             tally[2] += r.details.get("not_differentiable_unjudged", 0)
+    unfound = {r.kernel for r in results if r.details.get("working_precision_fallback")}
     for (kernel, check), (points, elements, left) in seen.items():
+        # at the dtype's rounding, rounding the model misses reads as kinks
+        maybe = " (or rounding: its working precision was not found)" if kernel in unfound \
+            else ""
         sys.stderr.write(f"gradcheck-bi: note: {kernel}: {check}: {elements} elements at "
-                         f"{points} point(s) not differentiable within the FD stencil (±4h), "
-                         f"judged at h/16; {left} left unjudged (see each result's message)\n")
+                         f"{points} point(s) not differentiable within the FD stencil (±4h)"
+                         f"{maybe}, judged at h/16; {left} left unjudged (see each result's "
+                         "message)\n")
 
 
 def _directional_note(sweeps: list[Sweep]) -> None:
