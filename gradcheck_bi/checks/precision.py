@@ -39,6 +39,7 @@ from gradcheck_bi.checks.family.point import make_point, reference
 from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.kernels.rmsnorm import compute_dtype
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
@@ -57,7 +58,7 @@ def working_precision(spec: KernelSpec, at: Config) -> str | None:
     ``at.dtype``'s (``"fp32"``, ``"fp16"``, ``"bf16"``), else ``None``. Runs one forward at
     ``at``'s shape and seed with γ (and β) = randn; a forward that raises propagates (the
     caller decides)."""
-    if at.precision == "exact" or at.dtype in HALF_DTYPES or at.variant:
+    if at.precision == "exact" or at.dtype in HALF_DTYPES or at.op in SHAPED:
         return None  # an op of any shape measures its own (gradcheck_bi.checks.shaped)
     # a kernel without a weight or bias (spec.fixed: absent) runs at their identity
     absent = dict(spec.fixed)

@@ -71,6 +71,8 @@ class Variant:
             parts.append(f"groups of {options['group_size']}")
         if options.get("norm_before_gate") is False:
             parts.append("gate before the norm")
+        parts += [f"{k}={v}" for k, v in self.options if k in op.defaults()
+                  and v != op.defaults()[k]]
         return self.op + (" " + ", ".join(parts) if parts else "")
 
     def reference(self, drawn: dict[str, torch.Tensor], d: int) -> torch.Tensor:
@@ -83,7 +85,7 @@ class Variant:
         if op.has("bias") and (self.bias or not op.param("bias").optional):
             params["bias"] = drawn["bias"] if self.bias else torch.zeros_like(drawn["bias"])
         options = {"eps": _EPS, "group_size": None, "norm_before_gate": True,
-                   **dict(self.options)}
+                   **op.defaults(), **dict(self.options)}
         return op.reference({n: drawn[n] for n in op.inputs}, params, options)[op.outputs[0]]
 
 

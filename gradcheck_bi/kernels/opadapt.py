@@ -48,7 +48,8 @@ def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: di
             "device": x.device, "dtype": next(iter(params.values()), x).dtype,
             "group_size": options.get("group_size"),
             "norm_before_gate": options.get("norm_before_gate"),
-            "prenorm": OPS[op].prenorm, "none": None}
+            "prenorm": OPS[op].prenorm, "none": None,
+            **{a.name: options.get(a.name, a.default) for a in OPS[op].axes}}
 
 
 def _needed(op: str | None) -> set[str]:
@@ -57,7 +58,8 @@ def _needed(op: str | None) -> set[str]:
         return set(ROLE_NAMES)
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    return needed | set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
+    return (needed | set(OPS[op].options) | {a.name for a in OPS[op].axes}
+            | ({"prenorm"} if OPS[op].prenorm else set()))
 
 
 def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str | None,

@@ -79,7 +79,7 @@ def roles_of(params: list[inspect.Parameter], op: str | None = None
              ) -> dict[str, str | None]:
     """Each parameter's role by its name (``op``'s own names first); with no parameter
     named as an input, the first is ``x`` (the RMSNorm convention)."""
-    own = {n: role for role, names in (OPS[op].names if op else {}).items() for n in names}
+    own = OPS[op].own_names() if op else {}
     roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
                                     for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
