@@ -122,10 +122,13 @@ def drawn_values(dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
          for n in ("x", "residual", "z")}
     t["weight"] = 0.5 + torch.rand(PROBE_D, generator=gen, dtype=torch.float64)
     t["bias"] = torch.randn(PROBE_D, generator=gen, dtype=torch.float64)
+    t.update({n: torch.randn(shape, generator=gen, dtype=torch.float64) for n in ("a", "b")})
     cast = {n: v.to(device=device, dtype=dtype) for n, v in t.items()}
+    own = {a.name: a.default for op in OPS.values() for a in op.axes}
     return {**cast, "fp64": t, "eps": _EPS, "zcg": False, "offset": 0.0, "shape": (PROBE_D,),
             "size": PROBE_D, "device": torch.device(device), "dtype": dtype,
-            "group_size": PROBE_D, "norm_before_gate": True, "prenorm": True, "none": None}
+            "group_size": PROBE_D, "norm_before_gate": True, "prenorm": True, "none": None,
+            **own}
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class Seen:
         return f"closest: {v.words}, max relative error {e:.2g}"
 
 
-_GRAD_ROLES = ("x", "residual", "z", "weight", "bias")
+_GRAD_ROLES = ("x", "residual", "z", "weight", "bias", "a", "b")
 
 
 def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str
