@@ -177,7 +177,8 @@ def probe_module(builder: Builder
         fwd = parameters(getattr(builder.factory, "forward", builder.factory), builder.name)[1:]
     marks = [inspect.Parameter(attr.rsplit(".", 1)[-1], inspect.Parameter.KEYWORD_ONLY)
              for attr in (tensors or {}).values()] + ctor
-    if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor):  # in its config, or fixed
+    if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor) and not builder.no_eps:
+        # in its config, or fixed
         marks.append(inspect.Parameter("eps", inspect.Parameter.KEYWORD_ONLY, default=None))
     return fwd, marks, None if tensors is None else set(tensors)
 
@@ -401,7 +402,7 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
     fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, named,
                               dict(rec.variant.options) if rec.variant else {})
     if kind == "module":
-        own, own_how = obj.fixed()
+        own, own_how = obj.fixed(OPS[rec.op].has("eps"))
         fixed, fixed_how = fixed + own, fixed_how + own_how
     absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable and n != "eps")
     if kind == "module":
