@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.behaviour import Seen, probe
+from gradcheck_bi.kernels.behaviour import MATCH, Seen, probe
 from gradcheck_bi.kernels.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.recognise import _KEPT, Recognition, named_op, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, fill, parameters
@@ -305,12 +305,16 @@ def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]
 
 
 def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
-                   roles: set[str]) -> Any:
+                   roles: set[str]) -> tuple[Any, float]:
     """The value of ``option`` at which the kernel's forward is closest to its op's fp64
-    reference, from one call at a small random point (:func:`.behaviour.probe`); ``None``
-    where it does not run here."""
+    reference, from one call at a small random point (:func:`.behaviour.probe`), and how
+    far (relative; a match within :data:`.behaviour.MATCH`); ``None`` where it does not
+    run here."""
     seen = probe(call, frozenset(roles), (op,))
-    return dict(seen.errors[0][1].options).get(option) if seen.errors else None
+    if not seen.errors:
+        return None, float("inf")
+    error, variant = seen.errors[0]
+    return dict(variant.options).get(option), error
 
 
 def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
@@ -343,12 +347,15 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
             value = candidates[0]
             why = f"the kernel takes no {option} (run as {option}={value})"
         else:
-            value = _probe_forward(op, call, option, roles | {
+            value, error = _probe_forward(op, call, option, roles | {
                 p.name for p in OPS[op].params if (p.name, None) not in fixed})
             why = (f"the kernel takes no {option} and its forward matches {option}={value}"
-                   if value is not None else
+                   if value is not None and error <= MATCH else
+                   f"the kernel takes no {option} and its forward matches no value of it "
+                   f"(closest {option}={value}, max relative error {error:.2g}): run at "
+                   f"{candidates[0]}" if value is not None else
                    f"the kernel takes no {option}; no forward here, so {candidates[0]} assumed")
-            value = candidates[0] if value is None else value
+            value = value if value is not None and error <= MATCH else candidates[0]
         fixed.append((option, value))
         how.append(f"{option} not swept — {why}")
     # its own options it does not take (a plain swiglu's multipliers): their default, which

@@ -318,3 +318,55 @@ class GeluAndMul(torch.nn.Module):
         d = x.shape[-1] // 2
         w = _wide(x)
         return (_gelu_parts(w[..., :d], self.approximate)[0] * w[..., d:]).to(x.dtype)
+
+
+class _GatedSiluBackward(torch.autograd.Function):
+    """fla's gated norm (no bias, no residual) whose backward differentiates the silu gate
+    whatever ``activation`` the forward used."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, g: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                activation: str, eps: float) -> torch.Tensor:
+        ctx.save_for_backward(x, g, weight)
+        ctx.eps = eps
+        return _gated(x, g, weight, None, eps, None, True, activation)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        x, g, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in (x, g, weight)]
+            y = _gated(*leaves[:2], leaves[2], None, ctx.eps, None, True, "silu")  # MUTANT
+            grads = torch.autograd.grad(y, leaves, dy)
+        return (*grads, None, None)
+
+
+def gated_sigmoid_mutant(x: torch.Tensor, g: torch.Tensor, weight: torch.Tensor,
+                         activation: str = "swish", eps: float = 1e-6) -> torch.Tensor:
+    """MUTANT: right at activation silu, its blind value; wrong dz, dx, dw at sigmoid."""
+    return _GatedSiluBackward.apply(x, g, weight, activation, eps)
+
+
+class _GeluHalvesErfBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, approximate: str) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        d = x.shape[-1] // 2
+        w = _wide(x)
+        return (_gelu_parts(w[..., :d], approximate)[0] * w[..., d:]).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        d = x.shape[-1] // 2
+        w, gw = _wide(x), _wide(g)
+        gelu, grad = _gelu_parts(w[..., :d], "none")  # MUTANT: erf's whatever approximate
+        return torch.cat([gw * w[..., d:] * grad, gw * gelu], -1).to(x.dtype), None
+
+
+class GeluAndMulErfBackward(GeluAndMul):
+    """MUTANT: vLLM's module on a Function whose backward is GELU's erf form always (right
+    at approximate="none")."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _GeluHalvesErfBackward.apply(x, self.approximate)
