@@ -370,3 +370,22 @@ class GeluAndMulErfBackward(GeluAndMul):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _GeluHalvesErfBackward.apply(x, self.approximate)
+
+
+class SiLUMulTorchSigmoid(TritonSiluMul):
+    """``silu(a) · b`` on torch's own ``sigmoid`` (no padding): correct, and truly not
+    batch-invariant on CPU where a row count moves elements into the vector loop's tail."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        wa, wb = _wide(a), _wide(b)
+        ctx.save_for_backward(wa, wb)
+        ctx.dtype = a.dtype
+        return (wa * torch.sigmoid(wa) * wb).to(a.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        a, b = ctx.saved_tensors
+        g, sig = dy.to(a.dtype), torch.sigmoid(a)
+        return ((g * b * sig * (1 + a * (1 - sig))).to(ctx.dtype),
+                (g * a * sig).to(ctx.dtype))
