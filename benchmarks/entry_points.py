@@ -48,7 +48,7 @@ def said(err: str, out: str) -> str:
     body = out.splitlines()
     verdict = next((ln for ln in body if ln.startswith("VERDICT")), "no verdict")
     first = next((i for i, ln in enumerate(body) if ln.startswith("✗")), None)
-    failure = (" ".join(s.strip() for s in body[first:first + 3]) + " … "
+    failure = (" ".join(s.strip() for s in body[first:first + 6])[:520] + " … "
                if first is not None else "")
     return " · ".join([*notes[:1], failure + verdict])
 

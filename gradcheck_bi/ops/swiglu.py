@@ -13,9 +13,10 @@ Every output element depends on one element of each input (the finite difference
 perturb a whole column of rows at once and each output element reaches only itself).
 
 **Forward**: ``OPS_SILU`` roundings of silu and one of the product per element (a
-multiplier's own rounding is within that margin). **Rounding of da**: ``OPS_SILU`` roundings of ``|g m_d b m_g| S`` (``S``: the
-size of the terms of ``silu'``, :func:`~gradcheck_bi.ops.norms.silu_grad_size`); **of
-db**: of ``|g m_d s|``. The magnitudes are the same terms.
+multiplier's own rounding is within that margin). **Rounding of da**: ``OPS_SILU``
+roundings of ``|g m_d b m_g| S`` (``S``: the size of the terms of ``silu'``,
+:func:`~gradcheck_bi.ops.norms.silu_grad_size`); **of db**: of ``|g m_d s|``. The
+magnitudes are the same terms.
 
 >>> import torch
 >>> a, b = torch.tensor([[0.0, 1.0]]), torch.tensor([[2.0, 2.0]])

@@ -65,7 +65,7 @@ class TritonSiluMul(torch.autograd.Function):
     """``silu(A) · B`` with upper-case parameters."""
 
     @staticmethod
-    def forward(ctx: Any, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # noqa: N803
+    def forward(ctx: Any, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         a, b = _wide(A), _wide(B)
         ctx.save_for_backward(a, b)
         ctx.dtype = A.dtype
