@@ -21,8 +21,7 @@ from typing import Any
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.layout import applies
 from gradcheck_bi.kernels.loader import normal_ref
-from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED
-from gradcheck_bi.ops.record import Op
+from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED, Op
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
 from gradcheck_bi.point import AXES
 from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
@@ -252,8 +251,19 @@ def op_points(spec: KernelSpec, cfg: Config, sweep: Sweep) -> Iterator[Config]:
     modes: list[bool | None] = list(sweep.norm_before_gate) if gated else [None]
     if "norm_before_gate" in fixed:
         modes = [fixed["norm_before_gate"]]
-    for bias, group, mode in itertools.product(biases, groups, modes):
-        yield replace(cfg, op=spec.op, bias=bias, group_size=group, norm_before_gate=mode)
+    for bias, group, mode, own in itertools.product(biases, groups, modes,
+                                                    own_options(op, fixed)):
+        yield replace(cfg, op=spec.op, bias=bias, group_size=group, norm_before_gate=mode,
+                      variant=own)
+
+
+def own_options(op: Op, fixed: dict[str, Any]) -> list[tuple[tuple[str, Any], ...]]:
+    """The op's own options (:attr:`Op.axes`) at every point: their defaults, then each
+    other value alone; one the kernel fixes at its value alone."""
+    axes = {a.name: [fixed[a.name]] if a.name in fixed else list(a.values) for a in op.axes}
+    base = {k: vs[0] for k, vs in axes.items()}
+    points = [base] + [{**base, k: v} for k, vs in axes.items() for v in vs[1:]]
+    return [tuple(p.items()) for p in points]
 
 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:

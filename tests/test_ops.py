@@ -369,10 +369,12 @@ def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(("attr", "before"), [("before", True), ("after", False)])
 def test_gated_kernel_without_group_size_or_order_runs_no_point_at_an_absent_axis(
         attr: str, before: bool) -> None:
-    """``(x, z, weight, eps)``: the group is the row and the gate order the one its forward
-    matches; every gradient it has is checked, each absent axis dropped with one note."""
+    """``(x, z, weight, eps)``: the group is the row, the gate order and activation the
+    ones its forward matches; every gradient it has is checked, each absent axis dropped
+    with one note."""
     spec = resolve(f"tests/kernels/gated_fixed.py:{attr}", {"op": "rms_norm_gated"})
-    assert dict(spec.fixed) == {"bias": None, "group_size": None, "norm_before_gate": before}
+    assert dict(spec.fixed) == {"bias": None, "group_size": None, "norm_before_gate": before,
+                                "activation": "silu"}
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)])
     results = run(sweep, [spec])
     assert {r.check for r in results} == set(checks_of(spec))
@@ -380,7 +382,8 @@ def test_gated_kernel_without_group_size_or_order_runs_no_point_at_an_absent_axi
     assert all(r.status == "pass" for r in results), [
         (r.check, r.message) for r in results if r.status != "pass"]
     notes = [n for n in not_run([sweep], [spec]) if "not swept" in n]
-    assert len(notes) == 2 and "group_size" in notes[0] and "norm_before_gate" in notes[1]
+    assert len(notes) == 3 and "group_size" in notes[0] and "norm_before_gate" in notes[1]
+    assert "activation" in notes[2]
 
 
 @pytest.mark.parametrize(("attr", "op", "absent"), [
@@ -423,6 +426,7 @@ def test_gated_norm_with_a_bias_has_its_optional_part_checked() -> None:
     assert all(r.status == "pass" for r in results), [
         (r.check, r.dtype, r.message) for r in results if r.status != "pass"]
     plain = resolve(KERNELS["rms_norm_gated"])
-    assert dict(plain.fixed) == {"bias": None} and not plain.fixed_how
+    assert dict(plain.fixed) == {"bias": None, "activation": "silu"}
+    assert [h.split(" —")[0] for h in plain.fixed_how] == ["activation not swept"]
     cfgs = [c for _, c in grid(sweep, [plain])]
     assert {c.bias for c in cfgs} == {None} and "dbias" not in {c.check for c in cfgs}

@@ -177,7 +177,8 @@ def test_gated_norms_whose_gate_defaults_to_none_get_their_gate(cls: str) -> Non
 def test_silu_gated_norm_with_gate_none_and_no_options_is_not_swept() -> None:
     spec = resolve(f"{VARIANTS}:SiluRMSNormGated")
     assert spec.op == "rms_norm_gated" and spec.mismatch == ""
-    assert dict(spec.fixed) == {"bias": None, "group_size": None, "norm_before_gate": True}
+    assert dict(spec.fixed) == {"bias": None, "group_size": None, "norm_before_gate": True,
+                                "activation": "silu"}
     sweep = Sweep(kernels=[spec.name], **SMALL)
     assert {(c.group_size, c.norm_before_gate) for _, c in grid(sweep, [spec])} == {(32, True)}
     lines = not_run([sweep], [spec])
@@ -236,7 +237,7 @@ def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:
     """(x, weight, bias, z, eps, group_size, norm_before_gate) used to "fit layer_norm and
     rms_norm_gated": a bias marks no second op where the gated norm has one."""
     spec = resolve(f"{VARIANTS}:rmsnorm_fn")
-    assert spec.op == "rms_norm_gated" and spec.fixed == ()
+    assert spec.op == "rms_norm_gated" and spec.fixed == (("activation", "silu"),)
     assert "dbias" in checks_of(spec) and spec.mismatch == ""
     results = _run(spec, weights=["randn"], zcg=[False], group_sizes=[8, None])
     assert {r.group_size for r in results} == {8, 32} and not _failing(results)

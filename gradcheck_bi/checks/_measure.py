@@ -70,7 +70,7 @@ class BitwiseLog:
         n, err, first = bitwise_diff(a, b)
         if n:
             self.failures.append(f"{label}: {n} of {a.numel()} elements differ "
-                                 f"(max {err:.3e})")
+                                 f"(max {err:.3e}){tail(a, b)}")
             if err >= self.worst_err:
                 self.worst_err, self.worst_at = err, [row, *(first or [])[-1:]]
 
@@ -182,3 +182,16 @@ def _unravel(flat: int, shape: torch.Size) -> list[int]:
         idx.append(i)
     idx.reverse()
     return idx
+
+
+def tail(a: torch.Tensor, b: torch.Tensor) -> str:
+    """`` (only in the last 12 of 64 elements: a vectorised loop's tail?)`` where every
+    differing element sits at the end of the row."""
+    diff = (a != b).reshape(-1).nonzero()
+    if diff.numel() == 0 or a.numel() < 8:
+        return ""
+    first = int(diff.min())
+    if first >= a.numel() // 2:
+        return (f" (only in the last {a.numel() - first} of {a.numel()} elements: a "
+                "vectorised loop's tail?)")
+    return ""

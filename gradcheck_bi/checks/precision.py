@@ -42,6 +42,7 @@ from gradcheck_bi.checks.family.point import make_point, reference
 from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.opcall import op_forward
 from gradcheck_bi.kernels.rmsnorm import compute_dtype
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
@@ -74,7 +75,7 @@ def measure(spec: KernelSpec, at: Config) -> Working:
     """:func:`working_precision` with the reason it fell back to the dtype, if it did. Runs
     one forward at ``at``'s shape and seed with γ (and β) = randn; a forward that raises
     propagates (the caller decides)."""
-    if at.precision == "exact" or at.dtype in HALF_DTYPES or at.variant:
+    if at.precision == "exact" or at.dtype in HALF_DTYPES or at.op in SHAPED:
         return Working(None)  # an op of any shape measures its own (gradcheck_bi.checks.shaped)
     # a kernel without a weight or bias (spec.fixed: absent) runs at their identity
     absent = dict(spec.fixed)

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.checks._measure import tail
 from gradcheck_bi.errors import Derived, derived, unit
 from gradcheck_bi.fd.plan import (
     DIRECTIONS,
@@ -561,13 +562,13 @@ def check_batch(kernel: ShapedKernel, point: Point) -> Measurement:
                 theirs = _rows(got[0][k], out_axes[k], axis, torch.tensor([at]))
                 if not _bits(mine, theirs):
                     differ.append(f"{k} row {row} differs {label} vs in {n} rows"
-                                  f"{_tail(mine, theirs)}")
+                                  f"{tail(mine, theirs)}")
             for k in carried:
                 mine = _rows(base[1][k], role_axes[k], axis, torch.tensor([row]))
                 theirs = _rows(got[1][k], role_axes[k], axis, torch.tensor([at]))
                 if not _bits(mine, theirs):
                     differ.append(f"d{k} row {row} differs {label} vs in {n} rows"
-                                  f"{_tail(mine, theirs)}")
+                                  f"{tail(mine, theirs)}")
     passed = not differ
     return Measurement(0.0 if passed else 1.0, 0.0, passed, None,
                        "" if passed else "; ".join(dict.fromkeys(differ)),
@@ -578,16 +579,3 @@ def check_batch(kernel: ShapedKernel, point: Point) -> Measurement:
 def _bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and bool(torch.equal(a, b) or (a.isnan() & b.isnan()).sum()
                                        == (a != b).sum())
-
-
-def _tail(a: torch.Tensor, b: torch.Tensor) -> str:
-    """`` (only in the last 12 of 64 elements: a vectorised loop's tail?)`` where every
-    differing element sits at the end of the row."""
-    diff = (a != b).reshape(-1).nonzero()
-    if diff.numel() == 0 or a.numel() < 8:
-        return ""
-    first = int(diff.min())
-    if first >= a.numel() // 2:
-        return (f" (only in the last {a.numel() - first} of {a.numel()} elements: a "
-                "vectorised loop's tail?)")
-    return ""

@@ -34,7 +34,10 @@ def rules() -> str:
         f"function's or class's: layer_norm, rms, gated, add_rms, log_softmax, swiglu, "
         f"silu_and_mul) decides, else one call of its forward against each op's fp64 "
         f"reference, which also finds the variant (no weight, a bias, γ = 1 + w, a gated "
-        f"norm's fixed groups and gate order); none of these → {DEFAULT_OP}. An optional "
+        f"norm's fixed groups, gate order and activation); an op of roles of its own "
+        f"(swiglu's a, b: any case, else by position) from its output alone. An output "
+        f"matching no op is refused in one line; {DEFAULT_OP} only where its names or its "
+        f"output say so, or its forward cannot run here to tell. An optional "
         f"residual=None or prenorm=False keeps its default. --op NAME says the op "
         f"instead.", "", "")) + "\n"
 
@@ -42,6 +45,13 @@ def rules() -> str:
 def _wrap(text: str, first: str, rest: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest,
                          break_on_hyphens=False, break_long_words=False)
+
+
+def _options(op: Op) -> list[str]:
+    """``eps``, …, and the op's own options with their values (the blind one marked)."""
+    own = [f"{a.name} ({'/'.join(str(v) for v in a.values)}"
+           + (f", {a.blind} blind" if a.blind is not None else "") + ")" for a in op.axes]
+    return [*op.options, *own]
 
 
 def ops_command() -> int:
@@ -55,7 +65,7 @@ def ops_command() -> int:
         out += [op.name]
         out += _wrap(op.summary, "  ", "  ")
         out += _wrap(f"inputs {', '.join(op.inputs)}; parameters {params or 'none'}; "
-                     f"options {', '.join(op.options) or 'none'}; outputs "
+                     f"options {', '.join(_options(op)) or 'none'}; outputs "
                      f"{', '.join(op.outputs)}", "  ", "    ")
         out += _wrap(f"checks {', '.join(op.checks)}", "  ", "    ")
         out += [""]

@@ -304,7 +304,7 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     builder = Builder(obj, name, args) if kind == "module" else None
     rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
     if rec.grad is False:
-        raise KernelLoadError(_no_backward(obj, name, kind, rec.op))
+        raise KernelLoadError(_no_backward(obj, name, kind, None if rec.mismatch else rec.op))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
             builder is not None and builder.weightless) or (weightless and kind != "module"):
@@ -348,10 +348,12 @@ def _matches_nothing(obj: Any, name: str, kind: str, nearest: str, found: Found 
             f"`gradcheck-bi ops`, say which with --op NAME, else check it with {GENERIC}")
 
 
-def _no_backward(obj: Any, name: str, kind: str, op: str) -> str:
+def _no_backward(obj: Any, name: str, kind: str, op: str | None) -> str:
+    """One line: no backward; ``op`` what its output matched (``None``: nothing here)."""
+    how = f"computed as {op} under" if op else "matching no op here; computed under"
     return (f"kernel {_signature(obj, name, kind)}: its output does not require grad when "
-            f"its inputs do (computed as {op} under torch.no_grad, or detached): there is no "
-            "backward to check")
+            f"its inputs do ({how} torch.no_grad, or detached): there is no backward to "
+            "check")
 
 
 def _shaped_kind(obj: Any, kind: str) -> str:

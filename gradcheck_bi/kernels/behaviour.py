@@ -72,6 +72,8 @@ class Variant:
             parts.append(f"groups of {options['group_size']}")
         if options.get("norm_before_gate") is False:
             parts.append("gate before the norm")
+        parts += [f"{k}={v}" for k, v in self.options if k in op.defaults()
+                  and v != op.defaults()[k]]
         return self.op + (" " + ", ".join(parts) if parts else "")
 
     def reference(self, drawn: dict[str, torch.Tensor], d: int) -> torch.Tensor:
@@ -84,7 +86,7 @@ class Variant:
         if op.has("bias") and (self.bias or not op.param("bias").optional):
             params["bias"] = drawn["bias"] if self.bias else torch.zeros_like(drawn["bias"])
         options = {"eps": _EPS, "group_size": None, "norm_before_gate": True,
-                   **dict(self.options)}
+                   **op.defaults(), **dict(self.options)}
         return op.reference({n: drawn[n] for n in op.inputs}, params, options)[op.outputs[0]]
 
 
@@ -121,10 +123,13 @@ def drawn_values(dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
          for n in ("x", "residual", "z")}
     t["weight"] = 0.5 + torch.rand(PROBE_D, generator=gen, dtype=torch.float64)
     t["bias"] = torch.randn(PROBE_D, generator=gen, dtype=torch.float64)
+    t.update({n: torch.randn(shape, generator=gen, dtype=torch.float64) for n in ("a", "b")})
     cast = {n: v.to(device=device, dtype=dtype) for n, v in t.items()}
+    own = {a.name: a.default for op in OPS.values() for a in op.axes}
     return {**cast, "fp64": t, "eps": _EPS, "zcg": False, "offset": 0.0, "shape": (PROBE_D,),
             "size": PROBE_D, "device": torch.device(device), "dtype": dtype,
-            "group_size": PROBE_D, "norm_before_gate": True, "prenorm": True, "none": None}
+            "group_size": PROBE_D, "norm_before_gate": True, "prenorm": True, "none": None,
+            **own}
 
 
 @dataclass(frozen=True)
@@ -152,7 +157,7 @@ class Seen:
         return f"closest: {v.words}, max relative error {e:.2g}"
 
 
-_GRAD_ROLES = ("x", "residual", "z", "weight", "bias")
+_GRAD_ROLES = ("x", "residual", "z", "weight", "bias", "a", "b")
 
 
 def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.signature import ctor_slots, fill, role_of
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import KernelLoadError, first_line
 
 PROBE_D = 8  # the hidden size a module is built at once on CPU, when loaded
@@ -199,7 +200,11 @@ class Builder:
             raise KernelLoadError(
                 f"kernel {name} could not be built from the {self.config.__name__} written "
                 f"here (hidden size {PROBE_D}, the class's other defaults): {why}")
-        self.own_eps = None if self.takes_eps else self._own_eps(why)
+        # (eps, where read), or the reason there is none: refused where the op has an eps
+        self.own_eps: tuple[float, str] | None = None
+        self.no_eps = ""
+        if not self.takes_eps:
+            self.own_eps, self.no_eps = self._own_eps(why)
 
     @property
     def takes_eps(self) -> bool:
@@ -262,27 +267,35 @@ class Builder:
                 f"kernel {self.name} is not a norm over the last axis: built at D = {PROBE_D}"
                 f", it has parameters that are no (D,) weight or bias ({', '.join(foreign)})")
         shape = _output_shape(module)
-        if shape is not None and shape != (2, PROBE_D):
+        # as wide as x, or as an op's output is (silu_and_mul's: half)
+        widths = {(2, op.out_width(PROBE_D)) for op in OPS.values()}
+        if shape is not None and shape not in widths:
             raise KernelLoadError(
                 f"kernel {self.name} is not a norm over the last axis: for x of (2, {PROBE_D})"
                 f" its forward returns {shape}")
         return module, ""
 
-    def _own_eps(self, why: str) -> tuple[float, str]:
+    def _own_eps(self, why: str) -> tuple[tuple[float, str] | None, str]:
+        """The eps it fixes and where it was read, else ``None`` and the refusal of an op
+        with an eps (a module without one may compute an op without: silu_and_mul)."""
         what = getattr(self.factory, "__name__", self.name)
         if self.probe is None:
             raise KernelLoadError(f"kernel {self.name} takes no eps and could not be built "
                                   f"here to read its own ({why})")
         found = own_eps(self.probe)
         if found is None:
-            raise KernelLoadError(
+            return None, (
                 f"kernel {self.name}: {what} takes no eps and shows none (no eps, "
                 "variance_epsilon or epsilon attribute, no eps= constant in its forward), "
                 "so there is no eps to check it at")
-        return found
+        return found, ""
 
-    def fixed(self) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
-        """``spec.fixed`` and ``spec.fixed_how`` for a module that fixes its eps, else empty."""
+    def fixed(self, needs_eps: bool = True
+              ) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+        """``spec.fixed`` and ``spec.fixed_how`` for a module that fixes its eps, else empty;
+        a :class:`KernelLoadError` for one that shows none, when its op ``needs_eps``."""
+        if self.no_eps and needs_eps:
+            raise KernelLoadError(self.no_eps)
         if self.own_eps is None:
             return (), ()
         value, where = self.own_eps

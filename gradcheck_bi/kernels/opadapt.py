@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.behaviour import Seen, probe
+from gradcheck_bi.kernels.behaviour import MATCH, Seen, probe
 from gradcheck_bi.kernels.build import PROBE_D, Builder, probe_values
-from gradcheck_bi.kernels.recognise import _KEPT, Recognition, recognise, roles_of
+from gradcheck_bi.kernels.recognise import _KEPT, Recognition, named_op, recognise, roles_of
 from gradcheck_bi.kernels.signature import Slot, fill, parameters
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
@@ -48,7 +48,8 @@ def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: di
             "device": x.device, "dtype": next(iter(params.values()), x).dtype,
             "group_size": options.get("group_size"),
             "norm_before_gate": options.get("norm_before_gate"),
-            "prenorm": OPS[op].prenorm, "none": None}
+            "prenorm": OPS[op].prenorm, "none": None,
+            **{a.name: options.get(a.name, a.default) for a in OPS[op].axes}}
 
 
 def _needed(op: str | None) -> set[str]:
@@ -57,7 +58,8 @@ def _needed(op: str | None) -> set[str]:
         return set(ROLE_NAMES)
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    return needed | set(OPS[op].options) | ({"prenorm"} if OPS[op].prenorm else set())
+    return (needed | set(OPS[op].options) | {a.name for a in OPS[op].axes}
+            | ({"prenorm"} if OPS[op].prenorm else set()))
 
 
 def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str | None,
@@ -175,7 +177,8 @@ def probe_module(builder: Builder
         fwd = parameters(getattr(builder.factory, "forward", builder.factory), builder.name)[1:]
     marks = [inspect.Parameter(attr.rsplit(".", 1)[-1], inspect.Parameter.KEYWORD_ONLY)
              for attr in (tensors or {}).values()] + ctor
-    if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor):  # in its config, or fixed
+    if not any(ROLE_OF.get(p.name.lower()) == "eps" for p in ctor) and not builder.no_eps:
+        # in its config, or fixed
         marks.append(inspect.Parameter("eps", inspect.Parameter.KEYWORD_ONLY, default=None))
     return fwd, marks, None if tensors is None else set(tensors)
 
@@ -221,8 +224,12 @@ def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
     :class:`~.build.Builder`): from its parameters, its own names and (unless ``forced``)
     its forward's output."""
     fwd, marks, tensors = probe_module(obj) if kind == "module" else ([], [], None)
-    seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first, (fwd, tensors))
     names = _own_names(obj)
+    if forced is None and kind != "module" and named_op(names) is None:
+        own = _by_own_names(obj, kind, name, kernel_args, skip_first)
+        if own is not None:
+            return own
+    seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first, (fwd, tensors))
     if kind == "module":
         stub = inspect.Signature(fwd)
         holder: Callable[..., Any] = lambda *a, **k: None  # noqa: E731
@@ -231,6 +238,59 @@ def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
                          tensors=tensors)
     target = obj.forward if kind == "function" else obj
     return recognise(target, name, forced, skip_first=skip_first, names=names, seen=seen)
+
+
+# Roles that say a norm: a kernel with a parameter of one is read by the norms' names.
+_NORM_ROLES = {"weight", "eps", "residual", "z", "group_size", "norm_before_gate", "zcg",
+               "offset", "shape", "prenorm"}
+
+
+def _own_binding(params: list[inspect.Parameter], op: Op) -> dict[str, str | None] | None:
+    """``op``'s roles and options bound by its own names (any case), its inputs left over
+    by position among the required parameters; ``None`` where they do not fit."""
+    own = op.own_names()
+    roles: dict[str, str | None] = {p.name: own.get(p.name.lower()) for p in params}
+    free = [p.name for p in params if roles[p.name] is None
+            and p.default is inspect.Parameter.empty]
+    unbound = [i for i in op.inputs if i not in roles.values()]
+    if len(free) != len(unbound):
+        return None
+    roles.update(zip(free, unbound, strict=True))
+    return roles
+
+
+def _by_own_names(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
+                  skip_first: bool) -> Recognition | None:
+    """An op of roles of its own (swiglu's ``a, b``), read from what the kernel's forward
+    computes: its parameters bound by the op's names (``A, B``; ``a, b, gate_multiplier,
+    down_multiplier``), else by position, and one call at a small random point against the
+    op's reference decides. ``None`` for a kernel whose parameters say a norm (a weight, an
+    eps, …) or whose output matches no such op."""
+    target = obj.forward if kind == "function" else obj
+    try:
+        params = parameters(target, name)[1 if skip_first else 0:]
+    except KernelLoadError:
+        return None
+    if not params or {ROLE_OF.get(p.name.lower()) for p in params} & _NORM_ROLES:
+        return None
+    for op in (o for o in OPS.values() if o.names):
+        roles = _own_binding(params, op)
+        if roles is None:
+            continue
+        try:
+            slots = _slots(params, roles, op.name, kernel_args, name)
+        except KernelLoadError:
+            continue
+        call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+        seen = probe(call, frozenset(r for r in roles.values() if r is not None), (op.name,))
+        variant = seen.match(op.name)
+        if variant is None:
+            continue
+        listing = ", ".join(f"{p}→{r}" for p, r in roles.items() if r is not None)
+        return Recognition(op.name, roles, f"recognised {op.name} from its output ({listing}; "
+                           f"{seen.errors[0][0]:.1e} from the reference at a small random "
+                           "fp64 point)", variant, takes=frozenset(), grad=seen.grad)
+    return None
 
 
 def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]:
@@ -245,12 +305,16 @@ def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]
 
 
 def _probe_forward(op: str, call: Callable[[dict[str, Any]], Any], option: str,
-                   roles: set[str]) -> Any:
+                   roles: set[str]) -> tuple[Any, float]:
     """The value of ``option`` at which the kernel's forward is closest to its op's fp64
-    reference, from one call at a small random point (:func:`.behaviour.probe`); ``None``
-    where it does not run here."""
+    reference, from one call at a small random point (:func:`.behaviour.probe`), and how
+    far (relative; a match within :data:`.behaviour.MATCH`); ``None`` where it does not
+    run here."""
     seen = probe(call, frozenset(roles), (op,))
-    return dict(seen.errors[0][1].options).get(option) if seen.errors else None
+    if not seen.errors:
+        return None, float("inf")
+    error, variant = seen.errors[0]
+    return dict(variant.options).get(option), error
 
 
 def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
@@ -283,14 +347,21 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
             value = candidates[0]
             why = f"the kernel takes no {option} (run as {option}={value})"
         else:
-            value = _probe_forward(op, call, option, roles | {
+            value, error = _probe_forward(op, call, option, roles | {
                 p.name for p in OPS[op].params if (p.name, None) not in fixed})
             why = (f"the kernel takes no {option} and its forward matches {option}={value}"
-                   if value is not None else
+                   if value is not None and error <= MATCH else
+                   f"the kernel takes no {option} and its forward matches no value of it "
+                   f"(closest {option}={value}, max relative error {error:.2g}): run at "
+                   f"{candidates[0]}" if value is not None else
                    f"the kernel takes no {option}; no forward here, so {candidates[0]} assumed")
-            value = candidates[0] if value is None else value
+            value = value if value is not None and error <= MATCH else candidates[0]
         fixed.append((option, value))
         how.append(f"{option} not swept — {why}")
+    # its own options it does not take (a plain swiglu's multipliers): their default, which
+    # is what a kernel without them computes
+    fixed += [(a.name, a.default) for a in OPS[op].axes
+              if a.name not in roles and a.name not in OPS[op].fixable]
     return tuple(fixed), tuple(how)
 
 
@@ -338,7 +409,7 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
     fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, named,
                               dict(rec.variant.options) if rec.variant else {})
     if kind == "module":
-        own, own_how = obj.fixed()
+        own, own_how = obj.fixed(OPS[rec.op].has("eps"))
         fixed, fixed_how = fixed + own, fixed_how + own_how
     absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable and n != "eps")
     if kind == "module":

@@ -79,7 +79,7 @@ def roles_of(params: list[inspect.Parameter], op: str | None = None
              ) -> dict[str, str | None]:
     """Each parameter's role by its name (``op``'s own names first); with no parameter
     named as an input, the first is ``x`` (the RMSNorm convention)."""
-    own = {n: role for role, names in (OPS[op].names if op else {}).items() for n in names}
+    own = OPS[op].own_names() if op else {}
     roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
                                     for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
@@ -175,10 +175,16 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                                f"({by_name[1]}) and its parameters {listing}",
                                takes=frozenset())
     chosen, present = _marked(every)
-    if len(chosen) > 1:
-        raise KernelLoadError(
-            f"kernel {what}{listing}: its parameters fit {' and '.join(o.name for o in chosen)}"
-            f"; say which with --op NAME (`gradcheck-bi ops` lists the ops)")
+    if len(chosen) > 1:  # the output decides; one without a backward is refused for that
+        found = next((v for v in ((seen or Seen()).match(o.name) for o in chosen)
+                      if v is not None), None)
+        if found is None and (seen is None or seen.grad is not False):
+            closest = f" ({seen.closest})" if seen is not None and seen.closest else ""
+            raise KernelLoadError(
+                f"kernel {what}{listing}: its parameters fit "
+                f"{' and '.join(o.name for o in chosen)}, and its output matches neither"
+                f"{closest}; say which with --op NAME (`gradcheck-bi ops` lists the ops)")
+        chosen = [OPS[found.op]] if found is not None else chosen[:1]
     op = chosen[0] if chosen else OPS[DEFAULT_OP]
     missing = [r for r in op.needs if r not in present and r not in roles.values()]
     if op.name != DEFAULT_OP and missing:

@@ -14,7 +14,7 @@ from __future__ import annotations
 ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "x": ("x", "input", "hidden_states", "inp"),
     "residual": ("residual", "r", "res"),
-    "z": ("z", "gate"),
+    "z": ("z", "gate", "g"),  # fla's rms_norm_gated(x, g, …)
     "weight": ("weight", "w", "gamma", "scale"),
     "bias": ("bias", "b", "beta"),
     "eps": ("eps", "epsilon", "variance_epsilon", "variance_eps"),

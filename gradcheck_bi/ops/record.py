@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
+from gradcheck_bi.ops.shaped import Axis
 from gradcheck_bi.vocab import CONTROLS
 
 Tensors = dict[str, torch.Tensor]
@@ -160,6 +161,13 @@ class Op:
     # whole row; norm_before_gate: whichever order its forward matches), each with the
     # values it may be fixed at (one forward probe picks among several).
     fixable: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Options of the op's own beyond the norms' (a gate's activation, swiglu's multipliers):
+    # passed to the kernel under their names, swept (the default, then each other value
+    # alone; the values ride in ``Config.variant``), each with its blind value. One the
+    # kernel does not take is fixed at the value its forward matches (``fixable``).
+    axes: tuple[Axis, ...] = ()
+    # β's part of the output, fp64 (``None``: β itself, added last; a gated norm gates it).
+    bias_term: Callable[[Point], torch.Tensor] | None = None
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -181,4 +189,15 @@ class Op:
     def has(self, name: str) -> bool:
         """Whether the op takes a parameter or option of this name (``bias``,
         ``group_size``)."""
-        return name in self.options or any(p.name == name for p in self.params)
+        return (name in self.options or any(p.name == name for p in self.params)
+                or any(a.name == name for a in self.axes))
+
+    def defaults(self) -> dict[str, Any]:
+        """Its own options (:attr:`axes`) at their defaults."""
+        return {a.name: a.default for a in self.axes}
+
+    def own_names(self) -> dict[str, str]:
+        """``{parameter name: role}`` of its own roles and options (lower case)."""
+        out = {n: role for role, names in self.names.items() for n in names}
+        out.update({n: a.name for a in self.axes for n in (a.name, *a.names)})
+        return out

@@ -1,19 +1,27 @@
 """``rms_norm_gated``: the mean square over each group of ``group_size`` consecutive features
-(``None`` = D); with ``norm_before_gate`` ``y = rms(x) · γ · silu(z)``, else ``y = rms(x ·
-silu(z)) · γ``.
+(``None`` = D), a gate ``act(z)`` (``activation``: silu, or sigmoid) and an optional bias
+β, which is added before the gate — Mamba-2's ``rmsnorm_fn`` and fla's ``rms_norm_gated``
+both compute it so: with ``norm_before_gate`` ``y = (rms(x) · γ + β) · act(z)``, else
+``y = rms(x · act(z)) · γ + β``.
 
-**Forward**: RMSNorm's bound over the group's terms with the gate's silu and product
+**Forward**: RMSNorm's bound over the group's terms with the gate's activation and product
 (``OPS_GATE + 1``) per element.
 
-**Rounding of d<input>** (``s = silu(z)``): before the gate, ``dx`` is the RMSNorm model per
-group with cotangent ``g s`` (+ ``OPS_GATE`` roundings of that product), ``dz = g n γ
-silu'(z)`` is elementwise (``v_r dz² + OPS_GATE (g n γ S)²``); after the gate (``u = x s``),
-``du`` is the RMSNorm model per group at ``u``, ``dx = du s`` and ``dz = du x silu'(z)``
-carry it, plus ``OPS_GATE`` roundings of each (``dz``'s of ``du x S``). ``S`` is the size of
-the terms of ``silu'`` (:func:`~gradcheck_bi.ops.norms.silu_grad_size`): its rounding is
-relative to them, not to ``silu'``, which cancels to 0 near ``z = −1.28`` (held relative to
-``silu'``, a correct bf16 kernel failed ``dz`` at 1.008 of its tolerance in 2 of 200 random
-configurations).
+**Rounding of d<input>** (``s = act(z)``): before the gate, ``dx`` is the RMSNorm model per
+group with cotangent ``g s`` (+ ``OPS_GATE`` roundings of that product), ``dz = g (n γ + β)
+act'(z)`` is elementwise (``v_r (g n γ act')² + OPS_GATE (g (|n γ| + |β|) S)²``); after
+the gate (``u = x s``), ``du`` is the RMSNorm model per group at ``u``, ``dx = du s`` and
+``dz = du x act'(z)`` carry it, plus ``OPS_GATE`` roundings of each (``dz``'s of ``du x
+S``). ``S`` is the size of the terms of ``act'`` (:data:`~gradcheck_bi.ops.norms.GATES`):
+its rounding is relative to them, not to ``silu'``, which cancels to 0 near ``z = −1.28``
+(held relative to ``silu'``, a correct bf16 kernel failed ``dz`` at 1.008 of its tolerance
+in 2 of 200 random configurations).
+
+>>> import torch
+>>> x, z = torch.tensor([[3.0, 4.0]], dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)
+>>> p = {"weight": torch.ones(2, dtype=torch.float64), "bias": torch.ones(2, dtype=torch.float64)}
+>>> OP.reference({"x": x, "z": z}, p, {"eps": 0.0, "activation": "sigmoid"})["y"]
+tensor([[0.9243, 1.0657]], dtype=torch.float64)
 """
 
 from __future__ import annotations
@@ -22,30 +30,40 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.norms import (
-    grouped,
-    normed,
-    rms,
-    row_length,
-    silu_grad,
-    silu_grad_size,
-)
+from gradcheck_bi.ops.norms import GATES, Gate, grouped, normed, rms, row_length
 from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
+from gradcheck_bi.ops.shaped import Axis
 
 # silu(z) = z / (1 + exp(-z)) and silu'(z): exp (not always correctly rounded), an add, a
-# division and the products around them.
+# division and the products around them (sigmoid's are fewer).
 OPS_GATE = 8.0
+ACTIVATION = Axis("activation", ("silu", "sigmoid"), passed=True,
+                  names=("activation", "act", "gate_act"),
+                  words="the gate's activation: silu (fla's 'swish') or sigmoid")
+
+
+def gate_of(options: dict[str, Any]) -> Gate:
+    return GATES[options.get("activation", "silu")]
 
 
 def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
     x, z = inputs["x"], inputs["z"]
-    gate = torch.nn.functional.silu(z)
+    gate = gate_of(options).fn(z)
     g = options.get("group_size")
+    beta = params.get("bias", 0.0)
     if options.get("norm_before_gate", True):
-        y = rms(grouped(x, g), options["eps"]).reshape(x.shape) * params["weight"] * gate
-    else:
-        y = rms(grouped(x * gate, g), options["eps"]).reshape(x.shape) * params["weight"]
-    return {"y": y + params["bias"] if "bias" in params else y}
+        n = rms(grouped(x, g), options["eps"]).reshape(x.shape)
+        return {"y": (n * params["weight"] + beta) * gate}
+    n = rms(grouped(x * gate, g), options["eps"]).reshape(x.shape)
+    return {"y": n * params["weight"] + beta}
+
+
+def bias_term(point: Point) -> torch.Tensor:
+    """β's part of ``y``: ``β · act(z)`` before the gate, ``β`` after it."""
+    beta = point.effective.get("bias", torch.zeros((), dtype=torch.float64))
+    if point.options["norm_before_gate"]:
+        return beta * gate_of(point.options).fn(point.inputs64["z"])
+    return beta
 
 
 def step_scale(point: Point, name: str) -> torch.Tensor:
@@ -53,7 +71,7 @@ def step_scale(point: Point, name: str) -> torch.Tensor:
     gate ``z`` the scale of silu, 1, or less where ``x`` is long."""
     ins = {n: t.reshape(-1, t.shape[-1]) for n, t in point.inputs64.items()}
     eps, x = point.options["eps"], ins["x"]
-    gate = torch.nn.functional.silu(ins["z"])
+    gate = gate_of(point.options).fn(ins["z"])
     before = point.options["norm_before_gate"]
     v = x if before else x * gate
     shortest = row_length(grouped(v, point.options["group_size"]), eps).min(-1).values
@@ -94,7 +112,8 @@ def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch
     inputs, gamma = point.inputs64, point.effective["weight"]
     x, z, gy = inputs["x"], inputs["z"], point.cotangents["y"].to(torch.float64)
     eps, group = point.options["eps"], point.options["group_size"]
-    gate, dgate = torch.nn.functional.silu(z), silu_grad(z)
+    act = gate_of(point.options)
+    gate, dgate = act.fn(z), act.grad(z)
     d = exact["x" if name == "x" else "z"]
     if point.options["norm_before_gate"]:
         if name == "x":
@@ -104,13 +123,19 @@ def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch
             return (_grouped_dx_sigma(x, gamma, gy * gate, eps, group, sums) ** 2
                     + OPS_GATE * a * a).sqrt()
         v_r = sums.rsigma_var(grouped(x, group), eps).expand(grouped(x, group).shape)
-        size = gy * normed(x, eps, group) * gamma * silu_grad_size(z)
-        return (v_r.reshape(x.shape) * d * d + OPS_GATE * size * size).sqrt()
+        n_gamma = normed(x, eps, group) * gamma
+        d_norm = gy * n_gamma * dgate  # the part of dz the statistic's rounding moves
+        size = gy * (n_gamma.abs() + _beta(point).abs()) * act.grad_size(z)
+        return (v_r.reshape(x.shape) * d_norm * d_norm + OPS_GATE * size * size).sqrt()
     u = x * gate
     sigma_du = _grouped_dx_sigma(u, gamma, gy, eps, group, sums)
     carry = gate if name == "x" else x * dgate
-    size = d if name == "x" else _rms_grad(u, gamma, gy, eps, group) * x * silu_grad_size(z)
+    size = d if name == "x" else _rms_grad(u, gamma, gy, eps, group) * x * act.grad_size(z)
     return (sigma_du**2 * carry * carry + OPS_GATE * size * size).sqrt()
+
+
+def _beta(point: Point) -> torch.Tensor:
+    return point.effective.get("bias", torch.zeros((), dtype=torch.float64))
 
 
 def _magnitude(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float,
@@ -125,19 +150,21 @@ def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
     inputs, gamma = point.inputs64, point.effective["weight"]
     x, z, eps = inputs["x"], inputs["z"], point.options["eps"]
     gy, group = point.cotangents["y"].to(torch.float64), point.options["group_size"]
-    gate = torch.nn.functional.silu(z)
+    act = gate_of(point.options)
+    gate = act.fn(z)
     if point.options["norm_before_gate"]:
         if name == "x":
             return _magnitude(x, gamma, gy * gate, eps, group, sums)
-        return (gy * normed(x, eps, group) * gamma).abs() * silu_grad_size(z)
+        n_gamma = normed(x, eps, group) * gamma
+        return gy.abs() * (n_gamma.abs() + _beta(point).abs()) * act.grad_size(z)
     m_u = _magnitude(x * gate, gamma, gy, eps, group, sums)
-    return m_u * (gate.abs() if name == "x" else x.abs() * silu_grad_size(z))
+    return m_u * (gate.abs() if name == "x" else x.abs() * act.grad_size(z))
 
 
 OP = Op(
     "rms_norm_gated",
-    "statistic over groups of group_size features; norm_before_gate: y = norm(x)·γ·silu(z), "
-    "else y = norm(x·silu(z))·γ",
+    "statistic over groups of group_size features; norm_before_gate: y = (norm(x)·γ + β)·"
+    "act(z), else y = norm(x·act(z))·γ + β; act silu or sigmoid (activation)",
     inputs=("x", "z"), params=(WEIGHT, OPTIONAL_BIAS),
     options=("eps", "group_size", "norm_before_gate"),
     outputs=("y",), reference=reference, step_scale=step_scale,
@@ -146,4 +173,6 @@ OP = Op(
     optional_marks=("group_size", "norm_before_gate"), unscaled=("z",), reach=reach,
     forward_terms=forward_terms, forward_extra=OPS_GATE + 1.0,
     statistic="the mean square over each group and the gate",
-    fixable={"group_size": (None,), "norm_before_gate": (True, False)})
+    fixable={"group_size": (None,), "norm_before_gate": (True, False),
+             "activation": ACTIVATION.values},
+    axes=(ACTIVATION,), bias_term=bias_term)

@@ -1,24 +1,29 @@
-"""``swiglu``: ``y = silu(a) · b``, elementwise (Liger's form).
+"""``swiglu``: ``y = silu(m_g · a) · b · m_d``, elementwise (Liger's form, its
+``gate_multiplier`` m_g and ``down_multiplier`` m_d; both 1 in a plain SwiGLU).
 
-With ``s = silu(a) = a σ(a)`` and ``silu'(a) = σ(a) (1 + a (1 − σ(a)))``::
+With ``s = silu(m_g a)`` and ``silu'(t) = σ(t) (1 + t (1 − σ(t)))``::
 
-    da = g · b · silu'(a),    db = g · silu(a)
+    da = g · m_d · b · m_g · silu'(m_g a),    db = g · m_d · s
 
 A ``silu'`` without its product term (``σ(a)`` alone) is the classic defect; with random
 cotangents on every row, a backward that reads another row's cotangent or stores into
-another row shows too. No parameter, no option; every output element depends on one
-element of each input (the finite differences perturb a whole column of rows at once and
-each output element reaches only itself).
+another row shows too. A multiplier at 1.0 is a blind control: a backward that drops it is
+right there, so each is swept at another value too (a kernel without one runs at 1.0).
+Every output element depends on one element of each input (the finite differences
+perturb a whole column of rows at once and each output element reaches only itself).
 
-**Forward**: ``OPS_SILU`` roundings of silu and one of the product, per element.
-**Rounding of da**: ``OPS_SILU`` roundings of ``|g b| S`` (``S``: the size of the terms of
-``silu'``, :func:`~gradcheck_bi.ops.norms.silu_grad_size`); **of db**: of ``|g silu(a)|``.
-The magnitudes are the same terms.
+**Forward**: ``OPS_SILU`` roundings of silu and one of the product per element (a
+multiplier's own rounding is within that margin). **Rounding of da**: ``OPS_SILU``
+roundings of ``|g m_d b m_g| S`` (``S``: the size of the terms of ``silu'``,
+:func:`~gradcheck_bi.ops.norms.silu_grad_size`); **of db**: of ``|g m_d s|``. The
+magnitudes are the same terms.
 
 >>> import torch
 >>> a, b = torch.tensor([[0.0, 1.0]]), torch.tensor([[2.0, 2.0]])
 >>> OP.reference({"a": a, "b": b}, {}, {})["y"]
 tensor([[0.0000, 1.4621]])
+>>> OP.reference({"a": a, "b": b}, {}, {"gate_multiplier": 2.0, "down_multiplier": 0.5})["y"]
+tensor([[0.0000, 1.7616]])
 """
 
 from __future__ import annotations
@@ -29,21 +34,39 @@ import torch
 
 from gradcheck_bi.ops.norms import silu_grad_size
 from gradcheck_bi.ops.record import Op, Point, Sums, Tensors
+from gradcheck_bi.ops.shaped import Axis
 
 OPS_SILU = 8.0  # exp (not always correctly rounded), an add, a division, the products
+# Liger's multipliers; the other value is no power of two, nor one the reciprocal of the
+# other's, so a multiplier applied twice, inverted or swapped shows.
+MULTIPLIERS = (
+    Axis("gate_multiplier", (1.0, 0.7), passed=True, blind=1.0, names=("gate_multiplier",),
+         words="m_g in silu(m_g · a) (1.0: blind to a backward that drops it)"),
+    Axis("down_multiplier", (1.0, 1.3), passed=True, blind=1.0, names=("down_multiplier",),
+         words="m_d scaling the output (1.0: blind to a backward that drops it)"))
+
+
+def multipliers(options: dict[str, Any]) -> tuple[float, float]:
+    """``(m_g, m_d)`` at a point (1.0 where not given)."""
+    return (float(options.get("gate_multiplier", 1.0)),
+            float(options.get("down_multiplier", 1.0)))
 
 
 def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
-    return {"y": torch.nn.functional.silu(inputs["a"]) * inputs["b"]}
+    gate, down = multipliers(options)
+    return {"y": torch.nn.functional.silu(gate * inputs["a"]) * inputs["b"] * down}
 
 
 def step_scale(point: Point, name: str) -> torch.Tensor:
-    """``a``: silu bends over a unit; ``b``: ``y`` is linear in it, so the row's largest
-    ``|b|`` (at least 1) costs no truncation and keeps the step above ``b``'s ulps."""
+    """``a``: silu bends over ``1 / m_g``; ``b``: ``y`` is linear in it, so the row's
+    largest ``|b|`` (at least 1) costs no truncation and keeps the step above ``b``'s
+    ulps."""
     t = point.inputs64[name]
     rows = t.reshape(-1, t.shape[-1])
     if name == "a":
-        return torch.ones(rows.shape[0], dtype=torch.float64, device=t.device)
+        gate = abs(multipliers(point.options)[0]) or 1.0
+        return torch.full((rows.shape[0],), min(1.0, 1.0 / gate), dtype=torch.float64,
+                          device=t.device)
     return rows.abs().amax(-1).clamp(min=1.0)
 
 
@@ -51,14 +74,18 @@ def elementwise(point: Point, name: str, output: str) -> int:
     return 1
 
 
-def terms(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The sizes of the terms of ``da`` and ``db`` (fp64): ``|g b| S(a)``, ``|g silu(a)|``."""
-    return (g * b).abs() * silu_grad_size(a), (g * torch.nn.functional.silu(a)).abs()
+def terms(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, gate: float = 1.0,
+          down: float = 1.0) -> tuple[torch.Tensor, ...]:
+    """The sizes of the terms of ``da`` and ``db`` (fp64): ``|g m_d b m_g| S(m_g a)``,
+    ``|g m_d silu(m_g a)|``."""
+    t = gate * a
+    return ((g * down * b * gate).abs() * silu_grad_size(t),
+            (g * down * torch.nn.functional.silu(t)).abs())
 
 
 def _terms(point: Point, name: str) -> torch.Tensor:
     ins, g = point.inputs64, point.cotangents["y"].to(torch.float64)
-    return terms(ins["a"], ins["b"], g)[0 if name == "a" else 1]
+    return terms(ins["a"], ins["b"], g, *multipliers(point.options))[0 if name == "a" else 1]
 
 
 def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
@@ -74,9 +101,9 @@ def one_term(point: Point) -> int:
 
 
 OP = Op(
-    "swiglu", "y = silu(a) · b",
+    "swiglu", "y = silu(m_g · a) · b · m_d (gate_multiplier, down_multiplier: 1 plain)",
     inputs=("a", "b"), params=(), options=(), outputs=("y",), reference=reference,
     step_scale=step_scale, input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("a", "b"), names={"a": ("a", "gate", "x"), "b": ("b", "up")}, reach=elementwise,
     forward_terms=one_term, forward_extra=OPS_SILU + 1.0,
-    statistic="silu and the product (one term)")
+    statistic="silu and the product (one term)", axes=MULTIPLIERS)

@@ -71,14 +71,16 @@ def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> tor
     """Per element of output ``name`` (fp64, absolute): how far a correct kernel's value in
     the compute dtype (``u_c``) may be from the exact one before its one rounding to the
     output dtype — :func:`forward_tolerances`'s model per element: ``u_c (factor |y − β| +
-    |β|)`` (the statistic, the op's extra roundings; β added last, so an element where
+    |β|)`` (β: its part of ``y``, ``Op.bias_term``; the statistic, the op's extra
+    roundings; β added last, so an element where
     ``n γ`` and β nearly cancel is not held to the ulp of its tiny value), the op's shared
     rounding, and for an added output one addition ``u_c |s|``. The bf16/fp16 forward adds
     it to each element's ulp threshold."""
     op = point.op
     if name in op.added:
         return u_c * ref.abs()
-    beta = point.effective.get("bias", torch.zeros((), dtype=torch.float64))
+    beta = (point.effective.get("bias", torch.zeros((), dtype=torch.float64))
+            if op.bias_term is None else op.bias_term(point))
     factor = forward_factor(op.forward_terms(point), op.forward_extra)
     bound = u_c * (factor * (ref - beta).abs() + beta.abs() + _offset_moves(point, name))
     if op.shift is not None:

@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layer_norm import LayerNorm
-from rms_norm_gated import RMSNormGated
+from rms_norm_gated import RMSNormGated, sigmoid
 
 
 def _ones(x: torch.Tensor) -> torch.Tensor:
@@ -40,9 +40,13 @@ def gated_plain(x: torch.Tensor, z: torch.Tensor, eps: float, group_size: int | 
 def gated_bias(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                eps: float, group_size: int | None = None, norm_before_gate: bool = True
                ) -> torch.Tensor:
-    """A gated norm with a bias, added last in the compute dtype: ``y = gated(x, z) + β``,
-    rounded once (adding β to the rounded norm rounds twice: the bf16 audit fails it)."""
+    """A gated norm with a bias, added before the gate (Mamba-2's order) in the compute
+    dtype: ``y = gated(x, z) + β · silu(z)`` before the gate, ``+ β`` after it, rounded
+    once (adding β to the rounded norm rounds twice: the bf16 audit fails it)."""
     cdt = torch.promote_types(x.dtype, torch.float32)
-    y = RMSNormGated.apply(x.to(cdt), z.to(cdt), weight.to(cdt), eps, group_size,
+    zc = z.to(cdt)
+    y = RMSNormGated.apply(x.to(cdt), zc, weight.to(cdt), eps, group_size,
                            norm_before_gate)
-    return (y + bias.to(cdt)).to(x.dtype)
+    gate = zc * sigmoid(zc.double()).to(cdt)
+    beta = bias.to(cdt) * gate if norm_before_gate else bias.to(cdt)
+    return (y + beta).to(x.dtype)

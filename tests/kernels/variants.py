@@ -152,8 +152,8 @@ def rmsnorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                z: torch.Tensor | None = None, eps: float = 1e-6, group_size: int | None = None,
                norm_before_gate: bool = True) -> torch.Tensor:
     """Mamba's gated RMSNorm signature (a bias and a gate): ``(x, weight, bias, z, eps,
-    group_size, norm_before_gate)``. β is added last, as ``rms_norm_gated`` defines it
-    (Mamba's own reference adds it before the gate)."""
+    group_size, norm_before_gate)``. β is added before the gate, as Mamba's reference
+    does."""
     xf, d = _up(x), x.shape[-1]
     gate = torch.nn.functional.silu(_up(z)) if z is not None else None
     if gate is not None and not norm_before_gate:
@@ -161,7 +161,7 @@ def rmsnorm_fn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     g = group_size or d
     xg = xf.reshape(*xf.shape[:-1], d // g, g)
     y = (xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)).reshape(xf.shape)
-    y = y * _up(weight)
+    y = y * _up(weight) + (_up(bias) if bias is not None else 0)
     if gate is not None and norm_before_gate:
         y = y * gate
-    return (y + (_up(bias) if bias is not None else 0)).to(x.dtype)
+    return y.to(x.dtype)

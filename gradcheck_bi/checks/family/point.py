@@ -73,9 +73,10 @@ def _extras(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
 
 
 def options_of(cfg: Config) -> dict[str, Any]:
-    """The op's options at the point (``eps``; the gated norm's group size and mode)."""
-    options: dict[str, Any] = {"eps": cfg.eps}
+    """The op's options at the point (``eps``; the gated norm's group size and mode; its
+    own options, :attr:`~gradcheck_bi.ops.record.Op.axes`, from ``cfg.variant``)."""
     op = OPS[cfg.op]
+    options: dict[str, Any] = {"eps": cfg.eps, **op.defaults(), **dict(cfg.variant)}
     if "group_size" in op.options:
         options["group_size"] = cfg.group_size
         options["norm_before_gate"] = (True if cfg.norm_before_gate is None

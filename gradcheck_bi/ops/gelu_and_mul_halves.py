@@ -1,0 +1,83 @@
+"""``gelu_and_mul_halves``: :mod:`.gelu_and_mul` on the two halves of one input (vLLM's
+and SGLang's ``GeluAndMul`` module): ``x (…, 2D) -> gelu(x[..., :D]) · x[..., D:]``, GELU
+exact (erf) or its tanh form (``approximate``, which those modules take when built).
+
+With ``a = x[..., :D]``, ``b = x[..., D:]``::
+
+    dx[..., :D] = g · b · gelu'(a),    dx[..., D:] = g · gelu(a)
+
+Canonically ``x`` is ``(n, two, d)`` — its halves on the axis ``two``, which ``y (n, d)``
+lacks: an element of x reaches the one output element of its row and column, each half one
+colour. The gate half is drawn at 3× the unit scale, as :mod:`.gelu_and_mul` draws ``a``.
+``--shape`` is x's, ``(…rows, 2D)``.
+
+>>> import torch
+>>> x = torch.tensor([[0.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+>>> OP.reference({"x": x.reshape(1, 2, 2)}, {"approximate": "none"})["y"]
+tensor([[0.0000, 0.8413]], dtype=torch.float64)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gradcheck_bi.ops import gelu_and_mul
+from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+
+
+def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+              ) -> dict[str, torch.Tensor]:
+    x = t["x"]
+    assert x is not None
+    return gelu_and_mul.reference({"a": x[:, 0], "b": x[:, 1]}, options)
+
+
+def sizes(shape: tuple[int, ...]) -> Sizes:
+    if len(shape) < 2 or shape[-1] % 2:
+        raise ValueError("gelu_and_mul_halves takes --shape as (…rows, 2D), an even last dim")
+    return {"n": math.prod(shape[:-1]), "two": 2, "d": shape[-1] // 2, "lead": len(shape) - 1,
+            **{f"lead{i}": s for i, s in enumerate(shape[:-1])}}
+
+
+def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
+         gen: torch.Generator) -> Drawn:
+    lead = tuple(s[f"lead{i}"] for i in range(s["lead"]))
+    a = 3.0 * torch.randn(*lead, s["d"], generator=gen, dtype=torch.float64)
+    b = torch.randn(*lead, s["d"], generator=gen, dtype=torch.float64)
+    g = (torch.ones(s["n"], s["d"], dtype=torch.float64) if variant["cotangent"] == "ones"
+         else torch.randn(s["n"], s["d"], generator=gen, dtype=torch.float64))
+    return Drawn({"x": torch.cat([a, b], -1).to(dtype).to(device)},
+                 {"approximate": variant["approximate"]}, {"y": g.to(dtype).to(device)}, s)
+
+
+def halves(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+           ) -> dict[str, torch.Tensor | None]:
+    """``x (…, 2D)`` as ``(n, 2, D)``: a view of the same storage."""
+    x = t["x"]
+    assert x is not None
+    return {"x": x.reshape(-1, 2, x.shape[-1] // 2)}
+
+
+def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
+            ) -> torch.Tensor:
+    rows = part.reshape(part.shape[0], -1)
+    return rows.reshape(*([1] * (like.dim() - 2)), *rows.shape).contiguous()
+
+
+OP = ShapedOp(
+    "gelu_and_mul_halves", "y = gelu(x[..., :D]) · x[..., D:] (erf or tanh form)",
+    roles=(Role("x", ("n", "two", "d"), names=("x", "input", "hidden_states")),),
+    outputs=(Output("y", ("n", "d")),),
+    axes=(Axis("approximate", ("none", "tanh"), passed=True, names=("approximate",),
+               words="GELU's form: erf (none) or tanh"),
+          Axis("cotangent", ("random", "ones"), blind="ones",
+               words="the cotangent of y: random, or all ones")),
+    reference=reference, canonical=halves, draw=draw, sizes=sizes,
+    default_shape=(2, 8, 256), shape_words="(…rows, 2D)",
+    batch_axis=lambda options: "n", column="approximate",
+    marks=("gelu",), output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    restore=restore,
+)
