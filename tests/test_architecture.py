@@ -22,7 +22,8 @@ MAX_LINES = 600
 # Bottom to top: kernel → tolerance → perturbation → measurement → (sweep data) → verdict → run →
 # report → the user's entry points.
 LAYERS: list[tuple[str, ...]] = [
-    ("gradcheck_bi.vocab", "gradcheck_bi._version", "gradcheck_bi._atomic", "gradcheck_bi.ops"),
+    ("gradcheck_bi.vocab", "gradcheck_bi._version", "gradcheck_bi._atomic", "gradcheck_bi.sums",
+     "gradcheck_bi.ops"),
     ("gradcheck_bi.kernels",),
     ("gradcheck_bi.tolerance", "gradcheck_bi.errors"),
     ("gradcheck_bi.fd", "gradcheck_bi.inputs", "gradcheck_bi.lowp"),

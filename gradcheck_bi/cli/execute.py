@@ -13,9 +13,10 @@ from typing import Any
 from rich.console import Console
 
 from gradcheck_bi.fd import reduce
-from gradcheck_bi.kernels import reduction, watch
+from gradcheck_bi.kernels import watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
+from gradcheck_bi.sums import reduction
 from gradcheck_bi.sweep import Sweep, not_run, unchecked
 from gradcheck_bi.upfront import check_memory
 from gradcheck_bi.vocab import Result

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gradcheck_bi.kernels.blocking import BLOCK_M_CUDA, BLOCK_M_INTERPRETER, block_d
+from gradcheck_bi.sums.blocking import BLOCK_M_CUDA, BLOCK_M_INTERPRETER, block_d
 
 
 @triton.jit
