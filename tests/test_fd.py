@@ -11,7 +11,7 @@ from conftest import rand, where_differs
 
 from gradcheck_bi import fd
 from gradcheck_bi.fd.stencil import richardson_truncation, stencil_sum
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.tolerance import noise
 
 

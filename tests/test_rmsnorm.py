@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import rand, where_differs
 
-from gradcheck_bi.kernels.rmsnorm import (
+from gradcheck_bi.kernels.bundled.rmsnorm import (
     After,
     Before,
     FixedDx,

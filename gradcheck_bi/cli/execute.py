@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from gradcheck_bi.fd import reduce
-from gradcheck_bi.kernels import watch
+from gradcheck_bi.kernels.calling import watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
 from gradcheck_bi.sums import reduction

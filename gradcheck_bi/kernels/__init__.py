@@ -1,9 +1,15 @@
 """The kernels under test: fixed-order reduction, BI RMSNorm Functions, registry, calling them."""
 
-from gradcheck_bi.kernels.adapters import adapt
-from gradcheck_bi.kernels.named import NAMED
+from gradcheck_bi.kernels.adapting.adapters import adapt
+from gradcheck_bi.kernels.adapting.named import NAMED
+from gradcheck_bi.kernels.bundled.rmsnorm import (
+    After,
+    Before,
+    FixedDx,
+    FixedForward,
+    KernelInputError,
+)
 from gradcheck_bi.kernels.registry import BUNDLED, resolve
-from gradcheck_bi.kernels.rmsnorm import After, Before, FixedDx, FixedForward, KernelInputError
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec
 
 __all__ = [

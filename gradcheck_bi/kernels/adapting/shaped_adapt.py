@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels import sandbox
-from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.calling.shaped_call import KEEP, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.names import ROLE_OF
 from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
