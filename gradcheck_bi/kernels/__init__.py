@@ -1,4 +1,6 @@
-"""The kernels under test: fixed-order reduction, BI RMSNorm Functions, registry, calling them."""
+"""The kernels under test: the ones bundled (:mod:`.bundled`), a user's adapted
+(:mod:`.adapting`), calling either (:mod:`.calling`); :func:`resolve` turns any reference
+into a :class:`KernelSpec` (:mod:`.registry`)."""
 
 from gradcheck_bi.kernels.adapting.adapters import adapt
 from gradcheck_bi.kernels.adapting.named import NAMED
