@@ -36,7 +36,7 @@ def census(args: list[str]) -> tuple[float, int]:
     exit code. Prints what it started."""
     from gradcheck_bi import workers
     from gradcheck_bi.fd import threads as fd_threads
-    from gradcheck_bi.kernels import sandbox
+    from gradcheck_bi.kernels.adapting import sandbox
 
     started: collections.Counter[str] = collections.Counter()
     children: collections.Counter[str] = collections.Counter()

@@ -51,8 +51,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from gradcheck_bi import gpu
-from gradcheck_bi.kernels.call import MUTABLE
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels.adapting.loader import normal_ref
+from gradcheck_bi.kernels.calling.writes import MUTABLE
 from gradcheck_bi.point import AXIS, CASE_KEYS, BadValue, boolean, choice, list_of, nonnegative
 from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep
 from gradcheck_bi.vocab import EXPECTED_STATUSES, Expectation, did_you_mean

@@ -2,8 +2,8 @@
 
 The process that writes the report hands its points to worker processes
 (:mod:`gradcheck_bi.workers`) and its load-time kernel calls to a recording child
-(:mod:`gradcheck_bi.kernels.sandbox`). A child **forked** from it inherits torch, the kernel
-and its library already imported and the kernel already recognised, and starts in
+(:mod:`gradcheck_bi.kernels.adapting.sandbox`). A child **forked** from it inherits torch,
+the kernel and its library already imported and the kernel already recognised, and starts in
 milliseconds; a **spawned** one imports and recognises everything again (seconds, and every
 Triton kernel loaded again). A forked child can run CUDA only if this process never
 started it: torch refuses once this process has initialised CUDA ("Cannot re-initialize CUDA

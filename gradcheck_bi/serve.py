@@ -4,7 +4,7 @@ Started by :mod:`gradcheck_bi.workers` (forked, with the points in memory; or sp
 the points as references to load). SIGINT is ignored (the user's Ctrl-C stops the parent,
 which stops the worker), so a ``KeyboardInterrupt`` here is the kernel's; the phase the
 kernel is in is written where the parent can read it after a death
-(:mod:`gradcheck_bi.kernels.phase`); a forked CUDA worker starts CUDA before its first point
+(:mod:`gradcheck_bi.kernels.calling.phase`); a forked CUDA worker starts CUDA before its first point
 and says ``"unforkable"`` if it cannot (:mod:`gradcheck_bi.gpu`: the parent spawns instead);
 a CUDA worker checks its context after each point and stops when a point left it unusable.
 gradcheck-bi's own failure goes back as ``"internal"`` (exit 4 in the parent). The process
@@ -25,7 +25,9 @@ import torch
 
 from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
-from gradcheck_bi.kernels import phase, resolve, sandbox, trace, watch
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.calling import phase, trace, watch
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Config, KernelSpec, Result

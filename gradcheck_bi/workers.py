@@ -19,7 +19,7 @@ points and collects the results, and worker processes measure them:
   (the API) cannot be loaded by a spawned process: its CUDA points then run here;
 * a worker takes one point at a time and sends back its :class:`~gradcheck_bi.vocab.Result`
   (with the warnings it raised); one that dies leaves its point an ``error`` that names how
-  it died and what the kernel was running (:mod:`gradcheck_bi.kernels.phase`); a point past
+  it died and what the kernel was running (:mod:`gradcheck_bi.kernels.calling.phase`); a point past
   its sweep's ``timeout`` is an ``error`` and its worker is killed (:class:`Hangs`: the
   kernel's other points at that shape, dtype and device that would run the phase it hung
   in are ``error`` at once, not each a timeout again); a CUDA worker whose
@@ -44,9 +44,9 @@ from typing import Any
 from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import expected, judge
-from gradcheck_bi.kernels import phase, watch
-from gradcheck_bi.kernels.loader import Crashed
-from gradcheck_bi.kernels.sandbox import main_module_hidden
+from gradcheck_bi.kernels.adapting.loader import Crashed
+from gradcheck_bi.kernels.adapting.sandbox import main_module_hidden
+from gradcheck_bi.kernels.calling import phase, watch
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.serve import Point, serve
 from gradcheck_bi.sweep import Sweep

@@ -20,7 +20,8 @@ import torch
 
 from gradcheck_bi import gpu, workers
 from gradcheck_bi.cli import main
-from gradcheck_bi.kernels import resolve, sandbox, shaped_adapt
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.adapting import sandbox, shaped_adapt
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import KernelLoadError

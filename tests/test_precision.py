@@ -14,7 +14,7 @@ import torch
 from gradcheck_bi import check, cli
 from gradcheck_bi.checks.precision import working_precision
 from gradcheck_bi.kernels import adapt, resolve
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.vocab import Config
 
 KERNELS = Path(__file__).resolve().parent / "kernels"

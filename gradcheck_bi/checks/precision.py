@@ -39,9 +39,9 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks.family.point import make_point, reference
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.opcall import op_forward
-from gradcheck_bi.kernels.rmsnorm import compute_dtype
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.bundled.rmsnorm import compute_dtype
+from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff

@@ -43,8 +43,8 @@ from gradcheck_bi.fd.plan import (
     shared_and_colour,
     step,
 )
-from gradcheck_bi.kernels.call import allowed_mutations
-from gradcheck_bi.kernels.shaped_call import ShapedKernel, snapshot, unchanged
+from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel, snapshot, unchanged
+from gradcheck_bi.kernels.calling.writes import allowed_mutations
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC

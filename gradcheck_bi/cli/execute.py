@@ -14,9 +14,10 @@ from rich.console import Console
 
 from gradcheck_bi import gpu
 from gradcheck_bi.fd import reduce
-from gradcheck_bi.kernels import reduction, watch
+from gradcheck_bi.kernels.calling import watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
+from gradcheck_bi.sums import reduction
 from gradcheck_bi.sweep import Sweep, not_run, unchecked
 from gradcheck_bi.upfront import check_memory
 from gradcheck_bi.vocab import Result

@@ -4,7 +4,7 @@ A baseline is a JSON file holding, per result, what identifies it (kernel, check
 dtype, shape, eps, seed, γ control, zero_centered_gamma, input and weight scale, and every
 setting that sets the check's tolerance: atol, rtol, mode, stencil, step_rel) and what was
 measured (status, max_abs_err, tolerance). Kernel refs are keyed normalised
-(:func:`~gradcheck_bi.kernels.loader.normal_ref`: ``./k.py:F`` and ``k.py:F`` are one key).
+(:func:`~gradcheck_bi.kernels.adapting.loader.normal_ref`: ``./k.py:F`` and ``k.py:F`` are one key).
 Comparing a run with it, a result *drifts* when:
 
 * its status changed (``pass`` → ``fail``, ``pass`` → ``error``, ``unsupported`` → ``pass``…);

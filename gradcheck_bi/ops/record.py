@@ -128,7 +128,7 @@ class Op:
     input_rounding: Callable[[Point, str, Tensors, Sums], torch.Tensor]
     input_magnitude: Callable[[Point, str, Sums], torch.Tensor]
     # Roles a kernel must have for this op, and roles whose presence selects it
-    # (kernels/recognise.py): a required ``residual`` means fused add, and so on.
+    # (kernels/adapting/recognise.py): a required ``residual`` means fused add, and so on.
     needs: tuple[str, ...]
     marks: tuple[str, ...] = ()
     # Marks that select the op even when the parameter has a default (group_size).

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from gradcheck_bi import gpu
-from gradcheck_bi.kernels import sandbox
-from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.calling.shaped_call import KEEP, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.names import ROLE_OF
 from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
@@ -194,7 +194,7 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
         if device == "cuda" and not gpu.present():
             continue
         gen = torch.Generator().manual_seed(1234)
-        # Drawn on CPU and moved in the call: this process stays clear of CUDA (kernels.sandbox)
+        # Drawn on CPU and moved in the call: this process stays clear of CUDA (.sandbox)
         drawn = op.draw(op.sizes(op.default_shape), variant, dtype, "cpu", gen)
         try:
             raw, grad = sandbox.call(
