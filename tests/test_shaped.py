@@ -168,3 +168,30 @@ def test_liger_signature_bound_and_a_wrong_forward_not_called_coarse_rounding():
     failed = [r for r in bad.results if r.status != "pass"]
     assert failed and all(dict(r.variant or {}).get("weight") for r in failed)
     assert all("inside" not in (r.message or "") for r in failed)
+
+
+def test_an_option_the_kernel_lacks_is_fixed_at_its_closest_value():
+    from gradcheck_bi.kernels.adapting.shaped_adapt import recognise
+
+    from tests.kernels.gelu_and_mul import TanhOnlyFp32
+
+    found = recognise(TanhOnlyFp32, "apply")
+    assert found is not None and found.kernel.op == "gelu_and_mul"
+    assert dict(found.fixed)["approximate"] == "tanh", found.note
+
+
+def test_a_coarser_unit_only_where_the_errors_round_at_it():
+    """fp32 inside an fp64 call explains errors of fp32's size; errors far smaller than any
+    fp32 rounding yet above fp64's (a formula a little off) are judged at fp64."""
+    from gradcheck_bi.checks.shaped import make_point, model, working_unit
+    from gradcheck_bi.errors import unit
+
+    point = make_point(Config(check="forward", op="gelu_and_mul", shape=(4, 64)))
+    m = model(point)
+    sig = m.output_sigma
+    u32 = unit(torch.float32)
+    rounded = {k: 0.4 * u32 * s for k, s in sig.items()}  # fp32 roundings' size
+    assert working_unit(point, rounded, sig, m.products)[0] == u32
+    off = {k: 1e-3 * u32 * s + 1e-15 for k, s in sig.items()}  # above fp64, below fp32's
+    u, note = working_unit(point, off, sig, m.products)
+    assert u == unit(torch.float64) and note is None

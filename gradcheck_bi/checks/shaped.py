@@ -219,6 +219,12 @@ def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 # Working precisions coarser than a dtype, finest first: what a kernel may compute in inside.
 COARSER = (("fp32", 2.0**-24), ("tf32", 2.0**-11), ("bf16", 2.0**-8))
+# A coarser unit is taken where the largest forward error over at least ROUNDS_LIKE_N
+# elements reaches ROUNDS_LIKE_MIN of that unit's u·σ: one rounding's error is spread evenly
+# up to u·|y|, so each element stays below 0.05·u·σ with a probability of a few percent, and
+# all 64 of them essentially never.
+ROUNDS_LIKE_N = 64
+ROUNDS_LIKE_MIN = 0.05
 
 
 def plausible(name: str, dtype: str, device: str, products: bool) -> bool:
@@ -247,11 +253,21 @@ def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, tor
         return all(bool((e <= K_SIGMA * u_ * s + _floor(u_)).all()) for e, s in
                    ((errs[k], sig[k]) for k in errs))
 
+    def rounds_like(u_: float) -> bool:
+        """The errors are of the size ``u_``'s roundings leave: over many elements the
+        largest is a fair fraction of ``u_·σ``. A forward off by a small formula difference
+        (GELU's tanh form judged as erf: 4e-3 of bf16's) is within a coarse unit too, but
+        nothing rounds at that unit there."""
+        if sum(e.numel() for e in errs.values()) < ROUNDS_LIKE_N:
+            return True  # too few elements for the largest to say anything
+        return max(float((e / (u_ * s + _floor(u_))).max()) for e, s in
+                   ((errs[k], sig[k]) for k in errs)) >= ROUNDS_LIKE_MIN
+
     if within(u):
         return u, None
     for name, coarse in COARSER:
         if coarse > u and plausible(name, point.cfg.dtype, point.cfg.device, products) \
-                and within(coarse):
+                and within(coarse) and rounds_like(coarse):
             return coarse, (f"computes in {name} inside: judged at {name} rounding "
                             f"(--precision exact: {point.cfg.dtype})")
     return u, None

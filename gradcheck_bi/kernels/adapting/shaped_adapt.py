@@ -266,6 +266,10 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
             absent = tuple((a.name, False) for a in op.axes
                            if a.name in {r.name for r in op.roles if r.optional}
                            and a.name not in taken)
+            # every value of the options it lacks: the closest decides (GELU's tanh form is
+            # within an fp32 probe's distance of its erf form, 1e-4 apart: the first that
+            # matched read Liger's tanh GEGLU as erf)
+            closest: Found | None = None
             for values in _one_at_a_time(open_axes):
                 fixed = absent + tuple((a.name, v)
                                        for a, v in zip(open_axes, values, strict=True))
@@ -281,8 +285,13 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                         + f"; max relative error {distance:.1e} against the reference, "
                         + f"{where})")
                 found = Found(kernel, distance, note, fixed, match, seen_grad[0])
-                if best is None or distance / match < best.distance / best.match:
-                    best = found
-                if distance <= match:
-                    return found
+                if closest is None or distance / match < closest.distance / closest.match:
+                    closest = found
+                if distance == 0.0:
+                    break
+            if closest is not None and closest.distance <= closest.match:
+                return closest
+            if closest is not None and (
+                    best is None or closest.distance / closest.match < best.distance / best.match):
+                best = closest
     return best
