@@ -42,11 +42,20 @@ docs: $(STAMP)
 
 # The real-library scoreboard: every norm class of torch, transformers, timm (and
 # Liger, if installed) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
-# totals to docs/scoreboard.md. Under an hour on 2 cores; an interrupted run resumes.
+# totals to docs/scoreboard.md. Hours on 2 busy cores at the default shape; an interrupted run
+# resumes where it stopped.
 # SCOREBOARD_ARGS="--only Llama --update-expected …" (benchmarks/scoreboard.py --help).
+# Versions pinned (transformers in the `scoreboard` extra, timm here). timm goes in without its
+# dependencies: it requires torchvision, whose PyPI wheels are CUDA builds pinned to one torch —
+# an unpinned one replaces the CPU torch, and the one for torch 2.13.0 cannot load on the CPU
+# torch ("operator torchvision::nms does not exist"). Its `import torchvision` is answered by
+# benchmarks/scoreboard_stand_in (see its docstring); the CPU torch stays as installed.
 SCOREBOARD_ARGS ?= --jobs 2
+TIMM ?= timm==1.0.31
 $(VENV)/.scoreboard: $(STAMP)
 	$(BIN)/pip install -q -e ".[scoreboard]"
+	$(BIN)/pip install -q --no-deps "$(TIMM)"
+	$(BIN)/python -c "import torch; print('scoreboard: torch', torch.__version__)"
 	touch $@
 
 scoreboard: $(VENV)/.scoreboard

@@ -38,7 +38,7 @@ def _setup(threads: int | None) -> None:
 def measure_ours(shape: tuple[int, ...], dtype: str = "fp64", checks: str = "dx,dw",
                  mode: str = "full") -> dict[str, Any]:
     from gradcheck_bi.checks import run_check
-    from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.kernels.bundled.rmsnorm import After
     from gradcheck_bi.vocab import Config
 
     out: dict[str, Any] = {"shape": list(shape), "dtype": dtype}
@@ -58,7 +58,7 @@ def measure_gradcheck(shape: tuple[int, ...]) -> dict[str, Any]:
     import torch
 
     from gradcheck_bi.inputs import make_inputs
-    from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.kernels.bundled.rmsnorm import After
     from gradcheck_bi.vocab import Config
 
     x, w, _ = make_inputs(Config(check="dx", shape=shape))
@@ -79,7 +79,7 @@ def side_by_side(shape: tuple[int, ...]) -> dict[str, Any]:
 
 def noise_table() -> dict[str, Any]:
     from gradcheck_bi.checks import run_check
-    from gradcheck_bi.kernels.rmsnorm import After, Before
+    from gradcheck_bi.kernels.bundled.rmsnorm import After, Before
     from gradcheck_bi.vocab import Config
 
     rows = {}

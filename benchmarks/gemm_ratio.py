@@ -27,7 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernel", default="tests/kernels/gemm_triton.py:GemmTritonFn")
     ap.add_argument("--shape", default="64,4096,4096")
-    ap.add_argument("--check", default="da")
+    ap.add_argument("--check", default="dA")
     ap.add_argument("--dtype", default="fp32")
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.shape.split(","))
@@ -65,7 +65,7 @@ def main() -> int:
         walls.append(time.perf_counter() - t0)
         print(f"run {rep}: {walls[-1]:.2f} s, {sum(calls.values())} forward calls, "
               f"{len(rep_.results)} results, passed "
-              f"{sum(1 for r in rep_.results if r.passed)}", flush=True)
+              f"{sum(1 for r in rep_.results if r.status == 'pass')}", flush=True)
     floor = 0.0
     for key, n in calls.items():
         A, B, bias, out_dtype, layout = args_of[key]

@@ -30,8 +30,8 @@ from gradcheck_bi.fd import _triton_fd
 from gradcheck_bi.fd.coloured import plan
 from gradcheck_bi.fd.stencil import LEVELS
 from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.reduction import use_backend
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
+from gradcheck_bi.sums.reduction import use_backend
 from gradcheck_bi.vocab import Config
 
 

@@ -55,7 +55,7 @@ OTHER = {"fp64": "fp32", "bf16": "fp16"}  # the information-only dtype of a fast
 
 
 def rmsnorm_rows(device: str) -> tuple[Table, Table]:
-    from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.kernels.bundled.rmsnorm import After
 
     main, extra = Table(), Table("not caught")
     for m in catalog.MUTANTS:

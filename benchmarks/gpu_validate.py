@@ -13,8 +13,8 @@ import time
 import torch
 import triton
 
-from gradcheck_bi.kernels.reduction import row_sum
-from gradcheck_bi.kernels.rmsnorm import After, Before
+from gradcheck_bi.kernels.bundled.rmsnorm import After, Before
+from gradcheck_bi.sums.reduction import row_sum
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
 SIZES = (3, 8, 64, 512, 4096)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.vocab import Config
 
 SHAPES = [(2, 8, 256), (4, 1000), (2, 3, 200), (2, 1030)]

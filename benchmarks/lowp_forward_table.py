@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import catalog  # noqa: E402
 
 from gradcheck_bi.checks import run_check  # noqa: E402
-from gradcheck_bi.kernels.rmsnorm import After  # noqa: E402
+from gradcheck_bi.kernels.bundled.rmsnorm import After  # noqa: E402
 from gradcheck_bi.vocab import Config  # noqa: E402
 
 WIDTHS = (64, 256, 1000, 4096)

@@ -28,13 +28,13 @@ from gradcheck_bi.fd.coloured import plan
 from gradcheck_bi.fd.stencil import CENTRAL4
 from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.sweep import checks_of
 from gradcheck_bi.vocab import Config
 
-KERNELS = {"rms_norm": "gradcheck_bi.kernels.rmsnorm:After",
+KERNELS = {"rms_norm": "gradcheck_bi.kernels.bundled.rmsnorm:After",
            "fused_add_rms_norm": "tests/kernels/fused_add_rms_norm.py",
            "layer_norm": "tests/kernels/layer_norm.py",
            "rms_norm_gated": "tests/kernels/rms_norm_gated.py",

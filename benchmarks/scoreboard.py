@@ -8,10 +8,10 @@ Needs the optional extra: ``pip install -e ".[scoreboard]"`` (transformers, timm
 appear when liger-kernel is installed too). Per class (benchmarks/scoreboard_targets.py lists
 them) it runs, in a fresh process and with zero glue::
 
-    python -m gradcheck_bi run --kernel module:Class --shape 4,64 --device cpu \
-        --format json --output F
+    python -m gradcheck_bi run --kernel module:Class --device cpu --format json --output F
 
-(only torch's constructor flags get a ``--kernel-arg``), with a time limit per class, and
+at the tool's default shape, as a user runs it (``--shape`` only where this script is given
+one; only torch's constructor flags get a ``--kernel-arg``), with a time limit per class, and
 records the exit code, the op the tool recognised, the working precision it measured, the
 count of each result status, the seconds and the first line saying what failed or was refused.
 Liger's Triton kernels need CUDA: on a CPU run they are recorded as "needs CUDA", not run.
@@ -62,8 +62,8 @@ STAND_IN = REPO / "benchmarks" / "scoreboard_stand_in"
 EXPECTED = REPO / "benchmarks" / "scoreboard_expected.toml"
 DOC = REPO / "docs" / "scoreboard.md"
 RESULTS = REPO / "build" / "scoreboard" / "results.json"
-LIBRARIES = ("torch", "liger", "transformers", "timm")
-SHAPE = "4,64"
+LIBRARIES = ("torch", "torch-ops", "liger", "transformers", "timm")
+SHAPE: str | None = None  # the tool's default, (2, 8, 256): what a user runs
 TIMEOUT_S = 180.0
 NEEDS_CUDA = "needs CUDA"
 # Exit codes of `gradcheck-bi run` (docs/cli.md) → the outcome recorded.
@@ -184,7 +184,8 @@ def record_of(target: dict[str, Any], code: int | None, stdout: str, stderr: str
             "notes": [scrub(n)[:300] for n in notes[:6]]}
 
 
-def run_target(target: dict[str, Any], *, python: str = sys.executable, shape: str = SHAPE,
+def run_target(target: dict[str, Any], *, python: str = sys.executable,
+               shape: str | None = SHAPE,
                timeout: float = TIMEOUT_S, device: str = "cpu", dtype: str | None = None,
                stand_in: bool = True, threads: int | None = None) -> dict[str, Any]:
     """Run ``gradcheck-bi run`` on one class as a new user would and return its record."""
@@ -197,8 +198,9 @@ def run_target(target: dict[str, Any], *, python: str = sys.executable, shape: s
     with tempfile.TemporaryDirectory(prefix="scoreboard-") as tmp:
         out = Path(tmp) / "report.json"
         cmd = [python, "-m", "gradcheck_bi", "run", "--kernel", target["kernel"],
-               "--shape", shape, "--device", device, "--format", "json", "--output", str(out),
-               "--no-progress"]
+               "--device", device, "--format", "json", "--output", str(out), "--no-progress"]
+        if shape:
+            cmd += ["--shape", shape]
         for arg in target["kernel_args"]:
             cmd += ["--kernel-arg", arg]
         if dtype:
@@ -442,7 +444,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1, help="classes run at once (default 1)")
     p.add_argument("--timeout", type=float, default=TIMEOUT_S,
                    help=f"seconds per class before it is killed (default {TIMEOUT_S:g})")
-    p.add_argument("--shape", default=SHAPE, help=f"--shape of every run (default {SHAPE})")
+    p.add_argument("--shape", default=SHAPE,
+                   help="--shape of every run (default: none given, the tool's own default)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default=None, help="--dtype of every run (default: the tool's)")
     p.add_argument("--threads", type=int, default=None,
@@ -508,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
                 "command": " ".join(["benchmarks/scoreboard.py",
                                      *(sys.argv[1:] if argv is None else argv)]),
                 "versions": _versions(), "device": args.device,
-                "dtype": args.dtype or "the tool's default (fp64 on cpu)", "shape": args.shape,
+                "dtype": args.dtype or "the tool's default (fp64 on cpu)",
+                "shape": args.shape or "the tool's default, 2,8,256",
                 "timeout": args.timeout, "jobs": args.jobs, "wall": wall, "ran": len(todo),
                 "cached": len(targets) - len(todo),
                 "cpu": sum(r["seconds"] for r in records)}

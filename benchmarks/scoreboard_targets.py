@@ -1,6 +1,7 @@
-"""The scoreboard's subjects: every norm class and function of torch, Liger, transformers, timm.
+"""The scoreboard's subjects: every norm class and function of torch, Liger, transformers, timm,
+and torch's entry points of the tool's other ops.
 
-    python benchmarks/scoreboard_targets.py torch|liger|transformers|timm
+    python benchmarks/scoreboard_targets.py torch|torch-ops|liger|transformers|timm
 
 prints a JSON object ``{"targets": [...], "skipped": [...]}`` on stdout. Each target is
 ``{"id", "library", "kernel", "kernel_args"}``: ``kernel`` is the ``--kernel`` value a new
@@ -15,7 +16,8 @@ its path), so the scoreboard process itself imports none of these libraries.
 Which classes: those whose name contains "Norm", that are ``torch.nn.Module`` subclasses and
 are defined in the module they are found in (a copy of LlamaRMSNorm in another model's module
 counts again: it is another class a user may point the tool at). torch's functions: those of
-``torch.nn.functional`` whose name contains "norm".
+``torch.nn.functional`` whose name contains "norm". ``torch-ops``: the ``torch.nn`` and
+``torch.nn.functional`` entry points of the tool's ops beyond norms (``TORCH_OPS``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ TORCH_VARIANTS: list[tuple[str, list[str]]] = [
     ("torch.nn:GroupNorm", ["num_groups=1"]),
     ("torch.nn.functional:group_norm", ["num_groups=1"]),
 ]
+
+# Beyond norms: torch's entry points of the tool's other ops (cross_entropy, log_softmax, gemm),
+# each called as shipped: a function with its defaults, a module from its constructor's.
+TORCH_OPS = ["torch.nn.functional:cross_entropy", "torch.nn:CrossEntropyLoss",
+             "torch.nn.functional:log_softmax", "torch.nn:LogSoftmax",
+             "torch.nn.functional:linear", "torch.nn:Linear"]
 
 
 def target(library: str, kernel: str, kernel_args: list[str] | None = None) -> dict[str, Any]:
@@ -86,6 +94,10 @@ def torch_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     return targets, []
 
 
+def torch_op_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    return [target("torch-ops", kernel) for kernel in TORCH_OPS], []
+
+
 def liger_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     try:
         importlib.import_module("liger_kernel.transformers")
@@ -112,7 +124,7 @@ def timm_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
             skipped)
 
 
-LIBRARIES = {"torch": torch_targets, "liger": liger_targets,
+LIBRARIES = {"torch": torch_targets, "torch-ops": torch_op_targets, "liger": liger_targets,
              "transformers": transformers_targets, "timm": timm_targets}
 
 

@@ -60,7 +60,7 @@ from gradcheck_bi.fd.plan import (
     shared_and_colour,
 )
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.shaped_call import ShapedKernel
+from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import ShapedOp, Variant

@@ -1,8 +1,8 @@
-"""Every op-of-any-shape kernel under tests/kernels through its op's default sweep (CPU):
+"""Every op-of-any-shape kernel under tests/kernels through its op's default sweep:
 for each, the results that are not a pass, grouped by check and the axis values that
 differ from the op's default — what shows each defect, and what is blind to it.
 
-    PYTHONPATH=. python benchmarks/shaped_mutants.py [--dtype fp64] [KERNEL …]
+    PYTHONPATH=. python benchmarks/shaped_mutants.py [--dtype fp64] [--device cpu] [KERNEL …]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ CATALOGUE = [
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="fp64")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("kernels", nargs="*")
     args = ap.parse_args()
     print("| kernel | results | not pass | where (check · axes off their default · layout) |"
@@ -44,7 +45,7 @@ def main() -> None:
     for ref in args.kernels or CATALOGUE:
         start = time.time()
         with measured_here():
-            results = run(Sweep(kernels=[ref], targets=[("cpu", args.dtype)]))
+            results = run(Sweep(kernels=[ref], targets=[(args.device, args.dtype)]))
         where: Counter[str] = Counter()
         for r in results:
             if r.status == "pass":

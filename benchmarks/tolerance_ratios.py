@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from rmsnorm_ref import IndependentRMSNorm  # noqa: E402
 
 from gradcheck_bi.checks import run_check  # noqa: E402
-from gradcheck_bi.kernels.rmsnorm import After  # noqa: E402
+from gradcheck_bi.kernels.bundled.rmsnorm import After  # noqa: E402
 from gradcheck_bi.vocab import Config  # noqa: E402
 
 

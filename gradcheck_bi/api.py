@@ -16,7 +16,7 @@ refusing the dtype) it raises :class:`GradcheckSkipped`, a ``unittest.SkipTest``
 reports a skip rather than a pass; ``strict=True`` makes any ``unsupported`` a failure. With
 ``raise_on_failure=False`` it raises neither and returns the :class:`Report` to inspect.
 
->>> from gradcheck_bi.kernels.rmsnorm import After, Before
+>>> from gradcheck_bi.kernels.bundled.rmsnorm import After, Before
 >>> check(After, checks=["dx"], weights=["randn"], shapes=[(3, 16)]).ok
 True
 >>> report = check(Before, checks=["dx"], weights=["randn"], zcg=[False], shapes=[(3, 16)],
@@ -42,7 +42,7 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
 from gradcheck_bi.generic import prepare
 from gradcheck_bi.kernels import adapt, resolve
-from gradcheck_bi.kernels.loader import crashed
+from gradcheck_bi.kernels.adapting.loader import crashed
 from gradcheck_bi.point import BY_KEY
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run

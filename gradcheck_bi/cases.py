@@ -50,8 +50,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from gradcheck_bi.kernels.call import MUTABLE
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi import gpu
+from gradcheck_bi.kernels.adapting.loader import normal_ref
+from gradcheck_bi.kernels.calling.writes import MUTABLE
 from gradcheck_bi.point import AXIS, CASE_KEYS, BadValue, boolean, choice, list_of, nonnegative
 from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep
 from gradcheck_bi.vocab import EXPECTED_STATUSES, Expectation, did_you_mean
@@ -164,9 +165,7 @@ def check_values(values: dict[str, Any], source: str, noun: str = "argument") ->
 
 
 def _missing_devices() -> set[str]:
-    import torch
-
-    return set() if torch.cuda.is_available() else {"cuda"}
+    return set() if gpu.present() else {"cuda"}
 
 
 MISSING_REASON = {"cuda": "no CUDA GPU is visible here"}

@@ -43,8 +43,8 @@ from typing import Any
 import torch
 
 from gradcheck_bi.errors import derived
-from gradcheck_bi.kernels.adapters import BUILDERS
-from gradcheck_bi.kernels.shaped_call import ShapedKernel
+from gradcheck_bi.kernels.adapting.adapters import BUILDERS
+from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
 from gradcheck_bi.vocab import DTYPES, KernelLoadError, KernelSpec, first_line

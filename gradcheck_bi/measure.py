@@ -7,8 +7,8 @@ that writes the report, or in a worker process (:mod:`gradcheck_bi.workers`);
 Anything the kernel raises is a result of that point: ``SystemExit``, ``GeneratorExit`` and
 a ``KeyboardInterrupt`` the kernel raised itself included (a gate must never take a kernel's
 ``sys.exit(0)`` for a pass). What stops the run instead: gradcheck-bi's own slip (exit 4,
-:func:`~gradcheck_bi.kernels.trace.is_internal`), the user's Ctrl-C and memory exhausted
-(:func:`~gradcheck_bi.kernels.trace.stops_the_run`).
+:func:`~gradcheck_bi.kernels.calling.trace.is_internal`), the user's Ctrl-C and memory exhausted
+(:func:`~gradcheck_bi.kernels.calling.trace.stops_the_run`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from dataclasses import replace
 from typing import Any
 
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.precision import working_precision
+from gradcheck_bi.checks.precision import Working, measure
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.checks.twins import Twins
 from gradcheck_bi.gate import expected, judge, judge_raised
 from gradcheck_bi.generic import load_spec as _generic  # noqa: F401  (run --generic)
-from gradcheck_bi.kernels.call import declared_mutations
-from gradcheck_bi.kernels.trace import is_internal, stops_the_run
+from gradcheck_bi.kernels.calling.trace import is_internal, stops_the_run
+from gradcheck_bi.kernels.calling.writes import declared_mutations
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Config, KernelSpec, Measurement, Result
 
@@ -46,7 +46,7 @@ def run_point(spec: KernelSpec, cfg: Config, sweep: Sweep, refused: str | None,
         return judge_raised(spec.name, must, cfg, exc)
     result = judge(spec.name, must, cfg, measurement)
     if spec.mismatch and cfg.check == "forward" and not measurement.passed:
-        # names said one op, the output matches another (kernels/behaviour.py)
+        # names said one op, the output matches another (kernels/adapting/behaviour.py)
         result.message = f"{result.message}; {spec.mismatch}" if result.message \
             else spec.mismatch
     if mutations:  # declared by the kernel: a note, never a pass in silence
@@ -65,25 +65,29 @@ class PointMeasurer:
     def __init__(self) -> None:
         self.twins = Twins()
         self.refusals: dict[tuple[str, str, str], str | None] = {}
-        self.working: dict[tuple[str, str, str, str], str | None] = {}
+        self.working: dict[tuple[str, str, str, str], Working] = {}
 
     def __call__(self, spec: KernelSpec, cfg: Config, sweep: Sweep) -> Result:
         key = (spec.name, cfg.device, cfg.dtype)
         if key not in self.refusals:
             self.refusals[key] = probe(spec, cfg.device, cfg.dtype, cfg)
+        working = Working(None)
         if self.refusals[key] is None:
-            cfg = replace(cfg, working_precision=self._working(spec, cfg))
+            working = self._working(spec, cfg)
+            cfg = replace(cfg, working_precision=working.precision)
         result = run_point(spec, cfg, sweep, self.refusals[key], self.twins.check)
         result.working_precision = cfg.working_precision
+        if working.fallback:  # one note per kernel says it (cli.execute.working_notes)
+            result.details["working_precision_fallback"] = working.fallback
         return result
 
-    def _working(self, spec: KernelSpec, cfg: Config) -> str | None:
+    def _working(self, spec: KernelSpec, cfg: Config) -> Working:
         key = (spec.name, cfg.device, cfg.dtype, cfg.precision)
         if key not in self.working:
             try:
-                self.working[key] = working_precision(spec, cfg)
+                self.working[key] = measure(spec, cfg)
             except BaseException as exc:  # decides nothing: each point reports its own
                 if stops_the_run(exc) or is_internal(exc):
                     raise
-                self.working[key] = None
+                self.working[key] = Working(None)
         return self.working[key]

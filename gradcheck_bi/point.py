@@ -39,7 +39,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from gradcheck_bi import fd
-from gradcheck_bi.kernels.layout import LAYOUTS
+from gradcheck_bi.kernels.calling.layout import LAYOUTS
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS
 from gradcheck_bi.vocab import (
     CONTROLS,

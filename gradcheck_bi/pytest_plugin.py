@@ -79,7 +79,7 @@ def _load(config: pytest.Config) -> _Points:
     """The sweeps (the case's or the default) with the ``--gradcheck-bi-arg`` overrides, the
     kernels loaded once, and their points in the sweep's fixed order."""
     from gradcheck_bi.cases import load_case
-    from gradcheck_bi.kernels.loader import complete_ref
+    from gradcheck_bi.kernels.adapting.loader import complete_ref
     from gradcheck_bi.runner import resolve_kernels, sweep_points
     from gradcheck_bi.sweep import Sweep, not_run, unchecked, with_overrides
 

@@ -20,12 +20,11 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
-
-from gradcheck_bi import workers
+from gradcheck_bi import gpu, workers
 from gradcheck_bi.fd import threads as fd_threads
-from gradcheck_bi.kernels import resolve, sandbox
-from gradcheck_bi.kernels.loader import Crashed, crashed, normal_ref
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.adapting.loader import Crashed, crashed, normal_ref
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.upfront import preload_cpu_sums
@@ -43,8 +42,8 @@ def resolve_kernels(refs: list[str], kernel_args: dict[str, Any] | None = None,
 
     Two spellings of one file (``./k.py:F``, ``k.py:F``) are one kernel.
     A kernel that crashes or hangs while it is recognised (in a child process:
-    :mod:`gradcheck_bi.kernels.sandbox`, past ``timeout`` seconds) is one ``error`` result
-    (:func:`~gradcheck_bi.kernels.loader.crashed`); the others still run."""
+    :mod:`gradcheck_bi.kernels.adapting.sandbox`, past ``timeout`` seconds) is one ``error`` result
+    (:func:`~gradcheck_bi.kernels.adapting.loader.crashed`); the others still run."""
     first = {normal_ref(ref): ref for ref in reversed(refs)}
     with sandbox.limit(timeout):
         return [_resolved(first[key], kernel_args)
@@ -112,9 +111,9 @@ def measured_here() -> Iterator[None]:
 
 def visible_gpus(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[str]:
     """``cuda:0 … cuda:N-1`` when N ≥ 2 GPUs are visible and some point runs on CUDA."""
-    if not any(cfg.device == "cuda" for _, cfg, _ in points) or not torch.cuda.is_available():
+    if not any(cfg.device == "cuda" for _, cfg, _ in points) or not gpu.present():
         return []
-    n = torch.cuda.device_count()
+    n = gpu.count()  # without starting CUDA here: its workers are forked (gradcheck_bi.gpu)
     return [f"cuda:{i}" for i in range(n)] if n >= 2 else []
 
 
@@ -167,7 +166,7 @@ def sweep_points(sweeps: list[Sweep], specs: list[KernelSpec]
 
 def once_if_crashed(points: list[tuple[KernelSpec, Config, Sweep]]
                     ) -> list[tuple[KernelSpec, Config, Sweep]]:
-    """The points, a kernel that crashed at load (:class:`~gradcheck_bi.kernels.loader.
+    """The points, a kernel that crashed at load (:class:`~gradcheck_bi.kernels.adapting.loader.
     Crashed`) at its first only: one ``error`` result says it, not one per point."""
     first: set[str] = set()
     kept = []

@@ -4,10 +4,12 @@ Started by :mod:`gradcheck_bi.workers` (forked, with the points in memory; or sp
 the points as references to load). SIGINT is ignored (the user's Ctrl-C stops the parent,
 which stops the worker), so a ``KeyboardInterrupt`` here is the kernel's; the phase the
 kernel is in is written where the parent can read it after a death
-(:mod:`gradcheck_bi.kernels.phase`); a CUDA worker checks its context after each point and
-stops when a point left it unusable. gradcheck-bi's own failure goes back as ``"internal"``
-(exit 4 in the parent). The process ends with ``os._exit``: no atexit handler of the parent,
-no buffer of the parent's flushed a second time.
+(:mod:`gradcheck_bi.kernels.calling.phase`); a forked CUDA worker starts CUDA before its first point
+and says ``"unforkable"`` if it cannot (:mod:`gradcheck_bi.gpu`: the parent spawns instead);
+a CUDA worker checks its context after each point and stops when a point left it unusable.
+gradcheck-bi's own failure goes back as ``"internal"`` (exit 4 in the parent). The process
+ends with ``os._exit``: no atexit handler of the parent, no buffer of the parent's flushed a
+second time.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
-from gradcheck_bi.kernels import phase, resolve, sandbox, trace, watch
+from gradcheck_bi.kernels import resolve
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.calling import phase, trace, watch
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Config, KernelSpec, Result
@@ -40,6 +45,9 @@ def serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: 
     sandbox.disable()  # already isolated: a kernel loaded here is called here
     cuda = kind == "cuda"
     try:
+        if cuda and points is not None and (why := gpu.start_in_child(device)) is not None:
+            _send(conn, ("unforkable", why))
+            return
         if device is not None and device.startswith("cuda"):
             torch.cuda.set_device(device)
         if points is not None and not keeps_threads:

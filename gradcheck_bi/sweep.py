@@ -18,10 +18,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-
-from gradcheck_bi.kernels.layout import applies
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi import gpu
+from gradcheck_bi.kernels.adapting.loader import normal_ref
+from gradcheck_bi.kernels.calling.layout import applies
 from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED, Op
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
 from gradcheck_bi.point import AXES
@@ -40,7 +39,7 @@ CASE_TIMEOUT_S = 600.0
 def default_targets() -> list[tuple[str, str]]:
     """fp64 on CPU, plus fp32 on CUDA when a GPU is present."""
     targets = [("cpu", "fp64")]
-    if torch.cuda.is_available():
+    if gpu.present():
         targets.append(("cuda", "fp32"))
     return targets
 
@@ -73,12 +72,12 @@ class Sweep:
     # Values for the user's kernel parameters the adapter cannot fill (a module's config).
     kernel_args: dict[str, Any] = field(default_factory=dict)
     # Tensors the kernels may write into by design ("x", "weight", "grad_output"): a note,
-    # not a failure (kernels/call.py compares each before and after).
+    # not a failure (kernels/calling/writes.py compares each before and after).
     allow_mutation: list[str] = field(default_factory=list)
     # Seconds a point may run before it is an ``error`` and its worker is killed
     # (gradcheck_bi.workers); None or 0: no limit. Case files default to CASE_TIMEOUT_S.
     timeout: float | None = None
-    # Memory layouts (kernels/layout.py): every point runs contiguous; each other layout is
+    # Memory layouts (kernels/calling/layout.py): every point runs contiguous; each other layout is
     # crossed with γ = randn and the checks it applies to (layout bugs do not hide behind γ).
     layouts: list[str] = field(default_factory=lambda: list(DEFAULT_LAYOUTS))
     # Axes only the family's other ops have (gradcheck_bi.ops): the β control, the gated
@@ -328,8 +327,9 @@ def _checks_absent(checks: list[str], op_name: str, has: tuple[str, ...]) -> str
     >>> _checks_absent(["dz"], "rms_norm", ("forward", "dx", "dw", "batch_invariance"))
     "check dz does not apply to rms_norm, whose gradients are dx, dw (dz is rms_norm_gated's)"
     """
-    op = OPS[op_name]
-    owners = {c: " or ".join(f"{o.name}'s" for o in OPS.values()
+    every: dict[str, Op | ShapedOp] = {**OPS, **SHAPED}
+    op = every[op_name]
+    owners = {c: " or ".join(f"{o.name}'s" for o in every.values()
                              if c in o.checks and o.name != op_name) for c in checks}
     which = (f"check {checks[0]} does" if len(checks) == 1
              else f"checks {', '.join(checks)} do")

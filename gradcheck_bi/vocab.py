@@ -62,14 +62,15 @@ class KernelLoadError(Exception):
 
 class KernelCrashed(Exception):
     """The kernel ended, killed or hung the process that recognised it at load
-    (:mod:`gradcheck_bi.kernels.sandbox`): an ``error`` result, the other kernels still run."""
+    (:mod:`gradcheck_bi.kernels.adapting.sandbox`): an ``error`` result, the other kernels
+    still run."""
 
 
 def by_roles(op: str, fn: Any) -> bool:
     """Whether a kernel of ``op`` is called with every role of its op by name (an
     ``OpAdapted``: optional parts such as β as it takes them), not as Megatron's
     ``apply(x, weight, eps, zcg)`` (an RMSNorm with a weight and no bias; every check wraps
-    it, :func:`gradcheck_bi.kernels.asop.as_op_kernel`)."""
+    it, :func:`gradcheck_bi.kernels.adapting.asop.as_op_kernel`)."""
     return op != "rms_norm" or not callable(getattr(fn, "apply", None))
 
 
@@ -95,7 +96,7 @@ class Config:
     # "full": every element of dx; "directional": ⟨dx, v⟩ along random unit v per row.
     mode: str = "full"
     directions: int = 8
-    # How the kernel's tensors are laid out in memory (kernels/layout.py: "x-strided", …).
+    # How the kernel's tensors are laid out in memory (kernels/calling/layout.py: "x-strided", …).
     layout: str = "contiguous"
     # The op (gradcheck_bi.ops) and what only the other ops have: the β control, the gated
     # norm's group size (resolved: never None) and norm_before_gate. RMSNorm leaves them.
@@ -242,8 +243,8 @@ class KernelSpec:
     description: str = ""
     source: str = "bundled"
     # The zero_centered_gamma settings it can be checked at, and how zcg reaches it
-    # (kernels/adapters.py): a kernel without zcg is run at zcg=off only, a built-in (1 + w)
-    # one at zcg=on only.
+    # (kernels/adapting/adapters.py): a kernel without zcg is run at zcg=off only, a built-in
+    # (1 + w) one at zcg=on only.
     zcg: frozenset[bool] = frozenset({False, True})
     zcg_how: str = ""
     # Tensors it writes into by design ("grad_output": Liger's in-place backward).
@@ -253,14 +254,15 @@ class KernelSpec:
     op: str = "rms_norm"
     recognised: str = ""
     # Options of its op the kernel fixes instead of taking (group_size, norm_before_gate),
-    # at their values, and one line each saying how (kernels/opadapt.py): not swept.
+    # at their values, and one line each saying how (kernels/adapting/opadapt.py): not swept.
     fixed: tuple[tuple[str, Any], ...] = ()
     fixed_how: tuple[str, ...] = ()
     # The ``kernel_args`` it was resolved with (--kernel-arg, --op): a worker process
     # reloads the kernel from ``ref`` with these, whatever its sweep carries.
     loaded_with: tuple[tuple[str, Any], ...] = ()
     # Where its output matched another op than the one it is checked as (a kernel named
-    # RMSNorm that subtracts the mean): the words a failed forward adds (kernels/behaviour.py).
+    # RMSNorm that subtracts the mean): the words a failed forward adds
+    # (kernels/adapting/behaviour.py).
     mismatch: str = ""
 
     @property

@@ -8,13 +8,18 @@ points and collects the results, and worker processes measure them:
 
 * the CPU points go to one worker **forked** from this process: it inherits the loaded
   kernels (nothing to import again) and starts in milliseconds;
-* the CUDA points go to one worker **spawned** per GPU (a CUDA context does not survive
-  fork), which loads the kernels by reference once and measures there until it dies —
-  with two or more GPUs, this spreads the points over all of them. A kernel handed over as
-  an object (the API) cannot be loaded by a fresh process: its CUDA points run here;
+* the CUDA points go to one worker per GPU, which measures there until it dies — with two
+  or more GPUs, this spreads the points over all of them. It is **forked** too while this
+  process never started CUDA (:mod:`gradcheck_bi.gpu`): it inherits torch, the kernel, its
+  library and its recognition, and pays only its own CUDA context (and Triton's compiled
+  kernels, read from Triton's cache). Where this process runs CUDA already (the API in a
+  user's process), or a forked worker finds it cannot start CUDA (it says so before its
+  first point, which then goes to the next worker), the worker is **spawned**: it imports
+  and loads the kernels by reference again (seconds). A kernel handed over as an object
+  (the API) cannot be loaded by a spawned process: its CUDA points then run here;
 * a worker takes one point at a time and sends back its :class:`~gradcheck_bi.vocab.Result`
   (with the warnings it raised); one that dies leaves its point an ``error`` that names how
-  it died and what the kernel was running (:mod:`gradcheck_bi.kernels.phase`); a point past
+  it died and what the kernel was running (:mod:`gradcheck_bi.kernels.calling.phase`); a point past
   its sweep's ``timeout`` is an ``error`` and its worker is killed (:class:`Hangs`: the
   kernel's other points at that shape, dtype and device that would run the phase it hung
   in are ``error`` at once, not each a timeout again); a CUDA worker whose
@@ -36,13 +41,12 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-import torch
-
+from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import expected, judge
-from gradcheck_bi.kernels import phase, watch
-from gradcheck_bi.kernels.loader import Crashed
-from gradcheck_bi.kernels.sandbox import main_module_hidden
+from gradcheck_bi.kernels.adapting.loader import Crashed
+from gradcheck_bi.kernels.adapting.sandbox import main_module_hidden
+from gradcheck_bi.kernels.calling import phase, watch
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.serve import Point, serve
 from gradcheck_bi.sweep import Sweep
@@ -75,18 +79,24 @@ def measure(points: list[Point], on_result: OnResult | None = None,
     """Measure every point in worker processes; the results in the order of ``points``.
 
     ``gpus``: the devices of the CUDA workers (default: one, on the current GPU);
-    ``cpu_start``: ``"fork"`` or ``"spawn"`` (where fork is missing) for the CPU worker."""
+    ``cpu_start``: ``"fork"`` or ``"spawn"`` (where fork is missing) for the CPU worker, and
+    for the CUDA workers while this process has not started CUDA (else ``"spawn"``)."""
     refs = references(points)
     lanes = {"cpu": _Lane("cpu", cpu_start, [None]),
-             "cuda": _Lane("cuda", "spawn", list(gpus) if gpus else [None])}
+             "cuda": _Lane("cuda", cpu_start if gpu.forkable() else "spawn",
+                           list(gpus) if gpus else [None])}
     queue: dict[str, collections.deque[int]] = {k: collections.deque() for k in (*lanes, "here")}
-    gpu = torch.cuda.is_available()
-    for i, (_, cfg, _) in enumerate(points):
-        kind = "cuda" if cfg.device.startswith("cuda") else "cpu"
-        spawned = lanes[kind].start == "spawn"
+    present = gpu.present()
+
+    def route(i: int) -> str:
+        kind = "cuda" if points[i][1].device.startswith("cuda") else "cpu"
         # No GPU: a CUDA point is "unsupported here" at once; no worker needed to say so.
-        local = (spawned and refs[i] is None) or (kind == "cuda" and not gpu)
-        queue["here" if local else kind].append(i)
+        local = (lanes[kind].start == "spawn" and refs[i] is None) or (kind == "cuda"
+                                                                        and not present)
+        return "here" if local else kind
+
+    for i in range(len(points)):
+        queue[route(i)].append(i)
     results: list[Result | None] = [None] * len(points)
     count = 0
 
@@ -123,8 +133,12 @@ def measure(points: list[Point], on_result: OnResult | None = None,
                         hung = True
                     _take(worker, message, points, record)
                     if not worker.alive:  # what it had not started goes back, in order
-                        queue[worker.lane.kind].extendleft(reversed(worker.assigned))
+                        kind = worker.lane.kind
+                        queue[kind].extendleft(reversed(worker.assigned))
                         worker.assigned.clear()
+                        for i in [i for i in queue[kind] if route(i) != kind]:
+                            queue[kind].remove(i)  # a lane now spawned: objects run here
+                            queue["here"].append(i)
                 if hung:  # what would wait for the hang again is an error now
                     for waiting in queue.values():
                         for i in list(waiting):
@@ -301,6 +315,16 @@ def _take(worker: _Worker, message: Any, points: list[Point],
     """Act on one message of a worker: a result, a slow first call, its death or lateness."""
     i = worker.point
     assert i is not None
+    if isinstance(message, tuple) and message[0] == "unforkable":  # before its first point
+        warnings.warn(f"CUDA did not start in a worker forked from this process "
+                      f"({message[1]}): the CUDA workers are spawned, each importing and "
+                      "loading the kernels again (seconds each). A fork needs CUDA never "
+                      "started here before the run: torch.cuda.is_available() starts the "
+                      "driver unless PYTORCH_NVML_BASED_CUDA_CHECK=1", RuntimeWarning,
+                      stacklevel=2)
+        worker.lane.start = "spawn"
+        worker.kill()  # its points go to the next worker
+        return
     if isinstance(message, tuple) and message[0] == "slow":
         listener = watch.listener()
         if listener is not None:

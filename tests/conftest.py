@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
+
+# Test kernel files import their siblings as ``tests.kernels.NAME`` (the CLI runs them from
+# the repository root, which is on the path there): so does any single test file run alone.
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 
 def rand(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0,

@@ -11,8 +11,8 @@ import torch
 
 from gradcheck_bi import check, cli
 from gradcheck_bi.kernels import adapt, resolve
-from gradcheck_bi.kernels.adapters import Adapted, gamma_at_zero
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels.adapting.adapters import Adapted, gamma_at_zero
+from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.sweep import DEFAULT_SHAPE
 from gradcheck_bi.vocab import KernelLoadError, Unsupported
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import gradcheck_bi
-from gradcheck_bi.kernels.loader import load
+from gradcheck_bi.kernels.adapting.loader import load
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "tests" / "kernels"
@@ -89,7 +89,7 @@ def test_some_unsupported_returns_the_report(tmp_path: Path) -> None:
     """Only part unsupported (here: fp64 refused by dx/dw's backward only): no skip, no raise;
     ``strict=True`` raises."""
     (tmp_path / "bwd_fp32_only.py").write_text(
-        "from gradcheck_bi.kernels.rmsnorm import After\n"
+        "from gradcheck_bi.kernels.bundled.rmsnorm import After\n"
         "class Fn(After):\n"
         "    @staticmethod\n"
         "    def backward(ctx, g):\n"
@@ -134,7 +134,7 @@ def test_pytest_shows_all_unsupported_as_skipped(tmp_path: Path) -> None:
     """What a user's suite sees: a skip, not a pass and not a failure."""
     done = _user_pytest(
         tmp_path,
-        "from gradcheck_bi.kernels.loader import load\n"
+        "from gradcheck_bi.kernels.adapting.loader import load\n"
         f"Fn = load({str(KERNELS / 'megatron_like.py')!r} + ':BatchInvariantRMSNormFn').fn\n"
         "def test_it():\n"
         "    gradcheck_bi.check(Fn, checks=['forward'], dtype='fp32', shapes=[(2, 16)])\n")
@@ -147,7 +147,7 @@ def test_pytest_shows_the_users_call_not_our_source(tmp_path: Path) -> None:
     frames of check() and its validators are hidden (``__tracebackhide__``)."""
     done = _user_pytest(
         tmp_path,
-        "from gradcheck_bi.kernels.rmsnorm import Before\n"
+        "from gradcheck_bi.kernels.bundled.rmsnorm import Before\n"
         "def test_defective():\n"  # the class, not the name "before": expected to pass
         "    gradcheck_bi.check(Before, checks='dx', weights='randn', zcg=False,\n"
         "                       shapes=(3, 16), layouts='contiguous')\n"
@@ -185,7 +185,7 @@ def _threads_seen(monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> set[tupl
     from gradcheck_bi.fd import threads as fd_threads
 
     seen: set[tuple] = set()
-    # Here: the kernel's calls (at load too: kernels/sandbox.py) run in this process, seen.
+    # Here: the kernel's calls (at load too: kernels/adapting/sandbox.py) run in this process, seen.
     monkeypatch.setenv("GRADCHECK_BI_ISOLATE", "0")
 
     def kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -19,13 +19,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "gradcheck_bi"
 MAX_LINES = 600
 
-# Bottom to top: kernel → tolerance → perturbation → measurement → (sweep data) → verdict → run →
-# report → the user's entry points.
+# Bottom to top: words, fixed-order sums and op records → tolerance → perturbation → the kernel
+# called (and the kernels bundled) → the kernel adapted → measurement → (sweep data) → verdict →
+# run → report → the user's entry points. The kernels under test sit above the engine's numerics:
+# fd/ and tolerance/ never import them (what both sum with, sums/, is a leaf).
 LAYERS: list[tuple[str, ...]] = [
-    ("gradcheck_bi.vocab", "gradcheck_bi._version", "gradcheck_bi._atomic", "gradcheck_bi.ops"),
-    ("gradcheck_bi.kernels",),
+    ("gradcheck_bi.vocab", "gradcheck_bi._version", "gradcheck_bi._atomic", "gradcheck_bi.gpu",
+     "gradcheck_bi.sums", "gradcheck_bi.ops"),
     ("gradcheck_bi.tolerance", "gradcheck_bi.errors"),
     ("gradcheck_bi.fd", "gradcheck_bi.inputs", "gradcheck_bi.lowp"),
+    ("gradcheck_bi.kernels.calling", "gradcheck_bi.kernels.bundled"),
+    ("gradcheck_bi.kernels",),
     ("gradcheck_bi.checks", "gradcheck_bi.stepsweep", "gradcheck_bi.generic"),
     ("gradcheck_bi.point", "gradcheck_bi.sweep", "gradcheck_bi.cases", "gradcheck_bi.shard"),
     ("gradcheck_bi.gate",),
@@ -123,6 +127,14 @@ def test_no_import_circle() -> None:
 
 def test_vocabulary_imports_nothing_of_the_package() -> None:
     assert GRAPH["gradcheck_bi.vocab"] == set()
+
+
+def test_the_fixed_order_sums_are_a_leaf() -> None:
+    # The bundled kernels, fd/ and tolerance/ share these sums: they import nothing of the
+    # package but each other, so the engine's numerics never lean on a kernel under test.
+    for module in (m for m in MODULES if m.startswith("gradcheck_bi.sums")):
+        outside = {t for t in GRAPH[module] if not t.startswith("gradcheck_bi.sums")}
+        assert not outside, f"{module} imports {sorted(outside)}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

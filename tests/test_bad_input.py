@@ -30,7 +30,7 @@ SMALL = ["--shape", "2,3,16", "--device", "cpu", "--dtype", "fp64"]
 # Kernels that go wrong in every way a kernel can, each a thin wrapper around `after`.
 BAD_KERNELS = '''
 import torch
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 
 
 def _wrap(fwd=None, bwd=None, fwd_raises=None, bwd_raises=None):
@@ -333,7 +333,7 @@ def test_case_file_never_executes_code(capsys: Any, tmp_path: Path) -> None:
 
 SLOW_KERNEL = '''
 import pathlib
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 
 MARK = pathlib.Path(__file__).with_name("started")
 

@@ -257,3 +257,26 @@ def test_other_ops_results_keep_their_own_keys(capsys: pytest.CaptureFixture[str
     assert code == 0 and json.loads(out)["baseline"]["drift"] == []
     gated = next(r for r in rows if r.get("norm_before_gate") is False)
     assert "norm_before_gate False" in bl.describe_key(bl.key_of(gated))
+
+
+def test_an_op_of_any_shape_keys_each_variant(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    """Results of an op of any shape differ by their options alone (reduction, cotangent…):
+    each is its own entry, written with its variant, read back to the same key; a loosened
+    tolerance at one variant names that variant."""
+    path = tmp_path / "ce.json"
+    args = ["run", "--kernel", "tests/kernels/cross_entropy.py:CrossEntropy", "--shape", "4,64",
+            "--check", "forward", "--no-progress", "--format", "json",
+            "--baseline", str(path)]
+    code, out, _ = run(capsys, *args, "--update-baseline")
+    assert code == 0
+    results = json.loads(out)["results"]
+    doc = json.loads(path.read_text())
+    assert len(doc["results"]) == len(results) > 1
+    assert len({bl.key_of(r) for r in results}) == len(results)
+    assert {bl.key_of(r) for r in results} == set(bl.load(path).entries)
+    row = next(r for r in doc["results"] if r["variant"]["reduction"] == "sum")
+    row["tolerance_max"] = row["tolerance"] * 0.5
+    path.write_text(json.dumps(doc))
+    code, _, err = run(capsys, *args)
+    assert code == 1 and "reduction=sum" in err

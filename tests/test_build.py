@@ -1,4 +1,4 @@
-"""Building what real modules need (kernels/build.py): weightless norms, norms that fix
+"""Building what real modules need (kernels/adapting/build.py): weightless norms, norms that fix
 their eps, a required group size or a number of groups, a config object; and the one-line
 refusals (channels-first, not a norm over the last axis). Each shape is tested on a module of
 tests/kernels/built.py (CI) and, where transformers is installed, on the real class."""
@@ -16,8 +16,8 @@ import torch
 from gradcheck_bi import check, cli
 from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.build import Builder, own_eps
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels.adapting.build import Builder, own_eps
+from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.vocab import KernelLoadError
 

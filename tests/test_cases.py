@@ -133,13 +133,13 @@ def test_a_rule_names_a_kernel_file_however_it_is_spelled(
 
 def test_cli_options_override_the_case(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "run", "--case", str(CI), "--kernel",
-                         "gradcheck_bi.kernels.rmsnorm:After", "--check", "forward",
+                         "gradcheck_bi.kernels.bundled.rmsnorm:After", "--check", "forward",
                          "--shape", "3,17", "--weight", "ones", "--format", "json")
     assert code == 0, err
     results = json.loads(out)["results"]
     assert {r["check"] for r in results} == {"forward"}
     assert {tuple(r["shape"]) for r in results} == {(3, 17)}
-    assert {r["kernel"] for r in results} == {"gradcheck_bi.kernels.rmsnorm:After"}
+    assert {r["kernel"] for r in results} == {"gradcheck_bi.kernels.bundled.rmsnorm:After"}
     # every block still contributes its own other axes (scales, weight scales, seeds)
     assert {r["input_scale"] for r in results} >= {1e-4, 1.0, 1e3}
     assert {r["weight_scale"] for r in results} >= {100.0}
@@ -202,7 +202,7 @@ def test_ci_gate_fails_every_single_defect(capsys: pytest.CaptureFixture[str],
 
 def test_single_defects_fail_only_where_they_show() -> None:
     """Each defect fails at its sensitive point and passes its blind one (small sweep)."""
-    from gradcheck_bi.kernels.loader import load
+    from gradcheck_bi.kernels.adapting.loader import load
     from gradcheck_bi.runner import run as run_sweep
     from gradcheck_bi.sweep import Sweep
 

@@ -75,7 +75,7 @@ def test_tolerance_is_overridable() -> None:
 def test_batch_invariance_catches_a_batch_dependent_backward() -> None:
     import torch
 
-    from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.kernels.bundled.rmsnorm import After
     from gradcheck_bi.measure import run_point
     from gradcheck_bi.vocab import KernelSpec
 

@@ -11,7 +11,7 @@ from conftest import rand, where_differs
 
 from gradcheck_bi import fd
 from gradcheck_bi.fd.stencil import richardson_truncation, stencil_sum
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.tolerance import noise
 
 
@@ -227,7 +227,7 @@ def _reference_level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
 @pytest.mark.parametrize("levels", [1, 2, 3])
 def test_level_sums_are_the_sums_asked_for_in_a_fixed_order(
         backend: str, dtype: torch.dtype, levels: int) -> None:
-    from gradcheck_bi.kernels.reduction import triton_available, use_backend
+    from gradcheck_bi.sums.reduction import triton_available, use_backend
 
     if backend == "triton" and not triton_available():
         pytest.skip("triton is not installed")

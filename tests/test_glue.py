@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from gradcheck_bi.kernels import adapt
-from gradcheck_bi.kernels.shaped_adapt import recognise
+from gradcheck_bi.kernels.adapting.shaped_adapt import recognise
 from gradcheck_bi.measure import run_point
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Variant

@@ -12,7 +12,7 @@ import torch
 
 from gradcheck_bi import cli, lowp
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.vocab import Config
 
 SMALL = ["--shape", "2,4,64", "--device", "cpu", "--no-progress", "--layout", "contiguous"]

@@ -15,8 +15,8 @@ from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.family.gradients import check_op_gradient
 from gradcheck_bi.fd.refine import REFINE, refine_elements
 from gradcheck_bi.fd.weight import weight_shape
-from gradcheck_bi.kernels.loader import load
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.adapting.loader import load
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 KINKED = Path(__file__).resolve().parent / "kernels" / "kinked.py"

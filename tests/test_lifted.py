@@ -9,8 +9,8 @@ import torch
 
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.kernels.registry import BUNDLED
-from gradcheck_bi.kernels.rmsnorm import After
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Config

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_bi.kernels.loader import Crashed
+from gradcheck_bi.kernels.adapting.loader import Crashed
 from gradcheck_bi.runner import resolve_kernels, run
 from gradcheck_bi.sweep import Sweep
 
@@ -93,7 +93,8 @@ def test_the_gate_reports_a_segfault_at_load_and_a_hang_at_load(tmp_path: Path) 
 def test_a_spawned_child_records_what_a_forked_one_does() -> None:
     # Where a kernel runs on CUDA only, its calls are recorded in a spawned child that loads
     # it by reference (a forked child cannot use CUDA): the same outcomes, in order.
-    from gradcheck_bi.kernels import registry, sandbox
+    from gradcheck_bi.kernels import registry
+    from gradcheck_bi.kernels.adapting import sandbox
 
     ref = "tests/kernels/user_rmsnorm.py:Correct"
     spawned = sandbox._record("spawn", None, ref, (registry.resolve, ref, {}))
@@ -103,3 +104,4 @@ def test_a_spawned_child_records_what_a_forked_one_does() -> None:
     with pytest.raises(sandbox.KernelCrashed, match="SIGSEGV"):
         bad = f"{LOAD_FAULTS}:segfault_when_small"
         sandbox._record("spawn", None, bad, (registry.resolve, bad, {}))
+

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.kernels.loader import complete_ref, load, normal_ref
+from gradcheck_bi.kernels.adapting.loader import complete_ref, load, normal_ref
 from gradcheck_bi.kernels.registry import resolve
 from gradcheck_bi.vocab import KernelLoadError
 
@@ -39,7 +39,7 @@ def test_megatron_shaped_file_loads_by_path_and_is_unsupported_on_cpu(
 def test_kernel_that_refuses_fp64_is_unsupported_with_its_message(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "fp32_only.py").write_text(
-        "from gradcheck_bi.kernels.rmsnorm import After\n"
+        "from gradcheck_bi.kernels.bundled.rmsnorm import After\n"
         "class Fn(After):\n"
         "    @staticmethod\n"
         "    def forward(ctx, x, w, eps, zcg):\n"
@@ -90,8 +90,9 @@ def test_backward_that_raises_is_an_error_result(capsys: pytest.CaptureFixture[s
 def test_module_ref_loads_and_declares_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     """A module ref to the buggy kernel is 'someone else's' kernel: expected to pass, so the
     double-weight defect is an unexpected failure at γ=randn and nowhere else."""
-    code, results, _ = run(capsys, "run", "--kernel", "gradcheck_bi.kernels.rmsnorm:FixedForward",
-                           "--check", "dx", "--zcg", "off", *SMALL)
+    code, results, _ = run(capsys, "run", "--kernel",
+                           "gradcheck_bi.kernels.bundled.rmsnorm:FixedForward", "--check", "dx",
+                           "--zcg", "off", *SMALL)
     assert code == 1
     assert {r["weight"]: r["status"] for r in results} == {
         "randn": "fail", "ones": "pass", "zeros": "pass"}
@@ -129,7 +130,7 @@ def test_a_file_with_one_function_needs_no_attr(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "mynorm.py").write_text(
         "from torch.autograd import Function\n"
-        "from gradcheck_bi.kernels.rmsnorm import After\n\n\n"
+        "from gradcheck_bi.kernels.bundled.rmsnorm import After\n\n\n"
         "class MyNorm(After):\n    pass\n")
     assert complete_ref(f"{tmp_path}/mynorm.py") == f"{tmp_path}/mynorm.py:MyNorm"
     assert resolve(f"{tmp_path}/mynorm.py").fn.__name__ == "MyNorm"
@@ -143,7 +144,7 @@ def test_a_module_class_beside_the_function_is_not_counted(tmp_path: Path) -> No
     # nn.Module has an apply(fn) method of its own: it is not a second Function.
     (tmp_path / "withmodule.py").write_text(
         "import torch\n"
-        "from gradcheck_bi.kernels.rmsnorm import After\n\n\n"
+        "from gradcheck_bi.kernels.bundled.rmsnorm import After\n\n\n"
         "class MyNorm(After):\n    pass\n\n\n"
         "class Wrapper(torch.nn.Module):\n    pass\n")
     assert complete_ref(f"{tmp_path}/withmodule.py") == f"{tmp_path}/withmodule.py:MyNorm"
@@ -159,7 +160,7 @@ def test_a_file_with_several_functions_lists_them() -> None:
 def test_refs_are_normalised_relative_to_the_working_directory(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
-    (tmp_path / "k.py").write_text("from gradcheck_bi.kernels.rmsnorm import After as F\n")
+    (tmp_path / "k.py").write_text("from gradcheck_bi.kernels.bundled.rmsnorm import After as F\n")
     monkeypatch.chdir(tmp_path / "sub")
     for ref in ("../k.py:F", f"{tmp_path}/sub/../k.py:F", "./../k.py:F"):
         assert normal_ref(ref) == f"{tmp_path.resolve()}/k.py:F", ref  # outside: absolute

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from gradcheck_bi.kernels.rmsnorm import After, Before
+from gradcheck_bi.kernels.bundled.rmsnorm import After, Before
 from gradcheck_bi.lowp import (
     AuditResult,
     audit,

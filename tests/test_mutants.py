@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "mutants"))
 import catalog
 
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 
 STEMS = [m.stem for m in catalog.MUTANTS]
 
@@ -109,8 +109,8 @@ def test_torch_gradcheck_verdicts_quoted_in_readme(stem: str, zcg: bool, verdict
 def _require_ci_inputs() -> None:
     """The shipped sweep and the loader the slow tests run through: missing is a failure."""
     assert catalog.CI_CASE.is_file(), f"{catalog.CI_CASE} is missing: the CI sweep needs it"
-    assert importlib.util.find_spec("gradcheck_bi.kernels.loader") is not None, (
-        "gradcheck_bi.kernels.loader is missing: --kernel FILE.py:ATTR needs it")
+    assert importlib.util.find_spec("gradcheck_bi.kernels.adapting.loader") is not None, (
+        "gradcheck_bi.kernels.adapting.loader is missing: --kernel FILE.py:ATTR needs it")
 
 
 def test_ci_sweep_inputs_exist() -> None:

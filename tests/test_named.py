@@ -16,7 +16,7 @@ import torch
 
 from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.named import NAMED, _GuardedGrad
+from gradcheck_bi.kernels.adapting.named import NAMED, _GuardedGrad
 from gradcheck_bi.vocab import Unsupported
 
 ROOT = Path(__file__).resolve().parents[1]

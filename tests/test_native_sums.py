@@ -93,7 +93,7 @@ def test_loaded_sums_serve_small_checks_of_their_dtype(monkeypatch: pytest.Monke
     monkeypatch.setenv("GRADCHECK_BI_NUMBA", "0")
     assert not fd.reduce.native_worth(small, cpu, torch.float64)
     monkeypatch.delenv("GRADCHECK_BI_NUMBA")
-    from gradcheck_bi.kernels.reduction import use_backend
+    from gradcheck_bi.sums.reduction import use_backend
 
     with use_backend("torch"):  # a forced backend keeps its own path
         assert not fd.reduce.native_worth(small, cpu, torch.float64)

@@ -23,7 +23,7 @@ from gradcheck_bi.checks.family.gradients import reach
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.opcall import op_grads
+from gradcheck_bi.kernels.calling.opcall import op_grads
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
@@ -285,7 +285,7 @@ def test_layouts_reach_every_input_and_cotangent_of_the_other_ops(
 
 def test_correct_kernels_of_the_other_ops_pass_every_layout(capsys: pytest.CaptureFixture[str]
                                                             ) -> None:
-    from gradcheck_bi.kernels.layout import LAYOUTS
+    from gradcheck_bi.kernels.calling.layout import LAYOUTS
 
     for op in ("fused_add_rms_norm", "layer_norm", "rms_norm_gated"):
         code = cli.main(["run", "--kernel", KERNELS[op], "--shape", "2,3,16",

@@ -14,11 +14,12 @@ import torch
 from gradcheck_bi import check, cli
 from gradcheck_bi.checks.precision import working_precision
 from gradcheck_bi.kernels import adapt, resolve
-from gradcheck_bi.kernels.loader import normal_ref
+from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.vocab import Config
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 LLAMA = f"{KERNELS}/hf_style.py:LlamaRMSNorm"
+GEMMA = f"{KERNELS}/hf_style.py:GemmaRMSNorm"
 SCALED = f"{KERNELS}/hf_precision.py:LlamaRMSNormDxScaled"
 QUICK = ["--format", "json", "--no-progress", "--layout", "contiguous"]
 
@@ -125,3 +126,46 @@ def test_half_inside_is_measured_as_its_precision(low: torch.dtype, name: str) -
     assert working_precision(spec, Config(check="forward")) == name
     assert working_precision(spec, Config(check="forward", dtype="fp32")) == name
     assert working_precision(spec, Config(check="forward", precision="exact")) is None
+
+
+def test_gemma_fp32_inside_is_found_at_the_default_shape(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """γ = 1 + w formed in fp32: where γ is near 0 (w near −1, a column of 256 drawn) the
+    rounding of w moves y by ~100 u |y|, more than the product by γ; the per-element bound
+    counts it, so fp32 is found and dw at γ = zeros is judged at fp32, not fp64."""
+    assert working_precision(resolve(GEMMA), Config(check="forward", zero_centered_gamma=True)
+                             ) == "fp32"
+    code, results, err = run(capsys, "run", "--kernel", GEMMA, "--check", "forward,dw",
+                             *QUICK)
+    bad = [(r["check"], r["weight"], r.get("message")) for r in results
+           if not r["as_expected"]]
+    assert code == 0, bad
+    assert {tuple(r["shape"]) for r in results} == {Config(check="dw").shape}
+    assert {r["working_precision"] for r in results} == {"fp32"}
+    assert "not found" not in err and "not differentiable" not in err, err
+
+
+class ScaledInside(torch.nn.Module):
+    """fp32 inside, and y off by a relative 3e-7: past fp64 rounding, not fp32 rounding."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * self.weight.float() * (1 + 3e-7)).to(x.dtype)
+
+
+def test_a_working_precision_not_found_says_so_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, results, err = run(capsys, "run", "--kernel", f"{__file__}:ScaledInside",
+                             "--check", "forward", *QUICK)
+    assert code == 1
+    assert all("working_precision" not in r for r in results)
+    lines = [line for line in err.splitlines() if "working precision was not found" in line]
+    assert len(lines) == 1, err
+    assert "not as rounding at fp32 (a systematic relative error" in lines[0], lines[0]
+    assert "every check falls back to fp64 rounding" in lines[0], lines[0]

@@ -16,7 +16,7 @@ import torch
 
 from gradcheck_bi import cli
 from gradcheck_bi.checks.probe import probe, refusal
-from gradcheck_bi.kernels.loader import load
+from gradcheck_bi.kernels.adapting.loader import load
 from gradcheck_bi.vocab import Unsupported
 
 SMALL = ["--shape", "2,3,16", "--device", "cpu", "--dtype", "fp64", "--no-progress",
@@ -93,7 +93,7 @@ def test_not_implemented_from_torch_function_base_is_a_crash() -> None:
 CRASHERS = '''
 import torch
 import gradcheck_bi
-from gradcheck_bi.kernels.rmsnorm import After
+from gradcheck_bi.kernels.bundled.rmsnorm import After
 
 
 def _fwd(body):

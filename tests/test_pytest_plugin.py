@@ -30,7 +30,7 @@ pytest_plugins = ["pytester"]
 # (imported above, so pytest cannot rewrite its asserts: it has none to rewrite)
 PLUGIN = ("-p", "gradcheck_bi.pytest_plugin", "-W", "ignore::pytest.PytestAssertRewriteWarning")
 SMALL = ("--gradcheck-bi-arg", "shape=3,16")
-WRONG = "gradcheck_bi.kernels.rmsnorm:Before"  # the defective kernel as a user's: must pass
+WRONG = "gradcheck_bi.kernels.bundled.rmsnorm:Before"  # the defective kernel as a user's: must pass
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:

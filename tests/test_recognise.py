@@ -1,8 +1,9 @@
-"""Recognition from everything a kernel shows (kernels/recognise.py, kernels/behaviour.py):
-its parameters, its own name and one forward call; the ops' optional parts (an RMSNorm
-without a weight or with a bias, a LayerNorm without a bias, γ = 1 + w, a gated norm without
-group_size / norm_before_gate) checked with every gradient they have and nothing swept at an
-axis they lack; a named op whose output matches another fails its forward naming it."""
+"""Recognition from everything a kernel shows (kernels/adapting/recognise.py,
+kernels/adapting/behaviour.py): its parameters, its own name and one forward call; the ops'
+optional parts (an RMSNorm without a weight or with a bias, a LayerNorm without a bias,
+γ = 1 + w, a gated norm without group_size / norm_before_gate) checked with every gradient
+they have and nothing swept at an axis they lack; a named op whose output matches another
+fails its forward naming it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.behaviour import MATCH, candidates, drawn_values, probe
+from gradcheck_bi.kernels.adapting.behaviour import MATCH, candidates, drawn_values, probe
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
 from gradcheck_bi.vocab import KernelLoadError

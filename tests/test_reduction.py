@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import rand, where_differs
 
-from gradcheck_bi.kernels.blocking import block_d
-from gradcheck_bi.kernels.reduction import row_sum, use_backend
+from gradcheck_bi.sums.blocking import block_d
+from gradcheck_bi.sums.reduction import row_sum, use_backend
 
 SHAPES = [(7, 1), (5, 5), (3, 1000), (4, 1024), (2, 5000), (3, 4096)]
 

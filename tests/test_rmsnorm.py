@@ -6,8 +6,7 @@ import pytest
 import torch
 from conftest import rand, where_differs
 
-from gradcheck_bi.kernels.reduction import use_backend
-from gradcheck_bi.kernels.rmsnorm import (
+from gradcheck_bi.kernels.bundled.rmsnorm import (
     After,
     Before,
     FixedDx,
@@ -15,6 +14,7 @@ from gradcheck_bi.kernels.rmsnorm import (
     KernelInputError,
     reference_forward,
 )
+from gradcheck_bi.sums.reduction import use_backend
 
 EPS = 1e-6
 SHAPES = [(3, 1), (4, 5), (2, 1000), (2, 5000), (2, 4096), (7,), (3, 64), (2, 3, 64), (2, 2, 3, 64)]

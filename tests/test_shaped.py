@@ -141,3 +141,30 @@ def test_points_leave_out_what_does_not_apply():
     batch = [dict(c.variant)["reduction"] for c in points if c.check == "batch_invariance"]
     assert batch and set(batch) == {"none"}  # a mean couples the rows
     assert all(dict(c.variant)["softcap"] is None for c in points)  # the kernel takes none
+
+
+def test_a_check_of_another_op_is_said_not_raised():
+    import gradcheck_bi
+
+    report = gradcheck_bi.check(str(KERNELS / "gemm.py:GemmFn"), checks=["da"],
+                                raise_on_failure=False)
+    assert not report.results
+    assert report.unchecked and "check da does not apply to gemm, whose gradients are dA" \
+        in report.unchecked[0][1]
+
+
+def test_liger_signature_bound_and_a_wrong_forward_not_called_coarse_rounding():
+    """Liger's CE signature binds with no flags; a weighted mean over the wrong denominator
+    fails its forward at fp64 (it was once judged "bf16 inside": a coarser unit is taken
+    only where the kernel can have it)."""
+    import gradcheck_bi
+
+    good = gradcheck_bi.check(str(KERNELS / "cross_entropy_weighted.py:CrossEntropyLigerSignature"),
+                              checks=["forward"], raise_on_failure=False)
+    assert good.results and all(r.status == "pass" for r in good.results)
+    assert any(dict(r.variant or {}).get("weight") for r in good.results)
+    bad = gradcheck_bi.check(str(KERNELS / "cross_entropy_weighted.py:WeightedMeanOverRows"),
+                             checks=["forward"], raise_on_failure=False)
+    failed = [r for r in bad.results if r.status != "pass"]
+    assert failed and all(dict(r.variant or {}).get("weight") for r in failed)
+    assert all("inside" not in (r.message or "") for r in failed)

@@ -1,5 +1,6 @@
-"""kernels/call.py: a kernel that writes into what it does not own, or returns no gradient or
-one of the wrong shape, fails with its own message (never passes, never reads as a crash)."""
+"""kernels/calling/writes.py: a kernel that writes into what it does not own, or returns no
+gradient or one of the wrong shape, fails with its own message (never passes, never reads as a
+crash)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gradcheck_bi
-from gradcheck_bi.kernels.layout import LAYOUTS
+from gradcheck_bi.kernels.calling.layout import LAYOUTS
 
 KERNELS = Path(__file__).resolve().parent / "kernels" / "side_effects.py"
 SMALL = {"shapes": [(2, 4, 64)], "raise_on_failure": False}

@@ -14,7 +14,7 @@ from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.checks.twins import Twins
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.kernels.layout import LAYOUTS, lay_out
+from gradcheck_bi.kernels.calling.layout import LAYOUTS, lay_out
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.shard import assign, twin_groups
 from gradcheck_bi.sweep import Sweep, grid

@@ -1,4 +1,4 @@
-"""kernels/watch.py: a slow first call at a shape (a compile, an autotune) is announced."""
+"""kernels/calling/watch.py: a slow first call at a shape (a compile, an autotune) is announced."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gradcheck_bi.cli.execute import progress_bar
-from gradcheck_bi.kernels import watch
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.calling import watch
+from gradcheck_bi.kernels.calling.opcall import op_forward
 
 
 class SlowFirstCall(torch.autograd.Function):

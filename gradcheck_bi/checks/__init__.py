@@ -6,7 +6,7 @@ shape, eps, seed, γ control, zero_centered_gamma — and returns a
 where the worst element is, and what produced the number (reference, stencil, step, noise
 floor). One engine for every op (:mod:`.family`), driven by the op's record
 (:mod:`gradcheck_bi.ops`); an RMSNorm kernel with Megatron's ``apply`` is called through the
-same path (:func:`gradcheck_bi.kernels.asop.as_op_kernel`).
+same path (:func:`gradcheck_bi.kernels.adapting.asop.as_op_kernel`).
 
 * ``forward`` — every output against the op's fp64 reference;
 * ``d<input>`` / ``d<parameter>`` (dx, dw, …) — the analytic backward against central
@@ -25,7 +25,7 @@ import torch
 from gradcheck_bi.checks.family import run_op_check
 from gradcheck_bi.checks.family.batch import batch_sizes
 from gradcheck_bi.checks.shaped import run_shaped_check
-from gradcheck_bi.kernels.asop import as_op_kernel
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 

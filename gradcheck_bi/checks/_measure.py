@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.call import all_bits_equal
+from gradcheck_bi.kernels.calling.writes import all_bits_equal
 from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Measurement
 

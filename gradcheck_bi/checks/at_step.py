@@ -22,8 +22,8 @@ import torch
 
 from gradcheck_bi.checks.family.gradients import estimate
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.opcall import op_grads
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.calling.opcall import op_grads
 from gradcheck_bi.vocab import Config, KernelSpec
 
 

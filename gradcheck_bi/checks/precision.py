@@ -21,7 +21,10 @@ bf16, the finest first, each coarser than the dtype) when
 
 A forward within its dtype's own tolerance, one that matches no precision (a defect: it fails
 as before), half-precision dtypes (audited in ulps) and ``--precision exact`` are judged at
-the dtype: :func:`working_precision` returns ``None``.
+the dtype: :func:`working_precision` returns ``None``. Where the forward errs beyond the
+dtype's rounding yet matches no precision, :func:`measure` says why in one line
+(``Working.fallback``): every check then falls back to the dtype's rounding, and the user is
+told so rather than left with failures that may be arithmetic the model does not know.
 
 >>> [u_name for u_name, _ in CANDIDATES]
 ['fp32', 'fp16', 'bf16']
@@ -30,15 +33,15 @@ the dtype: :func:`working_precision` returns ``None``.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from gradcheck_bi.checks.family.point import make_point, reference
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.opcall import op_forward
-from gradcheck_bi.kernels.rmsnorm import compute_dtype
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.bundled.rmsnorm import compute_dtype
+from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
@@ -53,13 +56,27 @@ SPREAD_MAX = 2.0  # of u_p: a few roundings per element (x, γ, the product, the
 Tensors = dict[str, torch.Tensor]
 
 
+@dataclass(frozen=True)
+class Working:
+    """The measured working precision (``None``: judged at the dtype) and, where the forward
+    errs beyond the dtype's rounding yet as no precision rounds, why (one line)."""
+
+    precision: str | None
+    fallback: str = ""
+
+
 def working_precision(spec: KernelSpec, at: Config) -> str | None:
     """The precision the kernel computes at, where its forward shows rounding coarser than
-    ``at.dtype``'s (``"fp32"``, ``"fp16"``, ``"bf16"``), else ``None``. Runs one forward at
-    ``at``'s shape and seed with γ (and β) = randn; a forward that raises propagates (the
-    caller decides)."""
+    ``at.dtype``'s (``"fp32"``, ``"fp16"``, ``"bf16"``), else ``None`` (:func:`measure`)."""
+    return measure(spec, at).precision
+
+
+def measure(spec: KernelSpec, at: Config) -> Working:
+    """:func:`working_precision` with the reason it fell back to the dtype, if it did. Runs
+    one forward at ``at``'s shape and seed with γ (and β) = randn; a forward that raises
+    propagates (the caller decides)."""
     if at.precision == "exact" or at.dtype in HALF_DTYPES or at.op in SHAPED:
-        return None  # an op of any shape measures its own (gradcheck_bi.checks.shaped)
+        return Working(None)  # an op of any shape measures its own (gradcheck_bi.checks.shaped)
     # a kernel without a weight or bias (spec.fixed: absent) runs at their identity
     absent = dict(spec.fixed)
     cfg = replace(at, check="forward", working_precision=None,
@@ -68,15 +85,37 @@ def working_precision(spec: KernelSpec, at: Config) -> str | None:
                   bias="randn" if at.bias is not None and "bias" not in absent else at.bias)
     outs, refs, own_tol, bound = _forward(spec, cfg)
     if all(float((y - refs[n]).abs().max()) <= own_tol[n] for n, y in outs.items()):
-        return None  # within the dtype's own rounding
+        return Working(None)  # within the dtype's own rounding
     u_dtype = unit_roundoff(at.torch_dtype)
+    tried = []
     for name, u in CANDIDATES:
         if u <= u_dtype:
             continue
-        if all(_explained(y, refs[n], bound(n, u), u, spread=name in HALF_DTYPES)
-               for n, y in outs.items()):
-            return name
-    return None
+        why = next((w for n, y in outs.items()
+                    if (w := _unexplained(y, refs[n], bound(n, u), u,
+                                          spread=name in HALF_DTYPES))), "")
+        if not why:
+            return Working(name)
+        tried.append((name, why))
+    return Working(None, _fallback(at.dtype, outs, refs, own_tol, tried))
+
+
+def _fallback(dtype: str, outs: Tensors, refs: Tensors, own_tol: dict[str, float],
+              tried: list[tuple[str, str]]) -> str:
+    """One line: how far the forward errs, and why it is rounding at no coarser precision
+    (the closest one's reason: the first that only its bias or spread ruled out)."""
+    name, err = max(((n, float((y - refs[n]).abs().max())) for n, y in outs.items()),
+                    key=lambda t: t[1] / max(own_tol[t[0]], 1e-300))
+    closest = next(((n, w) for n, w in tried if not w.startswith("elements")), None)
+    closest = closest or (tried[0] if tried else None)
+    line = (f"the working precision was not found: the forward's {name} errs by up to "
+            f"{err:.3e}, past {dtype} rounding (tol {own_tol[name]:.3e})")
+    if closest:
+        others = [n for n, _ in tried if n != closest[0]]
+        line += (f", yet not as rounding at {closest[0]} ({closest[1]})"
+                 + (f" nor at {' or '.join(others)}" if others else ""))
+    return (f"{line}; every check falls back to {dtype} rounding (a failure may come from "
+            "the forward's error, not the backward)")
 
 
 def _forward(spec: KernelSpec, cfg: Config) -> tuple[Tensors, Tensors, dict[str, float], Any]:
@@ -95,27 +134,32 @@ def _forward(spec: KernelSpec, cfg: Config) -> tuple[Tensors, Tensors, dict[str,
             lambda n, u: u * refs[n].abs() + compute_bound(point, n, refs[n], u))
 
 
-def _explained(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, u: float,
-               spread: bool) -> bool:
-    """Whether ``y - ref`` is rounding at unit roundoff ``u`` (see the module)."""
+def _unexplained(y: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, u: float,
+                 spread: bool) -> str:
+    """Why ``y - ref`` is not rounding at unit roundoff ``u`` (see the module); "" if it is."""
     err = y - ref
-    if not bool((err.abs() <= bound).all()):
-        return False
+    past = err.abs() > bound
+    if bool(past.any()):
+        worst = float((err.abs() / bound.clamp(min=1e-300)).max())
+        return f"elements past its bound: {int(past.sum())}, the worst {worst:.3g}×"
     flat_err, flat_ref = err.reshape(-1, ref.shape[-1]), ref.reshape(-1, ref.shape[-1])
     nonzero = flat_ref != 0
     rel = torch.where(nonzero, flat_err / torch.where(nonzero, flat_ref, 1.0), 0.0)
     counts = nonzero.sum(-1)
     rows = counts > 0
     if not bool(rows.any()):
-        return True  # an all-zero reference: nothing shows a bias
+        return ""  # an all-zero reference: nothing shows a bias
     means = rel.sum(-1)[rows] / counts[rows]
     n_rows = int(means.numel())
     se = float(means.std()) / math.sqrt(n_rows) if n_rows > 1 else 0.0
-    if abs(float(means.mean())) > BIAS_SE * se + BIAS_U * u:
-        return False
+    bias, limit = abs(float(means.mean())), BIAS_SE * se + BIAS_U * u
+    if bias > limit:
+        return f"a systematic relative error of {bias / u:.3g} u, limit {limit / u:.3g} u"
     if spread:
         centred = torch.where(nonzero, rel - (rel.sum(-1, keepdim=True)
                                               / counts.clamp(min=1).unsqueeze(-1)), 0.0)
         rms = math.sqrt(float((centred * centred).sum()) / max(int(counts.sum()), 1))
-        return SPREAD_U * u <= rms <= SPREAD_MAX * u
-    return True
+        if not SPREAD_U * u <= rms <= SPREAD_MAX * u:
+            return (f"relative errors spread by {rms / u:.3g} u, rounding spreads "
+                    f"{SPREAD_U:g}–{SPREAD_MAX:g} u")
+    return ""

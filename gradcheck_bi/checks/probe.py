@@ -1,7 +1,7 @@
 """The probe: does a kernel refuse a device or dtype before the run measures it there?
 
 One forward runs once per (kernel, device, dtype): an explicit refusal there
-(:func:`gradcheck_bi.kernels.refusal.refusal`) makes every result of that target
+(:func:`gradcheck_bi.kernels.calling.refusal.refusal`) makes every result of that target
 ``unsupported`` without running it. A crash there decides nothing — each point then runs
 and reports its own exception, classified the same way.
 """
@@ -15,10 +15,10 @@ import torch
 from gradcheck_bi.checks.family.point import make_point
 from gradcheck_bi.checks.shaped import forward as shaped_forward
 from gradcheck_bi.checks.shaped import make_point as make_shaped_point
-from gradcheck_bi.kernels import phase
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.refusal import refusal
-from gradcheck_bi.kernels.trace import stops_the_run
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.calling import phase
+from gradcheck_bi.kernels.calling.refusal import refusal
+from gradcheck_bi.kernels.calling.trace import stops_the_run
 from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported
 

@@ -43,8 +43,8 @@ from gradcheck_bi.fd.plan import (
     shared_and_colour,
     step,
 )
-from gradcheck_bi.kernels.call import allowed_mutations
-from gradcheck_bi.kernels.shaped_call import ShapedKernel, snapshot, unchanged
+from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel, snapshot, unchanged
+from gradcheck_bi.kernels.calling.writes import allowed_mutations
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
@@ -221,11 +221,24 @@ def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 COARSER = (("fp32", 2.0**-24), ("tf32", 2.0**-11), ("bf16", 2.0**-8))
 
 
-def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, torch.Tensor]
-                 ) -> tuple[float, str | None]:
+def plausible(name: str, dtype: str, device: str, products: bool) -> bool:
+    """Whether a kernel called in ``dtype`` can compute in ``name`` inside: fp32 inside an
+    fp64 call (anywhere); TF32 (a GEMM's tensor cores, so an op that multiplies matrices)
+    and bf16 inside an fp32 call on a GPU alone. Anything else is not rounding: a forward
+    that far off is wrong, and a coarser unit would hide it."""
+    if dtype == "fp64":
+        return name == "fp32"
+    if dtype == "fp32" and device.startswith("cuda"):
+        return name == "bf16" or (name == "tf32" and products)
+    return False
+
+
+def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, torch.Tensor],
+                 products: bool) -> tuple[float, str | None]:
     """The unit roundoff the kernel delivers: its dtype's, or the finest coarser one whose
-    rounding its forward stays within (fp32 inside an fp64 call; TF32 inside an fp32 GEMM),
-    with the note that says so; ``--precision exact`` keeps the dtype's."""
+    rounding its forward stays within among those it can have (:func:`plausible`: fp32
+    inside an fp64 call; TF32 inside an fp32 GEMM on a GPU), with the note that says so;
+    ``--precision exact`` keeps the dtype's."""
     u = unit(point.dtype)
     if point.cfg.dtype in HALF_DTYPES or point.cfg.precision == "exact":
         return u, None
@@ -237,7 +250,8 @@ def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, tor
     if within(u):
         return u, None
     for name, coarse in COARSER:
-        if coarse > u and within(coarse):
+        if coarse > u and plausible(name, point.cfg.dtype, point.cfg.device, products) \
+                and within(coarse):
             return coarse, (f"computes in {name} inside: judged at {name} rounding "
                             f"(--precision exact: {point.cfg.dtype})")
     return u, None
@@ -287,7 +301,7 @@ def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
             raise ContractViolation(f"output {k} has shape {tuple(got[k].shape)}; the "
                                     f"reference's is {tuple(ref.shape)}")
         errs[k] = (got[k] - ref).abs()
-    u, note = working_unit(point, errs, m.output_sigma)
+    u, note = working_unit(point, errs, m.output_sigma, m.products)
     for k, ref in m.outputs.items():
         if k in errs:
             tols[k] = _forward_tol(point, ref, m.output_sigma[k], u)
@@ -339,7 +353,7 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
                                      "difference of the forward resolves it)"})
     got = forward(kernel, point)
     errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
-    u, note = working_unit(point, errs, m.output_sigma)
+    u, note = working_unit(point, errs, m.output_sigma, m.products)
     fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
     err = (analytic[at] - fd.value).abs()

@@ -1,6 +1,6 @@
 """A layout point judged by its contiguous twin: one call per layout, not finite differences.
 
-A gradient check at a layout other than ``contiguous`` (:mod:`gradcheck_bi.kernels.layout`)
+A gradient check at a layout other than ``contiguous`` (:mod:`gradcheck_bi.kernels.calling.layout`)
 asks one question: does the kernel give on this memory what it gives on fresh contiguous
 tensors? Its *twin* — the same point (kernel, check, device, dtype, shape, γ, zcg, seed,
 scales, eps, settings, …) at ``contiguous`` — has been checked against finite differences
@@ -8,7 +8,7 @@ earlier in this process (just before it: the layout is the sweep's innermost axi
 :func:`gradcheck_bi.sweep.grid`; or in an earlier sweep of the run that shares it). So the
 point runs the kernel's forward and backward once on the laid-out tensors and once on
 contiguous ones — the same values, bitwise: one draw of the point's inputs, laid out by
-:func:`~gradcheck_bi.kernels.layout.lay_out`, which copies values — and compares every
+:func:`~gradcheck_bi.kernels.calling.layout.lay_out`, which copies values — and compares every
 output and the gradient the check judges (``dx`` for dx; another gradient is its own
 point's business):
 
@@ -50,9 +50,9 @@ import torch
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks._measure import bitwise_diff, kept_judgements, measured_per_element
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.kernels.asop import as_op_kernel
-from gradcheck_bi.kernels.call import allowed_mutations, declared_mutations
-from gradcheck_bi.kernels.opcall import laid_out, op_grads
+from gradcheck_bi.kernels.adapting.asop import as_op_kernel
+from gradcheck_bi.kernels.calling.opcall import laid_out, op_grads
+from gradcheck_bi.kernels.calling.writes import allowed_mutations, declared_mutations
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement

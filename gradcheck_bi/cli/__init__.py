@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import Any
 
@@ -43,6 +44,8 @@ def _err_line(text: str) -> None:  # one line, never wrapped to the terminal wid
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the Typer app and map every failure to one line and an exit code."""
     early.running_as_program(argv is None)
+    if argv is None:  # before torch and the kernel's library ask (gradcheck_bi.gpu)
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     # Imports (torch, the kernel's library) make little garbage but trigger many full

@@ -12,10 +12,12 @@ from typing import Any
 
 from rich.console import Console
 
+from gradcheck_bi import gpu
 from gradcheck_bi.fd import reduce
-from gradcheck_bi.kernels import reduction, watch
+from gradcheck_bi.kernels.calling import watch
 from gradcheck_bi.runner import resolve_kernels, run_points, sweep_points
 from gradcheck_bi.shard import select
+from gradcheck_bi.sums import reduction
 from gradcheck_bi.sweep import Sweep, not_run, unchecked
 from gradcheck_bi.upfront import check_memory
 from gradcheck_bi.vocab import Result
@@ -30,13 +32,13 @@ def environment() -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "cuda_available": torch.cuda.is_available(),
+        "cuda_available": gpu.present(),
         "reduction": reduce.described(),
     }
     version = reduction.triton_version()
     if version is not None:
         env["triton"] = version
-    if torch.cuda.is_available():
+    if gpu.present():  # after the run: its workers are done
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
 
@@ -140,13 +142,19 @@ def execute(sweeps: list[Sweep], progress: bool, shard: tuple[int, int] | None =
 
 def working_notes(results: list[Result]) -> None:
     """One note per kernel and target judged at a measured working precision coarser than
-    its dtype (:mod:`gradcheck_bi.checks.precision`)."""
+    its dtype, or whose working precision was not found (:mod:`gradcheck_bi.checks.
+    precision`: why, and that the checks fall back to the dtype's rounding)."""
     seen = dict.fromkeys((r.kernel, r.device, r.dtype, r.working_precision) for r in results
                          if r.working_precision is not None)
     for kernel, device, dtype, working in seen:
         sys.stderr.write(f"gradcheck-bi: note: {kernel}: computes in {working} inside at "
                          f"{dtype} ({device}); judged at {working} rounding "
                          "(--precision exact: at the dtype's)\n")
+    fallbacks = dict.fromkeys((r.kernel, r.device, r.dtype,
+                               r.details.get("working_precision_fallback")) for r in results)
+    for kernel, device, dtype, why in fallbacks:
+        if why:
+            sys.stderr.write(f"gradcheck-bi: note: {kernel} ({dtype}, {device}): {why}\n")
 
 
 def kink_notes(results: list[Result]) -> None:
@@ -161,10 +169,15 @@ def kink_notes(results: list[Result]) -> None:
             tally[0] += 1
             tally[1] += n
             tally[2] += r.details.get("not_differentiable_unjudged", 0)
+    unfound = {r.kernel for r in results if r.details.get("working_precision_fallback")}
     for (kernel, check), (points, elements, left) in seen.items():
+        # at the dtype's rounding, rounding the model misses reads as kinks
+        maybe = " (or rounding: its working precision was not found)" if kernel in unfound \
+            else ""
         sys.stderr.write(f"gradcheck-bi: note: {kernel}: {check}: {elements} elements at "
-                         f"{points} point(s) not differentiable within the FD stencil (±4h), "
-                         f"judged at h/16; {left} left unjudged (see each result's message)\n")
+                         f"{points} point(s) not differentiable within the FD stencil (±4h)"
+                         f"{maybe}, judged at h/16; {left} left unjudged (see each result's "
+                         "message)\n")
 
 
 def _directional_note(sweeps: list[Sweep]) -> None:

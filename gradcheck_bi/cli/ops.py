@@ -22,7 +22,7 @@ def _marked_by(op: Op) -> str:
 
 def rules() -> str:
     """How a kernel's op is read: its parameter names (each op's marks), then its own name,
-    then its output (kernels/recognise.py)."""
+    then its output (kernels/adapting/recognise.py)."""
     marked = "; ".join(f"{_marked_by(op)} → {op.name}" for op in OPS.values()
                        if op.marks and "bias" not in op.marks)
     biased = " or ".join(op.name + (" with a bias" if op.param("bias").optional else "")

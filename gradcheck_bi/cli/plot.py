@@ -31,7 +31,7 @@ from gradcheck_bi.cli.options import (
     write_output,
 )
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED
-from gradcheck_bi.kernels.trace import is_internal, located
+from gradcheck_bi.kernels.calling.trace import is_internal, located
 from gradcheck_bi.ops import ALL_CHECKS
 from gradcheck_bi.report.plot import PlotDependencyError, render_text, save_png
 from gradcheck_bi.runner import resolve_kernels

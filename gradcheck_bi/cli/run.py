@@ -41,8 +41,8 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.generic import load_spec as _generic  # noqa: F401  (run --generic)
-from gradcheck_bi.kernels.call import MUTABLE
-from gradcheck_bi.kernels.loader import complete_ref
+from gradcheck_bi.kernels.adapting.loader import complete_ref
+from gradcheck_bi.kernels.calling.writes import MUTABLE
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.point import AXES, AXIS, BadValue, nonnegative
 from gradcheck_bi.shard import ShardError, parse_shard
@@ -230,7 +230,8 @@ def run_command(
     kernels = many_of("--kernel", kernel)
     extra = dict(parse_kernel_arg(a) for a in kernel_arg or [])
     if point.get("op") is not None:
-        extra["op"] = point.pop("op")  # the adapter's reserved kernel arg (kernels/adapters.py)
+        # the adapter's reserved kernel arg (kernels/adapting/adapters.py)
+        extra["op"] = point.pop("op")
     targets = _targets(point.pop("device", None), point.pop("dtype", None))
     if generic:
         extra["generic"] = _generic_shapes(point, extra, targets)

@@ -87,6 +87,7 @@ class Propagate(TorchDispatchMode):
         super().__init__()
         self.sigma: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.unknown: set[str] = set()
+        self.ran: set[str] = set()  # every aten op's name seen (what precision is plausible)
         self.gen = torch.Generator().manual_seed(0)
 
     def of(self, t: torch.Tensor) -> torch.Tensor | None:
@@ -96,6 +97,7 @@ class Propagate(TorchDispatchMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         name = _name(func)
+        self.ran.add(name)
         inplace = func._schema.name.endswith("_") or name == "copy"
         before = (args[0].clone() if inplace and _is_float(args[0]) else None)
         out = func(*args, **kwargs)
@@ -291,13 +293,15 @@ def _sigma_or_zero(mode: Propagate, t: torch.Tensor) -> torch.Tensor:
 @dataclass
 class Derived:
     """The fp64 reference's outputs and gradients at one point, each with its ``σ`` (in u);
-    ``unknown``: the aten ops that had no rule (their σ estimated)."""
+    ``unknown``: the aten ops that had no rule (their σ estimated); ``products``: whether
+    the forward multiplies matrices (where TF32 may run inside an fp32 call)."""
 
     outputs: dict[str, torch.Tensor]
     output_sigma: dict[str, torch.Tensor]
     grads: dict[str, torch.Tensor]
     grad_sigma: dict[str, torch.Tensor]
     unknown: set[str]
+    products: bool = False
 
 
 def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
@@ -314,6 +318,7 @@ def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
     with propagating() as mode:
         outs = reference(leaves)
         out_sigma = {k: _sigma_or_zero(mode, v) for k, v in outs.items()}
+        products = bool(mode.ran & PRODUCTS)
         names = [k for k in wrt if isinstance(leaves.get(k), torch.Tensor)]
         pairs = [(outs[k], cotangents[k]) for k in outs
                  if outs[k].requires_grad and k in cotangents]
@@ -327,7 +332,7 @@ def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
             sigma[k] = (torch.zeros_like(leaves[k]) if gr is None
                         else _sigma_or_zero(mode, gr))
     return Derived({k: v.detach() for k, v in outs.items()}, out_sigma, values, sigma,
-                   set(mode.unknown))
+                   set(mode.unknown), products)
 
 
 def unit(dtype: torch.dtype) -> float:

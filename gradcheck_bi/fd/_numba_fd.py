@@ -7,7 +7,7 @@ per perturbed row and level ``o``, the terms
     even:  ((y_i(-o) - y0_i) + (y_i(+o) - y0_i)) · g_i
 
 each rounded once in fp64 as the torch ops round them, added in the order of
-:func:`~gradcheck_bi.kernels.reduction.row_sum` (blocks of ``block_d(D)`` columns added one
+:func:`~gradcheck_bi.sums.reduction.row_sum` (blocks of ``block_d(D)`` columns added one
 after another into an accumulator, padded columns adding ``+0.0``, then folded in halves).
 The torch path makes about a dozen passes over the chunk (differences, products, block
 additions); this reads each perturbed output once, while it is still in cache, and the
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from gradcheck_bi.kernels.blocking import MAX_BLOCK_D
+from gradcheck_bi.sums.blocking import MAX_BLOCK_D
 
 # The dtypes of ``ys`` whose compiled sums this process has already run: for those a check
 # of any size pays no start (see gradcheck_bi.fd.reduce.native_worth).

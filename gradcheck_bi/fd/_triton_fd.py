@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gradcheck_bi.kernels._triton_kernels import launch_kernel
-from gradcheck_bi.kernels.blocking import block_d
+from gradcheck_bi.sums._triton import launch_kernel
+from gradcheck_bi.sums.blocking import block_d
 
 MAX_LEVELS = 3
 # Columns per tile: up to six fp64 (BLOCK_M, BLOCK_D) accumulators live in registers, so the

@@ -209,7 +209,7 @@ def input_grad_outputs(
     # One batch for every call: t's rows repeated (row i is row i mod R; the rows past a
     # chunk's are the padding), perturbed in place at the chunk's columns and put back after
     # the call — no copy of the batch per call (a kernel declared to write into its inputs
-    # is handed a copy: kernels.opcall.op_forward).
+    # is handed a copy: kernels.calling.opcall.op_forward).
     buf = t2.repeat(-(-batch // n_rows), 1)[:batch]
     flat = buf.view(-1)
     # Every perturbed value x ± o h (in t's dtype, as the kernel gets it) and the step it

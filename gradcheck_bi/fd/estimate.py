@@ -15,7 +15,7 @@ the stencil at ``h`` is the estimate, the rest measure its truncation and roundi
 :mod:`~gradcheck_bi.fd.step`; the noise floor of each estimate: :mod:`gradcheck_bi.tolerance.noise`.
 
 >>> import torch
->>> from gradcheck_bi.kernels.rmsnorm import After
+>>> from gradcheck_bi.kernels.bundled.rmsnorm import After
 >>> x = torch.randn(4, 16, dtype=torch.float64); g = torch.randn(4, 16, dtype=torch.float64)
 >>> w = torch.randn(16, dtype=torch.float64)
 >>> est = weight_grad(lambda v: After.apply(x, v, 1e-6, False), w, x, g)

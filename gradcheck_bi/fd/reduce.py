@@ -23,7 +23,7 @@ Three paths, one set of bits per path and ``D``:
   has run the compiled pass on its dtype (``native=True``, see :func:`native_worth`), one
   compiled pass (:mod:`gradcheck_bi.fd._numba_fd`), bitwise equal to the torch ops;
 * elsewhere a few whole-chunk torch ops (no fp64 copy of an fp64 chunk) and one fixed-order
-  :func:`~gradcheck_bi.kernels.reduction.row_sum`.
+  :func:`~gradcheck_bi.sums.reduction.row_sum`.
 
 >>> import torch
 >>> ys = torch.randn(6, 3, 2, 8, dtype=torch.float64)
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.kernels.reduction import chosen_backend, resolve_backend, row_sum
+from gradcheck_bi.sums.reduction import chosen_backend, resolve_backend, row_sum
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A baseline is a JSON file holding, per result, what identifies it (kernel, check
 dtype, shape, eps, seed, γ control, zero_centered_gamma, input and weight scale, and every
 setting that sets the check's tolerance: atol, rtol, mode, stencil, step_rel) and what was
 measured (status, max_abs_err, tolerance). Kernel refs are keyed normalised
-(:func:`~gradcheck_bi.kernels.loader.normal_ref`: ``./k.py:F`` and ``k.py:F`` are one key).
+(:func:`~gradcheck_bi.kernels.adapting.loader.normal_ref`: ``./k.py:F`` and ``k.py:F`` are one key).
 Comparing a run with it, a result *drifts* when:
 
 * its status changed (``pass`` → ``fail``, ``pass`` → ``error``, ``unsupported`` → ``pass``…);
@@ -64,10 +64,12 @@ FLOOR_FRACTION = 1e-6
 # loosening (a safety factor or step default doubled: ×2; an fp64 kernel computing in fp32:
 # ×1e8). Same machine and backend, a tighter slack (even 0) holds; edit it in the file.
 TOLERANCE_SLACK = 0.25
-KEY_FIELDS = ("kernel", *KEY_NAMES)  # every field of the point the JSON carries
+# every field of the point the JSON carries; ``variant``: an op of any shape's option values
+KEY_FIELDS = ("kernel", *KEY_NAMES, "variant")
 # Keys a baseline recorded before they existed, and the op fields an RMSNorm result leaves
 # out (as its JSON does): read as the value every such result has.
 KEY_DEFAULTS: dict[str, Any] = {name: AXIS[name].default for name in ("layout", *OP_FIELDS)}
+KEY_DEFAULTS["variant"] = None
 Key = tuple[Any, ...]
 
 
@@ -77,8 +79,17 @@ class BaselineError(Exception):
 
 def key_of(r: Result | dict[str, Any]) -> Key:
     d = r if isinstance(r, dict) else r.__dict__
-    return tuple(tuple(d[k]) if k == "shape" else d[k] if k in d else KEY_DEFAULTS[k]
-                 for k in KEY_FIELDS)
+    return tuple(tuple(d[k]) if k == "shape" else _options(d.get(k)) if k == "variant"
+                 else d[k] if k in d else KEY_DEFAULTS[k] for k in KEY_FIELDS)
+
+
+def _options(variant: Any) -> tuple[tuple[str, Any], ...] | None:
+    """A variant as a key: its ``(option, value)`` pairs in the op's order (a result's
+    dict, or a baseline row's); ``None`` for a norm's result, which has none."""
+    if variant is None:
+        return None
+    pairs = variant.items() if isinstance(variant, dict) else variant
+    return tuple((str(k), v) for k, v in pairs)
 
 
 def describe_key(key: Key) -> str:
@@ -94,6 +105,8 @@ def describe_key(key: Key) -> str:
         text += f" layout {d['layout']}"
     if d["op"] != "rms_norm":
         text += f" op {d['op']}"
+    if d["variant"]:
+        text += " " + " ".join(f"{k}={v}" for k, v in d["variant"])
     for name, label in (("bias", "β="), ("group_size", "group "),
                         ("norm_before_gate", "norm_before_gate ")):
         if d[name] is not None:
@@ -145,6 +158,10 @@ class Baseline:
         for key, rec in self.entries.items():
             row: dict[str, Any] = dict(zip(KEY_FIELDS, key, strict=True))
             row["shape"] = list(row["shape"])
+            if row["variant"] is None:
+                del row["variant"]
+            else:
+                row["variant"] = dict(row["variant"])
             for name in OP_FIELDS:  # as the JSON: an RMSNorm row reads as it always has
                 if row[name] == KEY_DEFAULTS[name]:
                     del row[name]

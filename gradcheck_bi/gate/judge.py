@@ -15,8 +15,8 @@ import math
 from typing import Any
 
 from gradcheck_bi.checks import TOLERANCE_SETTINGS
-from gradcheck_bi.kernels.refusal import refusal
-from gradcheck_bi.kernels.trace import full_traceback, kernel_frames, located
+from gradcheck_bi.kernels.calling.refusal import refusal
+from gradcheck_bi.kernels.calling.trace import full_traceback, kernel_frames, located
 from gradcheck_bi.point import public
 from gradcheck_bi.vocab import (
     Config,

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gradcheck_bi.kernels import rmsnorm, sandbox
-from gradcheck_bi.kernels.loader import complete_ref, load
-from gradcheck_bi.kernels.named import NAMED, resolve_named
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.adapting.loader import complete_ref, load
+from gradcheck_bi.kernels.adapting.named import NAMED, resolve_named
+from gradcheck_bi.kernels.bundled import rmsnorm
 from gradcheck_bi.vocab import CONTROLS, Defect, KernelLoadError, KernelSpec
 
 FORWARD_IGNORES_ZCG = Defect(

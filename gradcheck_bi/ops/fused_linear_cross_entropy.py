@@ -173,7 +173,7 @@ OP = ShapedOp(
                words="targets equal to ignore_index: every third row, or none"),
           Axis("bias", (True, False), words="a bias given (on) or None")),
     reference=reference, canonical=canonical, draw=draw, sizes=sizes,
-    default_shape=(2, 5, 16, 320), shape_words="(…rows, H, V)",
+    default_shape=(10, 16, 320), shape_words="(…rows, H, V)",
     batch_axis=lambda values: "n" if values.get("reduction") == "none" else None,
     column="cotangent", fills={"ignore_index": IGNORE}, risky=risky,
     marks=("fused_linear_cross_entropy", "linear_cross_entropy", "flce"),

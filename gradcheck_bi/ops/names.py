@@ -33,7 +33,7 @@ ROLE_OF: dict[str, str] = {n: role for role, names in ROLE_NAMES.items() for n i
 # Words of a kernel's own names (its function's or class's, then its module's), in
 # snake_case (``CohereLayerNorm`` → ``cohere_layer_norm``), that say which op it computes;
 # the first pattern that matches names it. "rms" alone says only RMSNorm-like: a gated or
-# fused norm is one too, and its parameters say so first (kernels/recognise.py).
+# fused norm is one too, and its parameters say so first (kernels/adapting/recognise.py).
 OP_WORDS: tuple[tuple[str, str], ...] = (
     (r"(^|_)gated(_|$)|(^|_)gate_?norm", "rms_norm_gated"),
     (r"(^|_)(fused_)?add_rms|rms_?norm_add|(^|_)skip_rms", "fused_add_rms_norm"),

@@ -36,6 +36,8 @@ class Point(Protocol):
     @property
     def effective(self) -> Tensors: ...
     @property
+    def zcg(self) -> bool: ...
+    @property
     def cotangents(self) -> Tensors: ...
     @property
     def options(self) -> dict[str, Any]: ...
@@ -126,7 +128,7 @@ class Op:
     input_rounding: Callable[[Point, str, Tensors, Sums], torch.Tensor]
     input_magnitude: Callable[[Point, str, Sums], torch.Tensor]
     # Roles a kernel must have for this op, and roles whose presence selects it
-    # (kernels/recognise.py): a required ``residual`` means fused add, and so on.
+    # (kernels/adapting/recognise.py): a required ``residual`` means fused add, and so on.
     needs: tuple[str, ...]
     marks: tuple[str, ...] = ()
     # Marks that select the op even when the parameter has a default (group_size).

@@ -17,6 +17,6 @@
 
 The measurements themselves live elsewhere: the finite differences in
 :mod:`gradcheck_bi.fd`, the checks in :mod:`gradcheck_bi.checks`. This package imports only
-the fixed-order row sum (:mod:`gradcheck_bi.kernels.reduction`), the op records and the
+the fixed-order row sum (:mod:`gradcheck_bi.sums.reduction`), the op records and the
 vocabulary.
 """

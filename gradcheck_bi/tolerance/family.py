@@ -82,10 +82,26 @@ def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> tor
     beta = (point.effective.get("bias", torch.zeros((), dtype=torch.float64))
             if op.bias_term is None else op.bias_term(point))
     factor = forward_factor(op.forward_terms(point), op.forward_extra)
-    bound = u_c * (factor * (ref - beta).abs() + beta.abs())
+    bound = u_c * (factor * (ref - beta).abs() + beta.abs() + _offset_moves(point, name))
     if op.shift is not None:
         bound = bound + _shift(point, K_SIGMA * u_c)
     return bound
+
+
+def _offset_moves(point: Point, name: str) -> torch.Tensor | float:
+    """Per element of output ``name``, per unit ``u``: how far the rounding of the stored
+    weight moves it. Under zero_centered_gamma a kernel forms ``γ = 1 + w`` from the stored
+    ``w``, off by up to ``u |w|``; where γ is near 0 (``w`` near −1) that is many times the
+    ``u |γ|`` of the product by γ that ``factor`` counts (Gemma's fp32 ``1 + w`` at γ = 0.008
+    moves y by ~120 u |y|). Every op of the family is affine in γ column by column, so the
+    output moves by ``|y(γ + |w|) − y(γ)|``."""
+    if not point.zcg or "weight" not in point.effective:
+        return 0.0
+    gamma = point.effective
+    moved = {**gamma, "weight": gamma["weight"] + (gamma["weight"] - 1.0).abs()}
+    reference = point.op.reference
+    return (reference(point.inputs64, moved, point.options)[name]
+            - reference(point.inputs64, gamma, point.options)[name]).abs()
 
 
 def kernel_sigma(point: Point, name: str, exact: Tensors) -> torch.Tensor:

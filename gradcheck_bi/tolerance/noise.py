@@ -39,7 +39,7 @@ import math
 
 import torch
 
-from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.sums.reduction import row_sum
 from gradcheck_bi.vocab import DTYPES
 
 RESIDUAL = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over the levels (1, 2, 4)

@@ -73,7 +73,7 @@ import math
 
 import torch
 
-from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.sums.reduction import row_sum
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC, pow2_scale
 
 OPS_TERM = 2.0  # roundings in forming one product term: g·x·r, g·x·γ

@@ -31,7 +31,7 @@ def configs(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20240607,
 
     Each carries a random memory layout (every layout as often as contiguous), drawn from a
     stream of its own so that the other draws are those of earlier runs."""
-    from gradcheck_bi.kernels.layout import LAYOUTS
+    from gradcheck_bi.kernels.calling.layout import LAYOUTS
 
     rng = random.Random(seed)
     layouts = random.Random(seed + 1)
@@ -65,7 +65,7 @@ class Tally:
 
 def kernels() -> dict[str, Any]:
     """The correct kernels: the bundled ``after`` and the independent one in this folder."""
-    from gradcheck_bi.kernels.rmsnorm import After
+    from gradcheck_bi.kernels.bundled.rmsnorm import After
 
     sys.path.insert(0, str(HERE))
     from rmsnorm_ref import IndependentRMSNorm
@@ -79,7 +79,7 @@ def run(n: int, dtypes: tuple[str, ...], device: str,
     """Every check of every correct kernel at ``n`` configurations → tallies per
     (kernel, dtype, check). ``ratio`` is err / tolerance (bitwise checks: 0 or inf)."""
     from gradcheck_bi.checks import run_check
-    from gradcheck_bi.kernels.layout import applies
+    from gradcheck_bi.kernels.calling.layout import applies
     from gradcheck_bi.vocab import Config
 
     tallies: dict[tuple[str, str, str], Tally] = {}

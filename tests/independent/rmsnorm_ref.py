@@ -1,6 +1,6 @@
 """An RMSNorm written from scratch, to show gradcheck-bi passes a kernel it has never seen.
 
-Derived independently of ``gradcheck_bi/kernels/rmsnorm.py``, in terms of the normalised
+Derived independently of ``gradcheck_bi/kernels/bundled/rmsnorm.py``, in terms of the normalised
 row ``n = x · r`` rather than ``x`` and ``r³``::
 
     r   = (Σ_j x_j² / D + eps)^(-1/2),   n = x · r,   γ = w (+ 1 under zcg),   y = n · γ

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.sums.reduction import row_sum
 
 
 class Mutant(torch.autograd.Function):

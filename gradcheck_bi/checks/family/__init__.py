@@ -16,7 +16,7 @@ differences of its own forward in fp64 at the same inputs, within ½ ulp plus th
 rounding model. The fused add has two correct references in low precision — ``s = x +
 residual`` as computed, or as stored (rounded once, what Liger and vLLM normalise) — and
 passes against either. Batch invariance is bitwise in every dtype. The other checks run in
-every memory layout (:func:`gradcheck_bi.kernels.opcall.laid_out`); batch invariance on
+every memory layout (:func:`gradcheck_bi.kernels.calling.opcall.laid_out`); batch invariance on
 contiguous tensors.
 """
 
@@ -29,7 +29,7 @@ from gradcheck_bi.checks.family.forward import check_op_forward
 from gradcheck_bi.checks.family.gradients import check_op_gradient
 from gradcheck_bi.checks.family.lifted import check_op_gradient_lifted
 from gradcheck_bi.checks.family.point import exact_grads, make_point, reference
-from gradcheck_bi.kernels.opcall import laid_out
+from gradcheck_bi.kernels.calling.opcall import laid_out
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
 

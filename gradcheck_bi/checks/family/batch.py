@@ -14,7 +14,7 @@ import torch
 
 from gradcheck_bi.checks._measure import BitwiseLog
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.kernels.opcall import op_grads
+from gradcheck_bi.kernels.calling.opcall import op_grads
 from gradcheck_bi.vocab import Config, Measurement
 
 Tensors = dict[str, torch.Tensor]

@@ -27,7 +27,7 @@ from gradcheck_bi.checks.family.point import OpPoint, exact_grads, input_forward
 from gradcheck_bi.checks.family.step_choice import step_rel_of
 from gradcheck_bi.checks.fd_judge import fd_verdict, rounding_scale
 from gradcheck_bi.fd.step import input_step_rel, pow2
-from gradcheck_bi.kernels.reduction import row_sum
+from gradcheck_bi.sums.reduction import row_sum
 from gradcheck_bi.tolerance.family import kernel_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 

@@ -27,7 +27,7 @@ from gradcheck_bi.checks.family.point import (
     returns_y_alone,
     stored,
 )
-from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.half import (
     FRAC_THRESHOLD,

@@ -38,7 +38,7 @@ from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
-from gradcheck_bi.kernels.opcall import op_forward, op_grads
+from gradcheck_bi.kernels.calling.opcall import op_forward, op_grads
 from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported

@@ -33,7 +33,7 @@ import torch
 
 from gradcheck_bi import fd, lowp
 from gradcheck_bi.checks._measure import measured_per_element, nonfinite
-from gradcheck_bi.kernels.refusal import refusal
+from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.tolerance.half import higher_tolerance, lifted_tolerance
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.tolerance.rules import fd_tolerance
@@ -66,7 +66,7 @@ def first_lift(inaccuracy: Callable[[torch.dtype], str | None]) -> Lift:
     ``inaccuracy(dtype)`` runs it there and says how it falls short (``None``: it does not).
     The last dtype is taken if it runs, however accurate.
 
-    Only an explicit refusal of the dtype (:func:`~gradcheck_bi.kernels.refusal.refusal`)
+    Only an explicit refusal of the dtype (:func:`~gradcheck_bi.kernels.calling.refusal.refusal`)
     moves on to the next; anything else the kernel raises is a crash and propagates.
     """
     refusals = []

@@ -49,7 +49,7 @@ from gradcheck_bi.checks.family.point import (
     returns_y_alone,
     stored,
 )
-from gradcheck_bi.kernels.opcall import op_grads
+from gradcheck_bi.kernels.calling.opcall import op_grads
 from gradcheck_bi.tolerance.family import kernel_magnitude, kernel_sigma
 from gradcheck_bi.tolerance.half import U_COMPUTE
 from gradcheck_bi.tolerance.summation import combined_floor, dw_sigma

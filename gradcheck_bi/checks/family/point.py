@@ -26,7 +26,7 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.inputs import make_inputs
-from gradcheck_bi.kernels.opcall import op_forward
+from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.vocab import Config
 

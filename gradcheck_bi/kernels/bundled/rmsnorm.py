@@ -19,7 +19,7 @@ The two historical defects are switched by two flags:
   time: ``- γ_k r^3 x_k s / D``. Exactly zero error while every γ is 1.
 
 Both row reductions (``mean x^2`` forward, ``s`` backward) go through
-:func:`~gradcheck_bi.kernels.reduction.row_sum`, and ``r`` is ``1 / sqrt(·)`` (both
+:func:`~gradcheck_bi.sums.reduction.row_sum`, and ``r`` is ``1 / sqrt(·)`` (both
 correctly rounded, so no element's bits depend on which vector lane computed it), which
 makes ``y`` and ``dx`` bitwise batch-invariant. ``dw`` sums over rows, so it cannot be
 batch-invariant; it is bitwise deterministic run to run.
@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.reduction import resolve_backend, row_sum
 from gradcheck_bi.ops import OPS
+from gradcheck_bi.sums.reduction import resolve_backend, row_sum
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -88,9 +88,9 @@ def _forward(
     w_c = weight.to(cdt)
     add_one = zcg and not ignore_zcg
     if resolve_backend(x_c) == "triton":  # one fused kernel: the same math, fewer passes
-        from gradcheck_bi.kernels import _triton_kernels
+        from gradcheck_bi.kernels.bundled import _triton_rmsnorm
 
-        y_c, r = _triton_kernels.rmsnorm_forward(x_c, w_c, eps, add_one)
+        y_c, r = _triton_rmsnorm.rmsnorm_forward(x_c, w_c, eps, add_one)
         return y_c.to(x.dtype), r
     mean_sq = row_sum(x_c * x_c) / x.shape[-1]
     r = 1.0 / torch.sqrt(mean_sq + eps)

@@ -2,8 +2,8 @@
 
 An RMSNorm with a weight and no bias is adapted here to Megatron's
 ``apply(x, weight, eps, zero_centered_gamma) -> y``, which the checks call by role like any
-other op's kernel (:mod:`gradcheck_bi.kernels.asop`); every other op and variant is adapted
-by role directly (:mod:`gradcheck_bi.kernels.opadapt`). :func:`adapt` turns each shape of
+other op's kernel (:mod:`gradcheck_bi.kernels.adapting.asop`); every other op and variant is adapted
+by role directly (:mod:`gradcheck_bi.kernels.adapting.opadapt`). :func:`adapt` turns each shape of
 kernel people ship into that call:
 
 * an **autograd Function** (or any object with ``apply``) with Megatron's signature is used
@@ -45,11 +45,12 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels import sandbox
-from gradcheck_bi.kernels.build import PROBE_D, Builder, required_inputs
-from gradcheck_bi.kernels.opadapt import adapt_op, recognise_kernel
-from gradcheck_bi.kernels.shaped_adapt import Found, recognise
-from gradcheck_bi.kernels.signature import (
+from gradcheck_bi import gpu
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, required_inputs
+from gradcheck_bi.kernels.adapting.opadapt import adapt_op, recognise_kernel
+from gradcheck_bi.kernels.adapting.shaped_adapt import Found, recognise
+from gradcheck_bi.kernels.adapting.signature import (
     Slot,
     call_slots,
     fill,
@@ -139,14 +140,14 @@ def gamma_at_zero(call: Callable[..., Any]) -> tuple[str | None, str]:
     x = torch.randn(*PROBE_SHAPE, generator=torch.Generator().manual_seed(0))
     plain = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
     why = ""
-    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+    for device in ["cpu"] + (["cuda"] if gpu.present() else []):
         def at_zero(device: str = device) -> torch.Tensor:
             with torch.no_grad():
                 y = call(x.to(device), torch.zeros(PROBE_SHAPE[-1], device=device), 1e-6,
                          False)
             return y.detach().double().cpu().reshape(plain.shape)  # type: ignore[no-any-return]
 
-        try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel
+        try:  # in a child process at load (kernels/adapting/sandbox.py): a crash costs the kernel
             y = sandbox.call(at_zero, f"its forward at w = 0, shape {PROBE_SHAPE} on {device}",
                              device)
         except Exception as exc:  # any refusal: try the next device, else say why
@@ -362,7 +363,7 @@ def _shaped_kind(obj: Any, kind: str) -> str:
 
 
 def _shaped_spec(found: Found, name: str, source: str, description: str) -> KernelSpec:
-    """A kernel of an op of any shape (:mod:`gradcheck_bi.kernels.shaped_adapt`)."""
+    """A kernel of an op of any shape (:mod:`gradcheck_bi.kernels.adapting.shaped_adapt`)."""
     how = tuple(f"{k} fixed at {v}: the kernel takes no {k} (its forward computes it)"
                 for k, v in found.fixed)
     return KernelSpec(name, found.kernel, (), description, source=source,

@@ -17,7 +17,7 @@ shape       ``(D,)``, D = x.shape[-1] (``normalized_shape`` of a call, as ``F.rm
 size        the hidden size D (a constructor's ``hidden_size``, ``dim``, ``normalized_shape``)
 device      the device of x; ``dtype`` the weight's dtype (constructors only)
 group_size  a constructor's group size (the point's, else D); ``n_groups`` D / group size
-config      a config object the tool writes (:mod:`gradcheck_bi.kernels.build`)
+config      a config object the tool writes (:mod:`gradcheck_bi.kernels.adapting.build`)
 arg         the value the user gave (``--kernel-arg name=value``, ``kernel_args`` in a case)
 default     the parameter's own default
 ==========  =============================================================================
@@ -144,7 +144,7 @@ def ctor_slots(factory: Callable[..., Any], what: str,
     """Slots of a module's constructor (or factory): the hidden size, eps and the rest.
 
     A constructor may take no hidden size (a weightless norm, ``(eps)`` or nothing) and no
-    eps (a norm that fixes its own): :mod:`gradcheck_bi.kernels.build` says what then.
+    eps (a norm that fixes its own): :mod:`gradcheck_bi.kernels.adapting.build` says what then.
     """
     params = parameters(factory, what)
     found = _classify(params, _CTOR_NAMES, kernel_args)

@@ -1,8 +1,9 @@
-"""The Triton kernels, compiled for CUDA tensors and interpreted for CPU tensors.
+"""The fixed-order row sum in Triton: compiled for CUDA tensors, interpreted for CPU tensors.
 
-``_row_sum_kernel`` is the fixed-order row sum behind ``reduction.row_sum``;
-``_rmsnorm_fwd_kernel`` is the same reduction fused with the RMSNorm forward (one kernel,
-``x`` read twice, ``y`` and ``r`` written once) for the bundled kernels' Triton path.
+``_row_sum_kernel`` is the kernel behind ``reduction.row_sum``; :func:`blocked_row_sum` is its
+loop, which the bundled RMSNorm's fused forward (:mod:`gradcheck_bi.kernels.bundled.
+_triton_rmsnorm`) calls too, so both sum a row in one order; :func:`launch_kernel` launches
+either (and the finite differences' fused pass, :mod:`gradcheck_bi.fd._triton_fd`).
 
 Each program owns ``BLOCK_M`` rows and walks the columns in ``BLOCK_D`` steps, adding each
 tile into a ``(BLOCK_M, BLOCK_D)`` accumulator created in the output's dtype, then folds the
@@ -22,7 +23,6 @@ interpreter's own library functions do.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,11 +30,11 @@ import torch
 import triton
 import triton.language as tl
 
-from gradcheck_bi.kernels.blocking import BLOCK_M_CUDA, BLOCK_M_INTERPRETER, block_d
+from gradcheck_bi.sums.blocking import BLOCK_M_CUDA, BLOCK_M_INTERPRETER
 
 
 @triton.jit
-def _blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row, acc_dtype: tl.constexpr,
+def blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row, acc_dtype: tl.constexpr,
                      SQUARE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """Σ_j x_j (or x_j², with SQUARE) per row, in the one fixed order both kernels share."""
     cols = tl.arange(0, BLOCK_D)
@@ -62,53 +62,9 @@ def _row_sum_kernel(
     pid = tl.program_id(0)
     rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     row_ok = rows < n_rows
-    total = _blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row,
+    total = blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row,
                              out_ptr.dtype.element_ty, False, BLOCK_M, BLOCK_D)
     tl.store(out_ptr + rows, total, mask=row_ok)
-
-
-def _rmsnorm_fwd_kernel(
-    x_ptr,
-    w_ptr,
-    eps_ptr,
-    y_ptr,
-    r_ptr,
-    n_rows,
-    n_cols,
-    stride_row,
-    ADD_ONE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    # Pass 1: Σ x² through the same blocked sum as _row_sum_kernel (a fixed order per row).
-    # Pass 2: y = (x · r) · γ. sqrt and the divisions are the correctly rounded ones, like
-    # torch's, so every element's bits are independent of where it sits in the launch.
-    pid = tl.program_id(0)
-    rows = pid.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-    row_ok = rows < n_rows
-    cols = tl.arange(0, BLOCK_D)
-    cdt = r_ptr.dtype.element_ty
-    total = _blocked_row_sum(x_ptr, rows, row_ok, n_cols, stride_row, cdt, True,
-                             BLOCK_M, BLOCK_D)
-    eps = tl.load(eps_ptr)
-    d = tl.full((BLOCK_M,), 0, cdt) + n_cols
-    one = tl.full((BLOCK_M,), 1, cdt)
-    if cdt == tl.float32:  # fp32 "/" and sqrt are approximate on GPUs: ask for IEEE ones
-        r = tl.div_rn(one, tl.sqrt_rn(tl.div_rn(total, d) + eps))
-    else:  # fp64 division and sqrt are IEEE already
-        r = one / tl.sqrt(total / d + eps)
-    tl.store(r_ptr + rows, r, mask=row_ok)
-    for start in range(0, n_cols, BLOCK_D):
-        c = start + cols
-        c_ok = c < n_cols
-        ok = row_ok[:, None] & c_ok[None, :]
-        offs = rows[:, None] * stride_row + c[None, :]
-        tile = tl.load(x_ptr + offs, mask=ok, other=0.0)
-        w = tl.load(w_ptr + c, mask=c_ok, other=0.0)
-        if ADD_ONE:
-            w = w + 1
-        tl.store(y_ptr + rows[:, None] * n_cols + c[None, :], (tile * r[:, None]) * w[None, :],
-                 mask=ok)
 
 
 _flavours: dict[tuple[str, bool], Any] = {}
@@ -165,31 +121,3 @@ def launch(rows: torch.Tensor, out: torch.Tensor, width: int) -> None:
     n_rows, n_cols = rows.shape
     launch_kernel(_row_sum_kernel, n_rows, rows.is_cuda, rows, out, n_rows, n_cols,
                   rows.stride(0), BLOCK_D=width)
-
-
-@functools.lru_cache(maxsize=64)
-def _eps_tensor(eps: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``eps`` as a one-element tensor on ``device``, made once: a fresh one per call was a
-    pageable host-to-device copy, and so a stream synchronisation, in every forward."""
-    return torch.tensor([eps], dtype=dtype, device=device)
-
-
-def rmsnorm_forward(
-    x_c: torch.Tensor, w_c: torch.Tensor, eps: float, add_one: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused ``y = (x · r) · (w [+ 1])``, ``r = 1/sqrt(mean x² + eps)`` for compute-dtype inputs.
-
-    Returns ``(y, r)`` in ``x_c.dtype`` with ``y`` of ``x_c``'s shape, ``r`` of its leading
-    shape.
-    """
-    n_cols = x_c.shape[-1]
-    rows = x_c.reshape(-1, n_cols).contiguous()
-    n_rows = rows.shape[0]
-    y = torch.empty_like(rows)
-    r = torch.empty(n_rows, dtype=x_c.dtype, device=x_c.device)
-    eps_t = _eps_tensor(eps, x_c.dtype, x_c.device)
-    if n_rows > 0:
-        launch_kernel(_rmsnorm_fwd_kernel, n_rows, rows.is_cuda, rows, w_c.contiguous(), eps_t,
-                      y, r, n_rows, n_cols, rows.stride(0), ADD_ONE=add_one,
-                      BLOCK_D=block_d(n_cols))
-    return y.reshape(x_c.shape), r.reshape(x_c.shape[:-1])

@@ -24,13 +24,14 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels import sandbox
-from gradcheck_bi.kernels.shaped_call import KEEP, ShapedKernel, parameters
+from gradcheck_bi import gpu
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.calling.shaped_call import KEEP, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.names import ROLE_OF
 from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
@@ -190,13 +191,14 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
     why: Exception | None = None
     for dtype, device, match in PROBES:
         where = str(dtype).replace("torch.", "") + f" on {device}"
-        if device == "cuda" and not torch.cuda.is_available():
+        if device == "cuda" and not gpu.present():
             continue
         gen = torch.Generator().manual_seed(1234)
-        drawn = op.draw(op.sizes(op.default_shape), variant, dtype, device, gen)
+        # Drawn on CPU and moved in the call: this process stays clear of CUDA (.sandbox)
+        drawn = op.draw(op.sizes(op.default_shape), variant, dtype, "cpu", gen)
         try:
             raw, grad = sandbox.call(
-                lambda d=drawn: _outputs(op, kernel, d),  # type: ignore[misc]
+                lambda d=drawn, at=device: _outputs(op, kernel, _moved(d, at)),  # type: ignore[misc]
                 f"its forward as {op.name} ({dtype} on {device})", device)
         except Exception as exc:  # refused here: the next target
             why = exc
@@ -228,6 +230,14 @@ def _one_at_a_time(axes: list[Any]) -> list[tuple[Any, ...]]:
     for i, a in enumerate(axes):
         out += [(*base[:i], v, *base[i + 1:]) for v in a.values[1:]]
     return out
+
+
+def _moved(drawn: Drawn, device: str) -> Drawn:
+    """``drawn`` with its tensors on ``device``."""
+    def to(t: Any) -> Any:
+        return t.to(device) if isinstance(t, torch.Tensor) else t
+    return replace(drawn, tensors={k: to(v) for k, v in drawn.tensors.items()},
+                   cotangents={k: to(v) for k, v in drawn.cotangents.items()})
 
 
 def _outputs(op: ShapedOp, kernel: ShapedKernel, drawn: Any

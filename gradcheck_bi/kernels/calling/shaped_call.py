@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels import phase
+from gradcheck_bi.kernels.calling import phase
 from gradcheck_bi.vocab import ContractViolation
 
 KEEP = "=default"  # a parameter left at the kernel's own default

@@ -40,8 +40,8 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.adapters import Adapted, adapt
-from gradcheck_bi.kernels.loader import unimportable
+from gradcheck_bi.kernels.adapting.adapters import Adapted, adapt
+from gradcheck_bi.kernels.adapting.loader import unimportable
 from gradcheck_bi.vocab import KernelSpec, Unsupported, first_line
 
 LIGER_INSTALL = "pip install 'gradcheck-bi[liger]'"

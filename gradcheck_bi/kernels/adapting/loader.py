@@ -1,7 +1,7 @@
 """User kernels: ``PATH.py:ATTR`` or ``package.module:ATTR`` → a :class:`KernelSpec`.
 
 ``ATTR`` names an autograd Function, a plain function or an nn.Module class or factory;
-:mod:`gradcheck_bi.kernels.adapters` turns it into Megatron's
+:mod:`gradcheck_bi.kernels.adapting.adapters` turns it into Megatron's
 ``apply(x, weight, eps, zero_centered_gamma) -> y``. ``ATTR`` may be dotted
 (``module:Outer.Fn``).
 A path is loaded as a module of its own (Megatron-Core's ``batch_invariant_kernels.py``
@@ -17,9 +17,9 @@ Three ways a kernel can go wrong here, three outcomes:
 * its forward or backward raises → the sweep reports ``error`` (or ``unsupported`` when
   it refuses a device or dtype), per result, with the kernel's own message.
 
->>> spec = load("gradcheck_bi.kernels.rmsnorm:After")
+>>> spec = load("gradcheck_bi.kernels.bundled.rmsnorm:After")
 >>> spec.name, spec.source, spec.defects
-('gradcheck_bi.kernels.rmsnorm:After', 'gradcheck_bi.kernels.rmsnorm:After', ())
+('gradcheck_bi.kernels.bundled.rmsnorm:After', 'gradcheck_bi.kernels.bundled.rmsnorm:After', ())
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gradcheck_bi.kernels.adapters import adapt, is_apply_class
+from gradcheck_bi.kernels.adapting.adapters import adapt, is_apply_class
 from gradcheck_bi.vocab import (
     KernelCrashed,
     KernelLoadError,
@@ -68,8 +68,8 @@ def normal_ref(ref: str) -> str:
 
     >>> normal_ref("./kernels/../k.py:F"), normal_ref("k.py:F")
     ('k.py:F', 'k.py:F')
-    >>> normal_ref("after"), normal_ref("gradcheck_bi.kernels.rmsnorm:After")
-    ('after', 'gradcheck_bi.kernels.rmsnorm:After')
+    >>> normal_ref("after"), normal_ref("gradcheck_bi.kernels.bundled.rmsnorm:After")
+    ('after', 'gradcheck_bi.kernels.bundled.rmsnorm:After')
     """
     target, sep, attr = ref.rpartition(":")
     if not sep or not target or not attr or not is_path(target):
@@ -203,7 +203,7 @@ def complete_ref(ref: str) -> str:
 def load(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     """Load ``PATH.py:ATTR`` or ``package.module:ATTR`` as a kernel with no declared defects.
 
-    ``ATTR`` may be any shape :func:`~gradcheck_bi.kernels.adapters.adapt` takes (an
+    ``ATTR`` may be any shape :func:`~gradcheck_bi.kernels.adapting.adapters.adapt` takes (an
     autograd Function, a plain function, an nn.Module class or factory). The spec's
     name and source are :func:`normal_ref` of ``ref``. Raises
     :class:`KernelLoadError` (exit 2) when the kernel cannot be loaded at all; an

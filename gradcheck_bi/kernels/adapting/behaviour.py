@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels import sandbox
+from gradcheck_bi import gpu
+from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import first_line
 
@@ -188,10 +189,10 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
     first output with every :func:`candidates` variant's reference."""
     why = ""
     targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
-    targets += [(torch.float32, "cuda")] if torch.cuda.is_available() else []
+    targets += [(torch.float32, "cuda")] if gpu.present() else []
     drawn = drawn_values(torch.float64)["fp64"]
     for dtype, device in targets:
-        try:  # in a child process at load (kernels/sandbox.py): a crash costs the kernel
+        try:  # in a child process at load (kernels/adapting/sandbox.py): a crash costs the kernel
             y, grad = sandbox.call(functools.partial(_output, run, dtype, device),
                              f"its forward at a {(PROBE_ROWS, PROBE_D)} "
                              f"{str(dtype).removeprefix('torch.')} point on {device}", device)

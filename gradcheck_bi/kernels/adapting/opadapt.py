@@ -28,10 +28,16 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.behaviour import MATCH, Seen, probe
-from gradcheck_bi.kernels.build import PROBE_D, Builder, probe_values
-from gradcheck_bi.kernels.recognise import _KEPT, Recognition, named_op, recognise, roles_of
-from gradcheck_bi.kernels.signature import Slot, fill, parameters
+from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, probe
+from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, probe_values
+from gradcheck_bi.kernels.adapting.recognise import (
+    _KEPT,
+    Recognition,
+    named_op,
+    recognise,
+    roles_of,
+)
+from gradcheck_bi.kernels.adapting.signature import Slot, fill, parameters
 from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
@@ -339,7 +345,7 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
         if option in kernel_args:
             value, why = kernel_args[option], f"given by --kernel-arg {option}"
         elif option in seen and (option != "group_size" or seen[option] is None):
-            # the output matched one value (kernels/behaviour.py); a group of the probe's
+            # the output matched one value (kernels/adapting/behaviour.py); a group of the probe's
             # row (8) says nothing of another row's
             value = seen[option]
             why = f"the kernel takes no {option} and its output matches {option}={value}"

@@ -1,6 +1,6 @@
 """Calling a kernel of any op: its forward, and its backward through autograd.
 
-A kernel (an :class:`~gradcheck_bi.kernels.opadapt.OpAdapted`) returns a tensor or a tuple;
+A kernel (an :class:`~gradcheck_bi.kernels.adapting.opadapt.OpAdapted`) returns a tensor or a tuple;
 :func:`op_forward` names what it returned by the op's outputs, in order (a fused add that
 returns ``y`` alone has no ``residual_out``), and refuses anything outside the contract
 (not a tensor, not x's shape, not x's dtype). :func:`op_grads` runs the hand-written backward
@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels import phase
-from gradcheck_bi.kernels.call import allowed_mutations, unchanged
-from gradcheck_bi.kernels.layout import lay_out
-from gradcheck_bi.kernels.watch import first_call
+from gradcheck_bi.kernels.calling import phase
+from gradcheck_bi.kernels.calling.layout import lay_out
+from gradcheck_bi.kernels.calling.watch import first_call
+from gradcheck_bi.kernels.calling.writes import allowed_mutations, unchanged
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import ContractViolation, first_line
 
@@ -80,7 +80,7 @@ def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
 def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
                zcg: bool) -> Tensors:
     """The kernel's outputs by name (its tensors in the layout of :func:`laid_out`). A
-    kernel declared to write into its tensors (:func:`~gradcheck_bi.kernels.call.
+    kernel declared to write into its tensors (:func:`~gradcheck_bi.kernels.calling.writes.
     declared_mutations`) gets copies: the caller's stay as they were (the finite
     differences reuse theirs from call to call)."""
     if allowed_mutations():
@@ -105,7 +105,7 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
 
     The kernel gets copies of its inputs, parameters and cotangents; each is compared
     bitwise after the forward and after the backward (see
-    :func:`gradcheck_bi.kernels.call.unchanged`).
+    :func:`gradcheck_bi.kernels.calling.writes.unchanged`).
     """
     layout = _LAYOUT.get()
     absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take

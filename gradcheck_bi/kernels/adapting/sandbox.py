@@ -8,10 +8,12 @@ twice:
 
 * in a **child** that *records*: each load-time call (:func:`call`) runs and its outcome (the
   output as an fp64 CPU tensor, or the exception's name and first line) goes back through a
-  pipe. The child is forked (milliseconds: it inherits the imported kernel); a forked child
-  cannot use CUDA, so a kernel that only runs there is recorded again in a spawned child
-  that loads it by reference (a kernel handed over as an object cannot be: it is adapted in
-  this process, as before);
+  pipe. The child is forked (milliseconds: it inherits the imported kernel) and starts CUDA
+  itself when a call needs it, which it can while this process never started CUDA
+  (:mod:`gradcheck_bi.gpu`; nothing here does: the calls' inputs are moved to the device
+  inside them). Where the forked child cannot start CUDA, a kernel that only runs there is
+  recorded again in a spawned child that loads it by reference (a kernel handed over as an
+  object cannot be: it is adapted in this process, as before);
 * here, *replaying*: the same code asks for the same calls in the same order and gets the
   recorded outcomes; the kernel is never called in this process at load.
 
@@ -34,13 +36,15 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from gradcheck_bi import gpu
 from gradcheck_bi.vocab import KernelCrashed, first_line
 
 T = TypeVar("T")
 
 _mode: str | None = None  # "record" (a child), "replay" (here, after a child), None: direct
 _conn: Any = None  # the recording child's end of the pipe
-_forked = False  # the recording child was forked: it cannot use CUDA
+_forked = False  # the recording child was forked: CUDA starts here only if the parent's never did
+_cuda_refused: str | None = None  # why CUDA cannot start in this child ("": it can; None: untried)
 _replay: collections.deque[tuple[str, Any]] = collections.deque()
 _limit_s: float | None = None
 _off = False
@@ -80,7 +84,7 @@ def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
         return value  # type: ignore[no-any-return]
     if _mode != "record":
         return fn()
-    if _forked and device.startswith("cuda"):
+    if _forked and device.startswith("cuda") and _cuda_refused_here():
         raise _NeedsCuda
     _send(_conn, "call", what)
     try:
@@ -91,6 +95,14 @@ def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
         raise
     _send(_conn, "ok", value)
     return value
+
+
+def _cuda_refused_here() -> bool:
+    """In a forked recording child: whether CUDA cannot start here (tried once)."""
+    global _cuda_refused
+    if _cuda_refused is None:
+        _cuda_refused = gpu.start_in_child() or ""
+    return bool(_cuda_refused)
 
 
 def _send(conn: Any, kind: str, value: Any) -> None:

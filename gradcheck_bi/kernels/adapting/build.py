@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.signature import ctor_slots, fill, role_of
+from gradcheck_bi.kernels.adapting.signature import ctor_slots, fill, role_of
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import KernelLoadError, first_line
 

@@ -1,8 +1,8 @@
 """One call path for every check: a kernel behind :meth:`OpAdapted.call`.
 
 An RMSNorm kernel loaded as Megatron's ``apply(x, weight, eps, zero_centered_gamma)`` (a
-Function, an :class:`~gradcheck_bi.kernels.adapters.Adapted`, an apply object) is wrapped
-once per kernel into an :class:`~gradcheck_bi.kernels.opadapt.OpAdapted` of ``rms_norm``,
+Function, an :class:`~gradcheck_bi.kernels.adapting.adapters.Adapted`, an apply object) is wrapped
+once per kernel into an :class:`~gradcheck_bi.kernels.adapting.opadapt.OpAdapted` of ``rms_norm``,
 so the one engine (:mod:`gradcheck_bi.checks.family`) calls every kernel by role.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from gradcheck_bi.kernels.opadapt import OpAdapted
+from gradcheck_bi.kernels.adapting.opadapt import OpAdapted
 
 
 class _Apply:
     """Megatron's ``apply(x, weight, eps, zcg)`` (an RMSNorm kernel: a Function, an
-    :class:`~gradcheck_bi.kernels.adapters.Adapted`, an apply object) called by role."""
+    :class:`~gradcheck_bi.kernels.adapting.adapters.Adapted`, an apply object) called by role."""
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gradcheck_bi.kernels.behaviour import Seen, Variant
+from gradcheck_bi.kernels.adapting.behaviour import Seen, Variant
 from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
 from gradcheck_bi.ops.names import GENERIC_NAMES, OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError

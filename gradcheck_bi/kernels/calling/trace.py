@@ -25,9 +25,10 @@ from pathlib import Path
 
 from gradcheck_bi.vocab import first_line
 
-_PACKAGE = Path(__file__).resolve().parent.parent  # gradcheck_bi/
-_BUNDLED = {_PACKAGE / "kernels" / name for name in (
-    "rmsnorm.py", "reduction.py", "_triton_kernels.py", "blocking.py")}
+_PACKAGE = Path(__file__).resolve().parents[2]  # gradcheck_bi/
+_BUNDLED = {_PACKAGE / "kernels" / "bundled" / name for name in (
+    "rmsnorm.py", "_triton_rmsnorm.py")} | {
+    _PACKAGE / "sums" / name for name in ("reduction.py", "_triton.py", "blocking.py")}
 # Python's own library, and the libraries a kernel is written with.
 _LIBRARIES = tuple(str(Path(p).resolve()) for p in {
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})

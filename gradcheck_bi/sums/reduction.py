@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import torch
 
-from gradcheck_bi.kernels.blocking import block_d
+from gradcheck_bi.sums.blocking import block_d
 
 BACKENDS = ("torch", "triton")
 _forced_backend: str | None = None
@@ -104,13 +104,13 @@ def _row_sum_torch(t: torch.Tensor) -> torch.Tensor:
 
 
 def _row_sum_triton(t: torch.Tensor) -> torch.Tensor:
-    from gradcheck_bi.kernels import _triton_kernels  # triton is imported only when used
+    from gradcheck_bi.sums import _triton  # triton is imported only when used
 
     n_cols = t.shape[-1]
     rows = t.reshape(-1, n_cols).contiguous()
     out = torch.empty(rows.shape[0], dtype=t.dtype, device=t.device)
     if rows.shape[0] > 0:
-        _triton_kernels.launch(rows, out, block_d(n_cols))
+        _triton.launch(rows, out, block_d(n_cols))
     return out.reshape(t.shape[:-1])
 
 
