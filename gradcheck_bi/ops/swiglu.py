@@ -15,8 +15,9 @@ perturb a whole column of rows at once and each output element reaches only itse
 **Forward**: ``OPS_SILU`` roundings of silu and one of the product per element (a
 multiplier's own rounding is within that margin). **Rounding of da**: ``OPS_SILU``
 roundings of ``|g m_d b m_g| S`` (``S``: the size of the terms of ``silu'``,
-:func:`~gradcheck_bi.ops.norms.silu_grad_size`); **of db**: of ``|g m_d s|``. The
-magnitudes are the same terms.
+:func:`~gradcheck_bi.ops.norms.silu_grad_size`); **of db**: of ``|g m_d s|``; at
+``m_g ≠ 1`` also the one rounding of ``t = m_g a``, which silu's tail scales by ``|t|``
+(:func:`_scaled_gate`). The magnitudes are the same terms.
 
 >>> import torch
 >>> a, b = torch.tensor([[0.0, 1.0]]), torch.tensor([[2.0, 2.0]])
@@ -88,8 +89,24 @@ def _terms(point: Point, name: str) -> torch.Tensor:
     return terms(ins["a"], ins["b"], g, *multipliers(point.options))[0 if name == "a" else 1]
 
 
+def _scaled_gate(point: Point, name: str) -> torch.Tensor:
+    """What one rounding of ``t = m_g a`` (``u |t|``, none at m_g = 1) moves d<name> by:
+    ``|g m_d b m_g silu''(t) t|`` for da, ``|g m_d silu'(t) t|`` for db — in silu's tail
+    ``|t|`` times the gradient itself, so held apart from the relative roundings."""
+    gate, down = multipliers(point.options)
+    ins = point.inputs64
+    if gate == 1.0:
+        return torch.zeros_like(ins[name])
+    t, g = gate * ins["a"], point.cotangents["y"].to(torch.float64) * down
+    sig = torch.sigmoid(t)
+    if name == "a":
+        second = sig * (1 - sig) * (2 + t.abs() * (1 - 2 * sig).abs())  # |silu''|'s terms
+        return (g * ins["b"] * gate * second * t).abs()
+    return (g * silu_grad_size(t) * t).abs()
+
+
 def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
-    return OPS_SILU**0.5 * _terms(point, name)
+    return (OPS_SILU * _terms(point, name) ** 2 + _scaled_gate(point, name) ** 2).sqrt()
 
 
 def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:

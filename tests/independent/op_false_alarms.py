@@ -52,24 +52,34 @@ def configs(op: str, n: int, dtypes: tuple[str, ...], device: str, seed: int,
 
 def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
         widths: tuple[int, ...] = WIDTHS, log: Callable[[str], None] = lambda s: None,
-        ops: tuple[str, ...] | None = None) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Every check of every op's correct kernel at ``n`` configurations per op → tallies
-    per (op, dtype, check): count, failures, the worst err/tol ratio and the messages."""
+        ops: tuple[str, ...] | None = None, kernels: dict[str, str] | None = None
+        ) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every check of every op's correct kernel (``kernels``: others, by op) at ``n``
+    configurations per op → tallies per (op, dtype, check): count, failures, the worst
+    err/tol ratio and the messages. A β and the op's own options (a gate's activation) are
+    drawn where the kernel takes them."""
     from dataclasses import replace
 
     from gradcheck_bi.checks import run_check
     from gradcheck_bi.kernels import resolve
-    from gradcheck_bi.sweep import checks_of
+    from gradcheck_bi.ops import OPS
+    from gradcheck_bi.sweep import checks_of, takes
     from gradcheck_bi.vocab import Config
 
     tallies: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for op, ref in KERNELS.items():
+    for op, ref in (kernels or KERNELS).items():
         if ops is not None and op not in ops:
             continue
-        spec = resolve(str(REPO / ref))
+        spec = resolve(ref if ":" in ref else str(REPO / ref))
+        own = [a for a in OPS[op].axes if a.name not in dict(spec.fixed)]
+        rng = random.Random(f"{seed}-{op}-own")
         for i, kw in enumerate(configs(op, n, dtypes, device, seed, widths)):
             if kw["zero_centered_gamma"] not in spec.zcg:
                 kw = {**kw, "zero_centered_gamma": False}
+            if op == "rms_norm_gated" and takes(spec, "bias"):
+                kw = {**kw, "bias": rng.choice(("randn", "zeros"))}
+            if own:
+                kw = {**kw, "variant": tuple((a.name, rng.choice(a.values)) for a in own)}
             started = time.perf_counter()
             for check in checks_of(spec):  # the kernel's: the gated norm's bias is optional
                 cfg = replace(Config(check=check), **kw)

@@ -389,3 +389,10 @@ class SiLUMulTorchSigmoid(TritonSiluMul):
         g, sig = dy.to(a.dtype), torch.sigmoid(a)
         return ((g * b * sig * (1 + a * (1 - sig))).to(ctx.dtype),
                 (g * a * sig).to(ctx.dtype))
+
+
+def gated_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float, group_size: int | None = None, norm_before_gate: bool = True,
+               activation: str = "silu") -> torch.Tensor:
+    """Every option of ``rms_norm_gated`` at once (the false-alarm runs' kernel)."""
+    return _gated(x, z, weight, bias, eps, group_size, norm_before_gate, activation)
