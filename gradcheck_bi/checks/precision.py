@@ -40,7 +40,6 @@ import torch
 
 from gradcheck_bi.checks.family.point import make_point, reference
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
-from gradcheck_bi.kernels.bundled.rmsnorm import compute_dtype
 from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
@@ -122,7 +121,8 @@ def _forward(spec: KernelSpec, cfg: Config) -> tuple[Tensors, Tensors, dict[str,
     """(the kernel's outputs in fp64, the references, the dtype's own forward tolerance of
     each, and ``bound(name, u)``: the per-element bound of a correct kernel at ``u``)."""
     u_out = unit_roundoff(cfg.torch_dtype)
-    u_c = unit_roundoff(compute_dtype(cfg.torch_dtype))
+    # what a kernel called in this dtype computes in at the least: half types in fp32
+    u_c = unit_roundoff(torch.promote_types(cfg.torch_dtype, torch.float32))
     with torch.no_grad():
         point = make_point(cfg)
         outs = op_forward(as_op_kernel(spec.fn), point.inputs, point.params, point.options,
