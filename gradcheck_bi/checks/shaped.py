@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.errors import Derived, derived, unit
+from gradcheck_bi.fd.budget import keep_freed_memory
 from gradcheck_bi.fd.plan import (
     DIRECTIONS,
     LEVELS,
@@ -202,8 +203,10 @@ def _copies(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the error model at a point ----------------------------------------------------------
-def model(point: Point) -> Derived:
-    wrt = [r.name for r in point.op.roles if r.differentiable
+def model(point: Point, grads: bool = True) -> Derived:
+    """The derived rounding at ``point``: its outputs' and (``grads``) its gradients' —
+    a forward check needs no backward (a third of the cost)."""
+    wrt = [r.name for r in point.op.roles if grads and r.differentiable
            and point.drawn.tensors.get(r.name) is not None]
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     return derived(lambda t: point.op.reference(t, point.drawn.options), point.exact(), g, wrt)
@@ -274,7 +277,7 @@ def _judge(err: torch.Tensor, tol: torch.Tensor) -> tuple[float, float, list[int
 
 
 def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
-    m = model(point)
+    m = model(point, grads=False)
     before = snapshot(point.drawn.tensors)
     got = forward(kernel, point)
     unchanged("forward", before, point.drawn.tensors, allowed_mutations())
@@ -391,6 +394,9 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     op, dtype = point.op, point.dtype
     r = op.role(role)
     t = point.canonical()[role]
+    if t.device.type == "cpu":  # the forward's temporaries, reused without page faults
+        keep_freed_memory(2 * 8 * max(v.numel() for v in point.drawn.tensors.values()
+                                      if v is not None))
     outs = [(o.name, o.axes) for o in op.outputs_at(dict(point.variant.values))]
     shared, colour = shared_and_colour(r.axes, [a for _, a in outs], op.coupled)
     perm = [r.axes.index(a) for a in (*shared, *colour)]
@@ -478,6 +484,24 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
         tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + K_TRUNC * float(tr)
         out.append((abs(float(e_fd) - float(e_an)), tol))
     return out
+
+
+# -- a layout point by its contiguous twin -----------------------------------------------
+def same_as_contiguous(kernel: ShapedKernel, cfg: Config) -> str | None:
+    """``None`` when the kernel gives at ``cfg``'s layout the bits it gives on contiguous
+    tensors of the same values — every output and every gradient, one forward and backward
+    each — else what differs. Where nothing differs, the point's finite differences would
+    repeat its twin's (a cotangent's layout never reaches the forward; an input's reaches
+    a forward that gave the twin's bits), so the twin's measurement is the point's
+    (:mod:`gradcheck_bi.checks.twins`)."""
+    point = make_point(cfg)
+    twin = make_point(replace(cfg, layout="contiguous"))
+    laid, flat = with_grads(kernel, point), with_grads(kernel, twin)
+    for part, (mine, theirs) in enumerate(zip(laid, flat, strict=True)):
+        for k in sorted(set(mine) | set(theirs)):
+            if k not in mine or k not in theirs or not _bits(mine[k], theirs[k]):
+                return f"{'' if part == 0 else 'd'}{k} differs from the contiguous call's"
+    return None
 
 
 # -- batch invariance --------------------------------------------------------------------

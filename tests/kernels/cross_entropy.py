@@ -182,3 +182,14 @@ class TargetProbRoundedLowp(CrossEntropy):
         d = torch.where(valid[:, None], (1 - eps) * (p - onehot) + eps * (p - 1 / p.shape[-1]),
                         0.0)
         return _scaled(d, grad.to(wide), reduction, valid).to(logits.dtype), None, None, None, None
+
+
+class ReadsStorageAsContiguous(CrossEntropy):
+    """Reads the logits' storage as if it were contiguous (right on contiguous logits; a
+    strided view's rows come out of the wrong memory)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        flat = logits.as_strided(logits.shape, (logits.shape[-1], 1))  # MUTANT
+        return CrossEntropy.forward(ctx, flat, target, ignore_index, reduction,
+                                    label_smoothing)
