@@ -50,10 +50,10 @@ import torch
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks._measure import bitwise_diff, kept_judgements, measured_per_element
 from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.shaped import same_as_contiguous
 from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.call import allowed_mutations, declared_mutations
 from gradcheck_bi.kernels.opcall import laid_out, op_grads
-from gradcheck_bi.checks.shaped import same_as_contiguous
 from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
