@@ -50,7 +50,7 @@ import torch
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks._measure import bitwise_diff, kept_judgements, measured_per_element
 from gradcheck_bi.checks.family.point import make_point
-from gradcheck_bi.checks.shaped import same_as_contiguous
+from gradcheck_bi.checks.shaped_batch import same_as_contiguous
 from gradcheck_bi.kernels.asop import as_op_kernel
 from gradcheck_bi.kernels.call import allowed_mutations, declared_mutations
 from gradcheck_bi.kernels.opcall import laid_out, op_grads
