@@ -130,3 +130,28 @@ def test_liger_signature_binds_with_no_glue():
 def test_fused_option_mutant_caught_where_the_option_is_on(mutant, shows, blind, check):
     assert _status(f"{FLCE}:{mutant}", check, **shows)[0] == "fail"
     assert _status(f"{FLCE}:{mutant}", check, **blind)[0] == "pass"
+
+
+def test_token_logprobs_without_ignore_index_is_checked_with_none_ignored(tmp_path):
+    """A kernel that takes no ignore_index (TRL's ``selective_log_softmax(logits, index)``):
+    recognition fixes the axis at its blind value, no token ignored."""
+    path = tmp_path / "plain_logprobs.py"
+    path.write_text(
+        "import torch\n\n"
+        "def selective_log_softmax(logits, index):\n"
+        "    lp = torch.log_softmax(logits, -1)\n"
+        "    return lp.gather(-1, index.unsqueeze(-1)).squeeze(-1)\n")
+    spec = resolve(f"{path}:selective_log_softmax")
+    assert spec.op == "token_logprobs"
+    assert ("ignore", "none") in spec.fixed
+
+
+@pytest.mark.parametrize("check", ["forward", "dlogits", "batch_invariance"])
+def test_ignored_tokens_get_zero_and_no_gradient(check):
+    assert _status(f"{TLP}:TokenLogprobs", check, ignore="some")[0] == "pass"
+
+
+def test_token_logprobs_leak_into_ignored_tokens_caught():
+    ref = f"{TLP}:IgnoredTokensLeak"
+    assert _status(ref, "dlogits", ignore="some")[0] == "fail"
+    assert _status(ref, "dlogits", ignore="none")[0] == "pass"
