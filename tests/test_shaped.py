@@ -202,7 +202,7 @@ def test_a_loss_layout_point_gets_its_twins_measurement():
         assert {k: v for k, v in t.details.items() if k != "twin"} == a.details
 
 
-def test_a_loss_that_reads_strided_logits_wrong_runs_its_own_check():
+def test_a_loss_that_reads_strided_logits_wrong_runs_its_own_check_and_fails():
     pairs = _layout_pair("cross_entropy.py:ReadsStorageAsContiguous", (3, 40))
     strided = [(t, a) for t, a in pairs if t.layout == "logits-strided"]
     assert strided
@@ -210,3 +210,4 @@ def test_a_loss_that_reads_strided_logits_wrong_runs_its_own_check():
         assert t.details["twin"]["decided_by"] == "own finite differences"
         assert "differs from the contiguous call's" in t.details["twin"]["why"]
         assert (t.status, t.max_abs_err) == (a.status, a.max_abs_err)
+        assert t.status == "fail"
