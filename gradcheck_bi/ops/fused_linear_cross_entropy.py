@@ -105,7 +105,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
                   "class_weight": put(classes)},
                  {"reduction": variant["reduction"], "ignore_index": IGNORE,
                   **{k: variant[k] for k in OPTIONS}},
-                 {"loss": put(g)}, s)
+                 {"loss": g.to(dtype).to(device)}, s)
 
 
 def canonical(t: dict[str, torch.Tensor | None], options: dict[str, Any]
