@@ -98,3 +98,60 @@ def test_dweight_of_one_chunk_caught_with_several_chunks():
     ref = f"{FLCE}:DweightOneChunk"
     assert _status(ref, "dweight")[0] == "fail"  # the default shape's 10 rows: three chunks
     assert _status(ref, "dweight", shape=(1, 4, 16, 320))[0] == "pass"  # one chunk
+
+
+@pytest.mark.parametrize("axes", [{"label_smoothing": 0.1}, {"softcap": 5.0},
+                                  {"lse_square_scale": 1e-2}, {"class_weight": True}])
+@pytest.mark.parametrize("check", ["forward", "dhidden", "dweight"])
+def test_chunked_fused_takes_every_option(check, axes):
+    assert _status(f"{FLCE}:ChunkedFusedLinearCrossEntropy", check, **axes)[0] == "pass"
+
+
+def test_liger_signature_binds_with_no_glue():
+    """Liger 0.8.5's ``forward(ctx, _input, weight, target, bias=None, ce_weight=None,
+    ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0, reduction="mean",
+    softcap=None, return_z_loss=False, accum_dtype=None, …)`` (its 4-tuple of outputs):
+    every role and option bound by name, nothing fixed, the rest at its defaults."""
+    spec = resolve(str(KERNELS / f"{FLCE}:ChunkedFusedLinearCrossEntropy"))
+    binding = dict(spec.fn.binding)
+    assert (binding["_input"], binding["ce_weight"], binding["weight"]) == (
+        "hidden", "class_weight", "weight")
+    for option in ("label_smoothing", "softcap", "lse_square_scale", "reduction"):
+        assert binding[option] == option
+    assert spec.fixed == ()
+    assert binding["return_z_loss"] == binding["accum_dtype"] == "=default"
+
+
+@pytest.mark.parametrize("mutant,shows,blind", [
+    ("SoftcapChainForgotten", {"softcap": 5.0}, {"softcap": None}),
+    ("ZLossGradForgotten", {"lse_square_scale": 1e-2}, {"lse_square_scale": 0.0}),
+])
+@pytest.mark.parametrize("check", ["dhidden", "dweight"])
+def test_fused_option_mutant_caught_where_the_option_is_on(mutant, shows, blind, check):
+    assert _status(f"{FLCE}:{mutant}", check, **shows)[0] == "fail"
+    assert _status(f"{FLCE}:{mutant}", check, **blind)[0] == "pass"
+
+
+def test_token_logprobs_without_ignore_index_is_checked_with_none_ignored(tmp_path):
+    """A kernel that takes no ignore_index (TRL's ``selective_log_softmax(logits, index)``):
+    recognition fixes the axis at its blind value, no token ignored."""
+    path = tmp_path / "plain_logprobs.py"
+    path.write_text(
+        "import torch\n\n"
+        "def selective_log_softmax(logits, index):\n"
+        "    lp = torch.log_softmax(logits, -1)\n"
+        "    return lp.gather(-1, index.unsqueeze(-1)).squeeze(-1)\n")
+    spec = resolve(f"{path}:selective_log_softmax")
+    assert spec.op == "token_logprobs"
+    assert ("ignore", "none") in spec.fixed
+
+
+@pytest.mark.parametrize("check", ["forward", "dlogits", "batch_invariance"])
+def test_ignored_tokens_get_zero_and_no_gradient(check):
+    assert _status(f"{TLP}:TokenLogprobs", check, ignore="some")[0] == "pass"
+
+
+def test_token_logprobs_leak_into_ignored_tokens_caught():
+    ref = f"{TLP}:IgnoredTokensLeak"
+    assert _status(ref, "dlogits", ignore="some")[0] == "fail"
+    assert _status(ref, "dlogits", ignore="none")[0] == "pass"

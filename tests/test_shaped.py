@@ -48,6 +48,36 @@ def test_cancellation_is_derived_not_written():
     assert float(sigma[0] / y[0]) > 100 > float(sigma[1] / y[1])
 
 
+@pytest.mark.parametrize("op,args,kwargs", [
+    (torch.ops.aten.add.Tensor, ("a", "b"), {"alpha": -3.0}),
+    (torch.ops.aten.sub.Tensor, ("a", "b"), {}),
+    (torch.ops.aten.mul.Tensor, ("a", "b"), {}),
+    (torch.ops.aten.mul.Scalar, ("a", 0.3), {}),
+    (torch.ops.aten.div.Tensor, ("a", "b"), {}),
+    (torch.ops.aten.div.Scalar, ("a", -7.0), {}),
+    (torch.ops.aten.neg.default, ("a",), {}),
+    (torch.ops.aten.exp.default, ("a",), {}),
+    (torch.ops.aten.log.default, ("b",), {}),
+    (torch.ops.aten.where.self, ("c", "a", "b"), {})])
+def test_closed_form_slopes_are_the_ops_own_derivative(op, args, kwargs):
+    """Each closed-form |∂out/∂in| against the central difference of the aten op itself."""
+    from gradcheck_bi.errors.derive import SLOPES, _slope
+
+    gen = torch.Generator().manual_seed(3)
+    named = {"a": torch.randn(5, 7, generator=gen, dtype=torch.float64),
+             "b": 0.5 + torch.rand(7, generator=gen, dtype=torch.float64),
+             "c": torch.rand(5, 7, generator=gen) > 0.5}
+    real = tuple(named.get(a, a) if isinstance(a, str) else a for a in args)
+    out = op(*real, **kwargs)
+    rule = SLOPES[f"{op._schema.name.split('::')[-1]}.{op._overloadname}"]
+    for i, a in enumerate(real):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            want = _slope(op, real, kwargs, i).abs()
+            got = torch.as_tensor(rule(real, kwargs, out, i), dtype=torch.float64).abs()
+            got = got.expand_as(out)
+            assert torch.allclose(got, want.expand_as(out), rtol=1e-6, atol=0), (op, i)
+
+
 @pytest.mark.parametrize("ref,op", [("gemm.py:GemmFn", "gemm"),
                                     ("gelu_and_mul.py:GeluAndMul", "gelu_and_mul"),
                                     ("cross_entropy.py:CrossEntropy", "cross_entropy")])
@@ -172,7 +202,6 @@ def test_liger_signature_bound_and_a_wrong_forward_not_called_coarse_rounding():
 
 def test_an_option_the_kernel_lacks_is_fixed_at_its_closest_value():
     from gradcheck_bi.kernels.adapting.shaped_adapt import recognise
-
     from tests.kernels.gelu_and_mul import TanhOnlyFp32
 
     found = recognise(TanhOnlyFp32, "apply")
@@ -195,3 +224,43 @@ def test_a_coarser_unit_only_where_the_errors_round_at_it():
     off = {k: 1e-3 * u32 * s + 1e-15 for k, s in sig.items()}  # above fp64, below fp32's
     u, note = working_unit(point, off, sig, m.products)
     assert u == unit(torch.float64) and note is None
+
+
+def _layout_pair(ref: str, shape: tuple[int, ...]) -> list[tuple[object, object]]:
+    """The default variant's dlogits at every layout the sweep gives it, measured with twins
+    and each by its own finite differences (a measurer that keeps no twin), pairwise."""
+    from gradcheck_bi.checks.twins import Twins
+    from gradcheck_bi.measure import PointMeasurer
+
+    spec = resolve(str(KERNELS / ref))
+    sweep = Sweep(kernels=[spec.ref], targets=[("cpu", "fp64")], shapes=[shape],
+                  checks=["dlogits"])
+    first = SHAPED[spec.op].variants({k: [v] for k, v in spec.fixed})[0].values
+    cfgs = [cfg for _, cfg in shaped_points(sweep, [spec]) if cfg.variant == first]
+    twins, alone = PointMeasurer(), PointMeasurer()
+    alone.twins = Twins(keep_bytes=-1)
+    return [(twins(spec, c, sweep), alone(spec, c, sweep)) for c in cfgs]
+
+
+def test_a_loss_layout_point_gets_its_twins_measurement():
+    """Layout-blind (the logits strided, the cotangent strided): the twin's numbers and
+    verdict, which are the point's own finite differences' — one call each instead."""
+    pairs = _layout_pair("cross_entropy.py:CrossEntropy", (3, 40))
+    laid = [(t, a) for t, a in pairs if t.layout != "contiguous"]
+    assert {t.layout for t, _ in laid} >= {"logits-strided", "grad-strided"}
+    for t, a in laid:
+        assert t.details["twin"]["decided_by"].startswith("bitwise"), t.layout
+        assert (t.status, t.max_abs_err, t.tolerance) == (a.status, a.max_abs_err,
+                                                          a.tolerance), t.layout
+        assert {k: v for k, v in t.details.items() if k != "twin"} == a.details
+
+
+def test_a_loss_that_reads_strided_logits_wrong_runs_its_own_check_and_fails():
+    pairs = _layout_pair("cross_entropy.py:ReadsStorageAsContiguous", (3, 40))
+    strided = [(t, a) for t, a in pairs if t.layout == "logits-strided"]
+    assert strided
+    for t, a in strided:
+        assert t.details["twin"]["decided_by"] == "own finite differences"
+        assert "differs from the contiguous call's" in t.details["twin"]["why"]
+        assert (t.status, t.max_abs_err) == (a.status, a.max_abs_err)
+        assert t.status == "fail"

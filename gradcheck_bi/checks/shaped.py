@@ -13,29 +13,33 @@ ops.shaped`): forward, every gradient, batch invariance — with layouts and mut
   from the reference's autograd backward, Richardson's truncation. In bf16/fp16 a
   difference of the forward cannot resolve a gradient: there the gradient is held to the
   reference's (fp64, at the same inputs) within its fp32 rounding and one ulp.
-* ``batch_invariance``: over the op's batch axis, the first and last rows of every output
-  and of the gradients that carry the axis, alone and inside batches of other sizes,
-  bitwise; and run to run, everything bitwise.
+* ``batch_invariance``: bitwise, :mod:`gradcheck_bi.checks.shaped_batch`.
 
-Every call compares the bits of what the kernel received before and after (a write into
-an input or the cotangent is a ``fail``).
+A point and the calls of its kernel (what it wrote into watched):
+:mod:`gradcheck_bi.checks.shaped_point`.
 """
 
 from __future__ import annotations
 
 import math
-import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from gradcheck_bi.checks._measure import tail
+from gradcheck_bi.checks.shaped_batch import check_batch
+from gradcheck_bi.checks.shaped_point import (
+    Point,
+    forward,
+    make_point,
+    seed_of,
+    with_grads,
+)
 from gradcheck_bi.errors import Derived, derived, unit
+from gradcheck_bi.fd.budget import keep_freed_memory
 from gradcheck_bi.fd.plan import (
     DIRECTIONS,
     LEVELS,
-    SAMPLED_COLOURS,
     combine,
     index_of,
     noise_weight,
@@ -45,166 +49,17 @@ from gradcheck_bi.fd.plan import (
 )
 from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel, snapshot, unchanged
 from gradcheck_bi.kernels.calling.writes import allowed_mutations
-from gradcheck_bi.ops import SHAPED
-from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
 from gradcheck_bi.vocab import HALF_DTYPES, Config, ContractViolation, Measurement
 
 LOWP_INSIDE = torch.float32  # what a bf16/fp16 kernel computes in, for its tolerance
 
 
-# -- a point ---------------------------------------------------------------------------
-@dataclass
-class Point:
-    op: ShapedOp
-    cfg: Config
-    variant: Variant
-    drawn: Drawn
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.cfg.torch_dtype
-
-    def canonical(self, tensors: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self.op.canonical(tensors or self.drawn.tensors, self.drawn.options)
-
-    def exact(self) -> dict[str, Any]:
-        """The point's tensors in fp64, canonical (integer roles as they are)."""
-        return {k: (v.detach().to(torch.float64) if v is not None and v.is_floating_point()
-                    else v) for k, v in self.canonical().items()}
-
-
-def seed_of(cfg: Config) -> int:
-    """A seed per (seed, variant, layout): every point draws its own data, reproducibly."""
-    return cfg.seed * 1_000_003 + zlib.crc32(repr((cfg.variant, cfg.shape)).encode())
-
-
-def make_point(cfg: Config, op: ShapedOp | None = None) -> Point:
-    op = op or SHAPED[cfg.op]
-    variant = Variant(cfg.variant) if cfg.variant else op.variants()[0]
-    gen = torch.Generator().manual_seed(seed_of(cfg))
-    drawn = op.draw(op.sizes(cfg.shape), variant, cfg.torch_dtype, cfg.device, gen)
-    layout = cfg.layout
-    if layout.endswith("-strided") and not layout.startswith("grad"):
-        role = layout[: -len("-strided")]
-        t = drawn.tensors.get(role)
-        if t is not None:
-            drawn = replace(drawn, tensors={**drawn.tensors, role: strided(t)})
-    return Point(op, cfg, variant, drawn)
-
-
-def strided(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s values in a view whose last axis has stride 2 (every other element of a
-    buffer twice as wide), its other strides those of that buffer."""
-    buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device) \
-        if t.dim() else torch.zeros(2, dtype=t.dtype, device=t.device)
-    view = buf[..., ::2] if t.dim() else buf[0]
-    view.copy_(t)
-    return view
-
-
-def cotangent(g: torch.Tensor, shape: torch.Size, layout: str) -> torch.Tensor:
-    """The canonical cotangent as the kernel gets it: its output's shape, in ``layout``
-    (``grad-strided``, ``grad-transposed``: column-major storage, ``grad-expanded``: one
-    value expanded with stride 0 — what ``loss.sum()``'s backward hands on)."""
-    g = g.reshape(shape)
-    if layout == "grad-strided":
-        return strided(g)
-    if layout == "grad-transposed" and g.dim() >= 2:
-        return g.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "grad-expanded":
-        return g.reshape(-1)[:1].reshape([1] * g.dim()).expand(shape) if g.dim() else g
-    return g.contiguous()
-
-
-# -- calling the kernel ----------------------------------------------------------------
-def outputs_of(point: Point, raw: tuple[Any, ...]) -> dict[str, torch.Tensor]:
-    op = point.op
-    if len(raw) < len(op.outputs):
-        raise ContractViolation(f"the kernel returned {len(raw)} output(s); {op.name} has "
-                                f"{len(op.outputs)} ({', '.join(o.name for o in op.outputs)})")
-    out = {}
-    for o, t in zip(op.outputs, raw, strict=False):
-        if not isinstance(t, torch.Tensor):
-            raise ContractViolation(f"output {o.name} is a {type(t).__name__}, not a tensor")
-        out[o.name] = t
-    return out
-
-
-def forward(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | None = None
-            ) -> dict[str, torch.Tensor]:
-    """The kernel's outputs (fp64, canonical) at ``tensors`` (the point's by default)."""
-    tensors = tensors if tensors is not None else point.drawn.tensors
-    if allowed_mutations():  # a kernel that writes into what it gets (by design): copies
-        tensors = _copies(tensors)
-    with torch.no_grad():
-        outs = outputs_of(point, kernel(tensors, point.drawn.options))
-    return {k: point.op.output_view(k, v).to(torch.float64) for k, v in outs.items()}
-
-
-def with_grads(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | None = None,
-               cotangents: dict[str, torch.Tensor] | None = None
-               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The kernel's outputs and its analytic gradients of ``Σ ⟨cotangent, output⟩`` with
-    respect to every differentiable role it was given (canonical), watching its writes."""
-    op = point.op
-    tensors = dict(tensors if tensors is not None else point.drawn.tensors)
-    cotangents = cotangents if cotangents is not None else point.drawn.cotangents
-    allowed = allowed_mutations()
-    if allowed:  # a kernel that writes into what it gets (by design): copies
-        tensors = _copies(tensors)
-    leaves = {}
-    for k, v in tensors.items():
-        if v is not None and op.role(k).differentiable:
-            leaves[k] = v.detach().requires_grad_(True)
-        else:
-            leaves[k] = v
-    before = snapshot(leaves)
-    outs = outputs_of(point, kernel(leaves, point.drawn.options))
-    unchanged("forward", before, leaves, allowed)
-    gs = {k: cotangent(cotangents[k], outs[k].shape, point.cfg.layout) for k in outs
-          if k in cotangents}
-    names = [k for k, v in leaves.items() if isinstance(v, torch.Tensor) and v.requires_grad]
-    pairs = [(outs[k], gs[k]) for k in gs if outs[k].requires_grad]
-    watched = {**before, **snapshot({f"g:{k}": g for k, g in gs.items()})}
-    if not pairs:
-        raise ContractViolation("no output of the kernel is differentiable (does its "
-                                "forward detach, or has it no backward?)")
-    grads = torch.autograd.grad([p[0] for p in pairs], [leaves[k] for k in names],
-                                [p[1] for p in pairs], allow_unused=True)
-    unchanged("backward", watched, {**leaves, **{f"g:{k}": g for k, g in gs.items()}},
-              allowed)
-    found = {}
-    for k, gr in zip(names, grads, strict=True):
-        if gr is None:
-            raise ContractViolation(f"the backward returned no gradient (None) for {k}")
-        if gr.shape != leaves[k].shape:
-            raise ContractViolation(f"d{k} has shape {tuple(gr.shape)}; {k} is "
-                                    f"{tuple(leaves[k].shape)}")
-        found[k] = gr
-    canon = op.canonical({**{k: None for k in tensors}, **found}, point.drawn.options)
-    grads_c = {k: v.detach().to(torch.float64) for k, v in canon.items() if v is not None}
-    outs_c = {k: op.output_view(k, v.detach()).to(torch.float64) for k, v in outs.items()}
-    return outs_c, grads_c
-
-
-def _copies(tensors: dict[str, Any]) -> dict[str, Any]:
-    """Each tensor copied with its strides (a kernel declared to write into its inputs must
-    not change the point's own: the finite differences read them again)."""
-    out: dict[str, Any] = {}
-    for k, v in tensors.items():
-        if isinstance(v, torch.Tensor):
-            c = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
-            c.copy_(v)
-            out[k] = c
-        else:
-            out[k] = v
-    return out
-
-
 # -- the error model at a point ----------------------------------------------------------
-def model(point: Point) -> Derived:
-    wrt = [r.name for r in point.op.roles if r.differentiable
+def model(point: Point, grads: bool = True) -> Derived:
+    """The derived rounding at ``point``: its outputs' and (``grads``) its gradients' —
+    a forward check needs no backward (a third of the cost)."""
+    wrt = [r.name for r in point.op.roles if grads and r.differentiable
            and point.drawn.tensors.get(r.name) is not None]
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     return derived(lambda t: point.op.reference(t, point.drawn.options), point.exact(), g, wrt)
@@ -280,6 +135,9 @@ def _floor(u: float) -> float:
 # -- the checks --------------------------------------------------------------------------
 def run_shaped_check(kernel: ShapedKernel, cfg: Config) -> Measurement:
     point = make_point(cfg)
+    if cfg.device == "cpu":  # whole-tensor temporaries (the model's, the kernel's) reused
+        keep_freed_memory(2 * 8 * max(v.numel() for v in point.drawn.tensors.values()
+                                      if v is not None))
     if cfg.check == "forward":
         return check_forward(kernel, point)
     if cfg.check == "batch_invariance":
@@ -305,7 +163,7 @@ def _judge(err: torch.Tensor, tol: torch.Tensor) -> tuple[float, float, list[int
 
 
 def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
-    m = model(point)
+    m = model(point, grads=False)
     before = snapshot(point.drawn.tensors)
     got = forward(kernel, point)
     unchanged("forward", before, point.drawn.tensors, allowed_mutations())
@@ -432,13 +290,11 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     gen = torch.Generator().manual_seed(seed_of(point.cfg) + 1)
     risky = op.risky(point.drawn, role) if op.risky is not None else []
     if not s_sizes and risky and risky[0].numel() > 1:
-        # a scalar output: each risky element of each row is a colour of its own; half the
-        # sample spread over every kind and random rows, the other half random elements
+        # a scalar output: each risky element of each row is a colour of its own; every
+        # kind at one random row (then random elements: fd.plan)
         width = math.prod(c_sizes[1:])
-        rows = torch.randperm(risky[0].numel(), generator=gen).tolist()
-        per_kind = max(1, SAMPLED_COLOURS // (2 * len(risky)))
-        risky = [torch.tensor(row * width + int(r.reshape(-1)[row]))
-                 for row in rows[:per_kind] for r in risky]
+        row = int(torch.randint(0, risky[0].numel(), (), generator=gen))
+        risky = [torch.tensor(row * width + int(r.reshape(-1)[row])) for r in risky]
     colours = plan(s_sizes, c_sizes, risky, gen)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(_reduce(g[k] ** 2 * m.output_sigma[k] ** 2, axes, shared) for k, axes in outs)
@@ -476,122 +332,57 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
 def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: float,
                analytic: torch.Tensor, h: float) -> list[tuple[float, float]]:
     """``⟨d<role>, t⟩`` against central differences along random ``t`` over the whole
-    tensor: ``(error, tolerance)`` per direction."""
+    tensor: ``(error, tolerance)`` per direction.
+
+    Each level writes ``x ± o h t`` straight into the point's own tensor (through one fp64
+    buffer below fp64) and keeps the step it took (``x₊ − x₋``, exact) in another: no
+    whole-tensor temporary per call (at (512, 32000) they were a fifth of a check). ``t``
+    is drawn in fp32 (a quarter of an fp64 normal draw's time; any random direction
+    serves)."""
     t = point.canonical()[role]
     gen = torch.Generator(device=t.device).manual_seed(seed_of(point.cfg) + 2)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(float((g[k] ** 2 * m.output_sigma[k] ** 2).sum()) for k in g)
     sig_g = m.grad_sigma[role]
-    out = []
+    flat_grad = analytic.reshape(-1)
     orig = t.clone()
-    for _ in range(DIRECTIONS):
-        d = torch.randn(t.shape, generator=gen, dtype=torch.float64, device=t.device)
-        fds, ans, disp = [], [], []
-        for o in LEVELS:
-            ys, steps = [], []
-            for sign in (1, -1):
-                t.copy_((orig.double() + sign * o * h * d).to(point.dtype))
-                steps.append(t.double() - orig.double())
-                ys.append(forward(kernel, point))
-                t.copy_(orig)
-            moved = steps[0] - steps[1]  # on the tensor's device, as the gradient
-            fds.append(sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g))
-            ans.append(float((analytic * moved).sum()))
-            disp.append(2 * o * h)
-        e_fd, tr = combine([torch.tensor(f / s, dtype=torch.float64)
-                            for f, s in zip(fds, disp, strict=True)])
-        e_an, _ = combine([torch.tensor(a / s, dtype=torch.float64)
-                           for a, s in zip(ans, disp, strict=True)])
-        w = noise_weight([torch.tensor(disp[0], dtype=torch.float64),
-                          torch.tensor(disp[1], dtype=torch.float64)])
-        sigma_fd = u * math.sqrt(noise * float(w))
-        sigma_k = u * float(torch.sqrt(((d * sig_g) ** 2).sum()))
-        tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + K_TRUNC * float(tr)
-        out.append((abs(float(e_fd) - float(e_an)), tol))
+    exact = orig.to(torch.float64)
+    moved_to = (torch.empty(t.shape, dtype=torch.float64, device=t.device)
+                if t.dtype != torch.float64 else None)
+    taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
+    out = []
+    try:
+        for _ in range(DIRECTIONS):
+            d = torch.randn(t.shape, generator=gen, dtype=torch.float32,
+                            device=t.device).to(torch.float64)
+            fds, ans, disp = [], [], []
+            for o in LEVELS:
+                ys = []
+                for sign in (1, -1):
+                    if t.dtype == torch.float64:
+                        torch.add(exact, d, alpha=sign * o * h, out=t)
+                    else:  # rounded to the point's dtype, as the kernel gets it
+                        t.copy_(torch.add(exact, d, alpha=sign * o * h, out=moved_to))
+                    if sign > 0:
+                        taken.copy_(t)
+                    else:
+                        taken.sub_(t)
+                    ys.append(forward(kernel, point))
+                fds.append(sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g))
+                ans.append(float(torch.dot(flat_grad, taken.reshape(-1))))
+                disp.append(2 * o * h)
+            e_fd, tr = combine([torch.tensor(f / s, dtype=torch.float64)
+                                for f, s in zip(fds, disp, strict=True)])
+            e_an, _ = combine([torch.tensor(a / s, dtype=torch.float64)
+                               for a, s in zip(ans, disp, strict=True)])
+            w = noise_weight([torch.tensor(disp[0], dtype=torch.float64),
+                              torch.tensor(disp[1], dtype=torch.float64)])
+            sigma_fd = u * math.sqrt(noise * float(w))
+            sigma_k = u * float(torch.linalg.vector_norm(d * sig_g))
+            tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + K_TRUNC * float(tr)
+            out.append((abs(float(e_fd) - float(e_an)), tol))
+    finally:
+        t.copy_(orig)
     return out
 
 
-# -- batch invariance --------------------------------------------------------------------
-def _rows(t: torch.Tensor, axes: tuple[str, ...], axis: str, rows: torch.Tensor
-          ) -> torch.Tensor:
-    return t.index_select(axes.index(axis), rows.to(t.device))
-
-
-def check_batch(kernel: ShapedKernel, point: Point) -> Measurement:
-    op, options = point.op, point.drawn.options
-    axis = op.batch_axis(dict(point.variant.values))
-    if axis is None:
-        raise ValueError(f"{op.name} has no batch axis at {point.variant.label()}")
-    canon = point.canonical()
-    n = point.drawn.sizes[axis]
-    other = make_point(replace(point.cfg, seed=point.cfg.seed + 7919))
-    other_c = other.canonical()
-    # the other point's rows that pad a batch: 3 of them, cycling where it has fewer
-    padding = torch.arange(3) % n
-
-    def sub(rows: torch.Tensor, extra: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
-        tensors: dict[str, Any] = {}
-        for r in op.roles:
-            v = canon.get(r.name)
-            if v is None or axis not in r.axes:
-                tensors[r.name] = point.drawn.tensors.get(r.name)
-                continue
-            part = _rows(v, r.axes, axis, rows)
-            if extra:
-                more = _rows(other_c[r.name], r.axes, axis, padding[:extra])
-                part = torch.cat([part, more], dim=r.axes.index(axis))
-            like = point.drawn.tensors[r.name]
-            assert like is not None
-            tensors[r.name] = op.restore(r.name, part, like, options)
-        gs = {}
-        for o in op.outputs_at(dict(point.variant.values)):
-            gv = point.drawn.cotangents[o.name]
-            if axis in o.axes:
-                gv = _rows(gv, o.axes, axis, rows)
-                if extra:
-                    more = _rows(other.drawn.cotangents[o.name], o.axes, axis,
-                                 padding[:extra])
-                    gv = torch.cat([gv, more], dim=o.axes.index(axis))
-            gs[o.name] = gv
-        return tensors, gs
-
-    carried = [r.name for r in op.roles if r.differentiable and axis in r.axes
-               and point.drawn.tensors.get(r.name) is not None]
-    out_axes = {o.name: o.axes for o in op.outputs_at(dict(point.variant.values))}
-    role_axes = {r.name: r.axes for r in op.roles}
-    differ: list[str] = []
-    everything = torch.arange(n)
-    base = with_grads(kernel, point, *sub(everything))
-    again = with_grads(kernel, point, *sub(everything))
-    for part in (0, 1):
-        for k, v in base[part].items():
-            if not _bits(v, again[part][k]):
-                differ.append(f"{'' if part == 0 else 'd'}{k} differs run to run")
-    for row in sorted({0, n - 1}):
-        alone = with_grads(kernel, point, *sub(torch.tensor([row])))
-        bigger = with_grads(kernel, point, *sub(everything, extra=3))
-        for label, got, at in (("alone", alone, 0), (f"in {n + 3} rows", bigger, row)):
-            for k, v in base[0].items():
-                if axis not in out_axes[k]:
-                    continue
-                mine = _rows(v, out_axes[k], axis, torch.tensor([row]))
-                theirs = _rows(got[0][k], out_axes[k], axis, torch.tensor([at]))
-                if not _bits(mine, theirs):
-                    differ.append(f"{k} row {row} differs {label} vs in {n} rows"
-                                  f"{tail(mine, theirs)}")
-            for k in carried:
-                mine = _rows(base[1][k], role_axes[k], axis, torch.tensor([row]))
-                theirs = _rows(got[1][k], role_axes[k], axis, torch.tensor([at]))
-                if not _bits(mine, theirs):
-                    differ.append(f"d{k} row {row} differs {label} vs in {n} rows"
-                                  f"{tail(mine, theirs)}")
-    passed = not differ
-    return Measurement(0.0 if passed else 1.0, 0.0, passed, None,
-                       "" if passed else "; ".join(dict.fromkeys(differ)),
-                       {"axis": axis, "variant": point.variant.label(),
-                        "compared": "bitwise"})
-
-
-def _bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and bool(torch.equal(a, b) or (a.isnan() & b.isnan()).sum()
-                                       == (a != b).sum())

@@ -50,10 +50,11 @@ import torch
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks._measure import bitwise_diff, kept_judgements, measured_per_element
 from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.shaped_batch import same_as_contiguous
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import laid_out, op_grads
 from gradcheck_bi.kernels.calling.writes import allowed_mutations, declared_mutations
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
 
@@ -84,8 +85,9 @@ class Twin:
 
 def judged_by_twin(cfg: Config) -> bool:
     """Whether a point's check can lean on a twin: a gradient check in fp64/fp32."""
-    return (cfg.dtype in TWIN_DTYPES and cfg.op in OPS
-            and cfg.check in OPS[cfg.op].gradient_checks)
+    record = OPS.get(cfg.op) or SHAPED.get(cfg.op)
+    return (cfg.dtype in TWIN_DTYPES and record is not None
+            and cfg.check in record.gradient_checks)
 
 
 class Twins:
@@ -104,6 +106,8 @@ class Twins:
         twin = self._kept.get(replace(cfg, layout="contiguous"))
         if twin is None or twin.fn is not fn:
             return run_check(fn, cfg)
+        if cfg.op in SHAPED:  # an op of any shape: bitwise, or its own check
+            return shaped_against_twin(fn, cfg, twin)
         return against_twin(fn, cfg, twin)
 
     def _measure_twin(self, fn: Any, cfg: Config) -> Measurement:
@@ -149,6 +153,19 @@ def against_twin(fn: Any, cfg: Config, twin: Twin) -> Measurement:
     details["twin"] = {**said, "decided_by": "within the twin's margin: against the twin's "
                        "finite differences", "differ": why}
     return measured_per_element(bound, tol, [], details)
+
+
+def shaped_against_twin(fn: Any, cfg: Config, twin: Twin) -> Measurement:
+    """Rule 1 alone for an op of any shape: the twin's measurement where every output and
+    gradient has the contiguous call's bits (:func:`gradcheck_bi.checks.shaped.
+    same_as_contiguous`), else the point's own finite differences."""
+    said: dict[str, Any] = {"compared_with": "contiguous", "tensors": "outputs and gradients"}
+    why = same_as_contiguous(fn, cfg)
+    if why is not None:
+        return _own_check(fn, cfg, said, why)
+    m = copy.deepcopy(twin.measurement)
+    m.details["twin"] = {**said, "decided_by": "bitwise equal: the twin's measurement"}
+    return m
 
 
 def _own_check(fn: Any, cfg: Config, said: dict[str, Any], why: str) -> Measurement:

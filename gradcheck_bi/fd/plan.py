@@ -7,8 +7,11 @@ shared indices reach disjoint output elements, so one perturbation moves all of 
 once: a *colour* is one flat colour index per shared index, and ``Π colour sizes`` colours
 give every element. Where that is more forward calls than :data:`FULL_COLOURS` (a
 cross-entropy's classes at V = 128k, every element of a scalar loss), a sample of colours
-holds the risky ones the op names plus random ones, and random directions over the whole
-tensor check what no colour held (:func:`directions`).
+holds the risky ones the op names plus :data:`RANDOM_COLOURS` random ones (at least
+:data:`MIN_SAMPLED`, at most :data:`SAMPLED_COLOURS` in all), and random directions over
+the whole tensor check what no colour held (``checks.shaped.directions``). Each colour
+costs six forward calls: at (512, 32000) a cross-entropy's forward is 0.12 CPU s, so a
+colour that only adds one more random element is what a sample leaves out.
 
 Per colour the forward runs at ``x ± o·h`` for ``o`` in :data:`LEVELS`; ``h`` is a power of
 two times the tensor's RMS (:func:`step`), and every element's *taken* displacement is
@@ -37,7 +40,9 @@ import torch
 LEVELS = (1, 2, 4)
 # The most colours checked element by element before a check samples.
 FULL_COLOURS = 4096
-SAMPLED_COLOURS = 64
+SAMPLED_COLOURS = 64  # the most a sample holds (an op's risky colours first)
+RANDOM_COLOURS = 6  # random colours beside the risky ones
+MIN_SAMPLED = 16
 DIRECTIONS = 8
 # Step relative to a tensor's RMS, by dtype: about u^(1/5) for the fourth-order estimate.
 STEP = {torch.float64: 2.0**-10, torch.float32: 2.0**-5}
@@ -71,14 +76,16 @@ class Colours:
 def plan(shared_sizes: tuple[int, ...], colour_sizes: tuple[int, ...],
          risky: list[torch.Tensor], gen: torch.Generator, limit: int = FULL_COLOURS,
          sampled: int = SAMPLED_COLOURS) -> Colours:
-    """Every colour when there are at most ``limit``, else the ``risky`` picks and random
-    ones, ``sampled`` in all (each pick a flat colour index per shared index)."""
+    """Every colour when there are at most ``limit``, else the ``risky`` picks (at most
+    ``sampled``) and :data:`RANDOM_COLOURS` random ones — at least :data:`MIN_SAMPLED` in
+    all, at most ``sampled`` (each pick a flat colour index per shared index)."""
     total = math.prod(colour_sizes)
     if total <= limit:
         return Colours([torch.full(shared_sizes, c, dtype=torch.long) for c in range(total)],
                        True, total)
     picks = [r.long().reshape(shared_sizes) % total for r in risky][:sampled]
-    while len(picks) < max(sampled, len(picks)):
+    wanted = min(sampled, max(MIN_SAMPLED, len(picks) + RANDOM_COLOURS))
+    while len(picks) < wanted:
         picks.append(torch.randint(0, total, shared_sizes, generator=gen))
     return Colours(picks, False, total)
 

@@ -3,14 +3,15 @@
 With ``z`` the logits (softcapped: ``z ← c·tanh(z / c)`` when a softcap ``c`` is given),
 ``lse = log Σ_j exp z_j`` and ``p = softmax z`` per row::
 
-    loss_i = (1 − ε)(lse − z_{t_i}) · w_{t_i} + ε (lse − mean_j z_j) + s · lse²
-    dz_ij  = g_i [ (1 − ε) w_{t_i} (p_ij − δ_{j t_i}) + ε (p_ij − 1/V) + 2 s lse p_ij ]
+    loss_i = (1 − ε)(lse − z_{t_i}) · w_{t_i} + ε mean_j w_j (lse − z_j) + s · lse²
+    dz_ij  = g_i [ (1 − ε) w_{t_i} (p_ij − δ_{j t_i}) + ε (W p_ij − w_j)/V + 2 s lse p_ij ]
 
-(``ε`` label smoothing, ``w`` class weights, ``s`` the z-loss scale ``lse_square_scale``),
-for every row whose target is not ``ignore_index`` (−100); an ignored row has loss 0 and no
-gradient. ``reduction``: ``none`` (a loss per row), ``sum``, ``mean`` (over the rows not
-ignored; with class weights, over their weights). Under a softcap the gradient goes on
-through ``1 − tanh²``.
+(``ε`` label smoothing, ``w`` class weights (all 1 when none are given; ``W = Σ_j w_j``),
+``s`` the z-loss scale ``lse_square_scale``), for every row whose target is not
+``ignore_index`` (−100); an ignored row has loss 0 and no gradient. ``reduction``:
+``none`` (a loss per row), ``sum``, ``mean`` (over the rows not ignored; with class
+weights, the cross-entropy terms over their targets' weights, the z-loss over the rows,
+as Liger computes it). Under a softcap the gradient goes on through ``1 − tanh²``.
 
 The blind controls, each swept beside its sensitive value: a scalar loss's cotangent of
 1.0 (what ``loss.backward()`` sends) and per-row cotangents that are all 1 under ``none``;
@@ -55,19 +56,24 @@ def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
     eps = float(options.get("label_smoothing") or 0.0)
     scale = w.gather(0, safe) if w is not None else torch.ones_like(lse)
     loss = (1 - eps) * (lse - picked) * scale
-    if eps:
-        loss = loss + eps * (lse - z.mean(-1))
+    if eps:  # the uniform target's share, each class at its weight (torch, Liger)
+        spread = lse.unsqueeze(-1) - z
+        loss = loss + eps * ((spread * w).mean(-1) if w is not None else spread.mean(-1))
+    zero = torch.zeros_like(loss)
+    loss = torch.where(valid, loss, zero)
     zs = float(options.get("lse_square_scale") or 0.0)
-    if zs:
-        loss = loss + zs * lse * lse
-    loss = torch.where(valid, loss, torch.zeros_like(loss))
+    z_loss = torch.where(valid, zs * lse * lse, zero) if zs else None
     reduction = options["reduction"]
     if reduction == "none":
-        return {"loss": loss}
+        return {"loss": loss + z_loss if z_loss is not None else loss}
     if reduction == "sum":
-        return {"loss": loss.sum()}
-    count = torch.where(valid, scale, torch.zeros_like(scale)).sum()
-    return {"loss": loss.sum() / count}
+        return {"loss": (loss + z_loss if z_loss is not None else loss).sum()}
+    # the mean over the rows not ignored, each at its target's weight; the z-loss over
+    # those rows unweighted (Liger's, the one kernel that takes both)
+    mean = loss.sum() / torch.where(valid, scale, zero).sum()
+    if z_loss is not None:
+        mean = mean + z_loss.sum() / valid.sum()
+    return {"loss": mean}
 
 
 def sizes(shape: tuple[int, ...]) -> Sizes:

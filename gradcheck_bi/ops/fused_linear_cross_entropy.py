@@ -8,7 +8,11 @@ With ``h`` a row of hidden states, ``W`` the ``(V, H)`` projection, ``b`` its op
     dW     = Σ_i s_i (p_i − e_{t_i}) h_iᵀ        db = Σ_i s_i (p_i − e_{t_i})
 
 with ``s_i`` the row's share of the cotangent: ``g_i`` under ``reduction="none"``, ``g``
-under ``sum``, ``g / (rows not ignored)`` under ``mean``. Fused kernels (Liger's
+under ``sum``, ``g / (rows not ignored)`` under ``mean``. The loss of a row is
+:mod:`~gradcheck_bi.ops.cross_entropy`'s, options and all — label smoothing, class
+weights (``ce_weight``), the z-loss ``lse_square_scale · lse²``, a tanh softcap of the
+logits — with ``p_i − e_{t_i}`` replaced by that loss's ``∂loss_i/∂z_i``, as Liger's
+``LigerFusedLinearCrossEntropyFunction`` takes them. Fused kernels (Liger's
 ``LigerFusedLinearCrossEntropyFunction``) never hold the ``(rows, V)`` logits: they walk
 the rows in chunks and add each chunk's ``dW`` into one buffer — so a ``dW`` that keeps
 one chunk's share is right only while every row fits one chunk (the default shape has
@@ -22,7 +26,8 @@ whole of ``W``. ``dh`` perturbs a column of ``h`` across the rows at once under 
 
 The blind controls are cross-entropy's: a scalar loss's cotangent of 1.0 (what
 ``loss.backward()`` sends) and all-ones per-row cotangents under ``none``; no ignored
-target (a mean over every row is right there). ``--shape`` is ``(…rows, H, V)``; batch
+target (a mean over every row is right there); no smoothing, no softcap, no z-loss, no
+class weights (each swept beside its sensitive value). ``--shape`` is ``(…rows, H, V)``; batch
 invariance is over the rows under ``none`` only (a mean couples them).
 
 >>> import torch
@@ -47,6 +52,9 @@ from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, 
 IGNORE = cross_entropy.IGNORE
 
 
+OPTIONS = ("label_smoothing", "softcap", "lse_square_scale")  # cross_entropy's, passed on
+
+
 def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
               ) -> dict[str, torch.Tensor]:
     h, w, b, target = t["hidden"], t["weight"], t.get("bias"), t["target"]
@@ -55,9 +63,10 @@ def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
     if b is not None:
         z = z + b
     return cross_entropy.reference(
-        {"logits": z, "target": target, "weight": None},
-        {"reduction": options["reduction"], "ignore_index": options.get("ignore_index",
-                                                                        IGNORE)})
+        {"logits": z, "target": target, "weight": t.get("class_weight")},
+        {"reduction": options["reduction"],
+         "ignore_index": options.get("ignore_index", IGNORE),
+         **{k: options.get(k) for k in OPTIONS}})
 
 
 def sizes(shape: tuple[int, ...]) -> Sizes:
@@ -84,16 +93,19 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
     if variant["ignore"] == "some":
         target[torch.arange(n) % 3 == 1] = IGNORE
     g = cross_entropy.loss_cotangent(variant, n, gen)
+    classes = (0.5 + torch.rand(v, generator=gen, dtype=torch.float64)
+               if variant["class_weight"] else None)
     lead = _lead(s)
 
-    def put(x: torch.Tensor) -> torch.Tensor:
-        return x.to(dtype).to(device)
+    def put(x: torch.Tensor | None) -> torch.Tensor | None:
+        return x.to(dtype).to(device) if x is not None else None
 
     return Drawn({"hidden": put(hidden.reshape(*lead, hd)), "weight": put(weight),
-                  "bias": put(bias) if bias is not None else None,
-                  "target": target.reshape(lead).to(device)},
-                 {"reduction": variant["reduction"], "ignore_index": IGNORE},
-                 {"loss": put(g)}, s)
+                  "bias": put(bias), "target": target.reshape(lead).to(device),
+                  "class_weight": put(classes)},
+                 {"reduction": variant["reduction"], "ignore_index": IGNORE,
+                  **{k: variant[k] for k in OPTIONS}},
+                 {"loss": g.to(dtype).to(device)}, s)
 
 
 def canonical(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -102,7 +114,8 @@ def canonical(t: dict[str, torch.Tensor | None], options: dict[str, Any]
     h, target = t.get("hidden"), t.get("target")
     return {"hidden": h.reshape(-1, h.shape[-1]) if h is not None else None,
             "weight": t.get("weight"), "bias": t.get("bias"),
-            "target": target.reshape(-1) if target is not None else None}
+            "target": target.reshape(-1) if target is not None else None,
+            "class_weight": t.get("class_weight")}
 
 
 def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
@@ -156,14 +169,17 @@ def risky(drawn: Drawn, role: str) -> list[torch.Tensor]:
 
 OP = ShapedOp(
     "fused_linear_cross_entropy",
-    "loss = cross_entropy(hidden @ Wᵀ + b, target) (reductions, ignore_index), fused",
+    "loss = cross_entropy(hidden @ Wᵀ + b, target) (reductions, ignore_index, smoothing, "
+    "class weights, z-loss, softcap), fused",
     roles=(Role("hidden", ("n", "h"), names=("hidden", "_input", "input", "x", "inp",
                                              "hidden_states", "h", "e")),
            Role("weight", ("v", "h"), names=("weight", "lin_weight", "w", "lm_head_weight",
                                              "classifier")),
            Role("bias", ("v",), optional=True, names=("bias", "lin_bias", "b")),
            Role("target", ("n",), kind="index", names=("target", "targets", "labels",
-                                                        "label", "y"))),
+                                                        "label", "y")),
+           Role("class_weight", ("v",), grad=False, optional=True,
+                names=("ce_weight", "class_weight", "class_weights"))),
     outputs=(Output("loss", ()),),
     axes=(Axis("reduction", ("mean", "none", "sum"), passed=True, names=("reduction",),
                words="the reduction"),
@@ -171,7 +187,10 @@ OP = ShapedOp(
                words="the loss's cotangent: random (a scalar ≠ 1; per row), or 1.0"),
           Axis("ignore", ("some", "none"), blind="none",
                words="targets equal to ignore_index: every third row, or none"),
-          Axis("bias", (True, False), words="a bias given (on) or None")),
+          Axis("bias", (True, False), words="a bias given (on) or None"),
+          *(cross_entropy.OP.axis(k) for k in OPTIONS),
+          Axis("class_weight", (False, True), blind=False,
+               words="class weights given (ce_weight)")),
     reference=reference, canonical=canonical, draw=draw, sizes=sizes,
     default_shape=(10, 16, 320), shape_words="(…rows, H, V)",
     batch_axis=lambda values: "n" if values.get("reduction") == "none" else None,

@@ -7,14 +7,18 @@ the row's target token::
     dz_ij = g_i (δ_{j t_i} − p_ij) / τ                      (p = softmax(z / τ))
 
 one value per token (output axes ``(n,)``: the logits' leading dims flattened), each row
-its own problem — batch invariance is over the rows. The kernels this describes take
+its own problem — batch invariance is over the rows. A token whose target is
+``ignore_index`` (−100: a prompt or padding token) has ``y_i = 0`` and no gradient, for a
+kernel that takes an ``ignore_index``; one that takes none is checked with no ignored
+token (recognition fixes ``ignore`` at ``none``). The kernels this describes take
 ``(logits, labels, temperature=1.0)`` (OpenRLHF's ``log_probs_from_logits``, torchtune's
 ``logits_to_logprobs``; TRL's ``selective_log_softmax(logits, index)`` and verl's
 ``logprobs_from_logits`` take no temperature: recognition fixes it at 1.0).
 
 The blind controls, each swept beside its sensitive value: per-token cotangents that are
 all 1 (a backward that never reads them, or reads only the first, is right there), a
-temperature of 1.0 (a backward that forgets ``1/τ`` is right there), unpeaked logits
+temperature of 1.0 (a backward that forgets ``1/τ`` is right there), no ignored token (a
+backward that leaks gradient into ignored tokens is right there), unpeaked logits
 (``peaked``: the target's p ≈ 0.999, where ``δ − p`` cancels in low precision — a sampled
 token is often that likely). ``--shape`` is ``(…tokens, V)``.
 
@@ -32,6 +36,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.ops import cross_entropy
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
 
 
@@ -42,7 +47,10 @@ def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
     z = z / float(options.get("temperature") or 1.0)
     m = z.amax(-1, keepdim=True).detach()
     lse = (m + torch.log(torch.exp(z - m).sum(-1, keepdim=True))).squeeze(-1)
-    return {"logprobs": z.gather(-1, target.unsqueeze(-1)).squeeze(-1) - lse}
+    valid = target != options.get("ignore", cross_entropy.IGNORE)
+    safe = torch.where(valid, target, torch.zeros_like(target))
+    y = z.gather(-1, safe.unsqueeze(-1)).squeeze(-1) - lse
+    return {"logprobs": torch.where(valid, y, torch.zeros_like(y))}
 
 
 def sizes(shape: tuple[int, ...]) -> Sizes:
@@ -66,10 +74,14 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
         z[torch.arange(n), target] = z.amax(-1) + tau * (math.log(v) + 7.0)
     g = (torch.ones(n, dtype=torch.float64) if variant["cotangent"] == "ones"
          else torch.randn(n, generator=gen, dtype=torch.float64))
+    if variant["ignore"] == "some":
+        target[torch.arange(n) % 3 == 1] = cross_entropy.IGNORE
     lead = _lead(s)
+    # the kernel gets ignore_index −100 either way; the axis says whether a target is it
     return Drawn({"logits": z.reshape(*lead, v).to(dtype).to(device),
                   "target": target.reshape(lead).to(device)},
-                 {"temperature": tau}, {"logprobs": g.to(dtype).to(device)}, s)
+                 {"temperature": tau, "ignore": cross_entropy.IGNORE},
+                 {"logprobs": g.to(dtype).to(device)}, s)
 
 
 def rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -91,20 +103,6 @@ def output_view(name: str, y: torch.Tensor) -> torch.Tensor:
     return y.reshape(-1)
 
 
-def risky(drawn: Drawn, role: str) -> list[torch.Tensor]:
-    """Per row: the target's column, the largest logits, the first and last columns, the
-    edges of 128- and 1024-wide blocks (a sampled check holds these)."""
-    z, target = drawn.tensors["logits"], drawn.tensors["target"]
-    assert z is not None and target is not None
-    z = z.reshape(-1, z.shape[-1]).double().cpu()
-    n, v = z.shape
-    top = z.topk(min(3, v), dim=-1).indices
-    edges = [c for b in (128, 1024) for c in (b - 1, b) if c < v]
-    cols = [target.reshape(-1).cpu(), *top.unbind(-1), torch.zeros(n, dtype=torch.long),
-            torch.full((n,), v - 1), *(torch.full((n,), c) for c in edges)]
-    return [c.long() for c in cols]
-
-
 OP = ShapedOp(
     "token_logprobs", "y = log softmax(z / τ)[target] per token (RL's log-probs; temperature)",
     roles=(Role("logits", ("n", "v"), names=("logits", "input", "_input", "x", "inp", "z",
@@ -117,11 +115,18 @@ OP = ShapedOp(
                words="the per-token cotangent: random, or all ones"),
           Axis("temperature", (0.7, 1.0), passed=True, blind=1.0,
                names=("temperature", "temp", "tau"), words="the sampling temperature τ"),
+          # "none" first: a kernel that takes no ignore_index is probed at it whatever
+          # other option it fixes (recognition changes one axis at a time)
+          Axis("ignore", ("none", "some"), passed=True, blind="none",
+               names=("ignore_index", "ignore_idx", "ignore_id"),
+               words="targets equal to ignore_index (−100, the value the kernel gets): "
+                     "every third token, or none"),
           Axis("peaked", (False, True), blind=False,
                words="the target's logit raised until p ≈ 0.999")),
     reference=reference, canonical=rows, draw=draw, sizes=sizes,
     default_shape=(2, 4, 256), shape_words="(…tokens, V)",
-    batch_axis=lambda values: "n", column="cotangent", risky=risky,
+    batch_axis=lambda values: "n", column="cotangent",
+    risky=cross_entropy.risky,  # the same roles: a row's target, top logits, edges
     marks=("logprob", "log_prob", "logps"),
     output_view=output_view, restore=restore,
 )

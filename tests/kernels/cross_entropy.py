@@ -182,3 +182,22 @@ class TargetProbRoundedLowp(CrossEntropy):
         d = torch.where(valid[:, None], (1 - eps) * (p - onehot) + eps * (p - 1 / p.shape[-1]),
                         0.0)
         return _scaled(d, grad.to(wide), reduction, valid).to(logits.dtype), None, None, None, None
+
+
+class ReadsStorageAsContiguous(CrossEntropy):
+    """The backward reads the saved logits' storage as if it were contiguous (right on
+    contiguous logits; a strided view's rows come out of the wrong memory) — a kernel that
+    takes a pointer and assumes row stride V."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, target = ctx.saved_tensors
+        flat = logits.as_strided(logits.shape, (logits.shape[-1], 1))  # MUTANT
+        ignore_index, reduction, eps = ctx.args
+        wide = torch.promote_types(logits.dtype, torch.float32)
+        p, _ = _probs(flat.to(wide))
+        valid = target != ignore_index
+        onehot = torch.zeros_like(p).scatter_(-1, torch.where(valid, target, 0)[:, None], 1.0)
+        d = torch.where(valid[:, None], (1 - eps) * (p - onehot) + eps * (p - 1 / p.shape[-1]),
+                        0.0)
+        return _scaled(d, grad.to(wide), reduction, valid).to(logits.dtype), None, None, None, None
