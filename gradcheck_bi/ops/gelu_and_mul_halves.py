@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops import gelu_and_mul
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import Drawn, Output, Role, ShapedOp, Sizes, Variant
 
 
 def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -71,10 +71,7 @@ OP = ShapedOp(
     "gelu_and_mul_halves", "y = gelu(x[..., :D]) · x[..., D:] (erf or tanh form)",
     roles=(Role("x", ("n", "two", "d"), names=("x", "input", "hidden_states")),),
     outputs=(Output("y", ("n", "d")),),
-    axes=(Axis("approximate", ("none", "tanh"), passed=True, names=("approximate",),
-               words="GELU's form: erf (none) or tanh"),
-          Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the cotangent of y: random, or all ones")),
+    axes=gelu_and_mul.OP.axes,  # the same options and controls as the two-input form
     reference=reference, canonical=halves, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, 2D)",
     batch_axis=lambda options: "n", column="approximate",
