@@ -24,7 +24,7 @@ from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.calling.opcall import op_grads
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
 from gradcheck_bi.vocab import Config, KernelLoadError, Unsupported
@@ -240,6 +240,9 @@ def test_ops_command_lists_every_op_and_the_names(capsys: pytest.CaptureFixture[
     out = capsys.readouterr()[0]
     for op in OPS.values():
         assert op.name in out and f"checks {', '.join(op.checks)}" in out
+    for shaped in SHAPED.values():  # the ops of any shape too, with their blind controls
+        assert f"\n{shaped.name}\n" in out and f"checks {', '.join(shaped.checks)}" in out
+    assert "cotangent (random/ones, ones blind, a control)" in out
     assert "hidden_states" in out and "variance_epsilon" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
+from gradcheck_bi.ops import DEFAULT_OP, OPS, SHAPED, Op
 from gradcheck_bi.ops.names import ROLE_NAMES, names_of
+from gradcheck_bi.ops.shaped import Axis, Role, ShapedOp
 
 WIDTH = 80
 
@@ -54,6 +55,35 @@ def _options(op: Op) -> list[str]:
     return [*op.options, *own]
 
 
+def _role(r: Role) -> str:
+    how = ", ".join(w for w in ("integer" if r.kind == "index" else
+                                "no gradient" if not r.grad else "",
+                                "optional" if r.optional else "") if w)
+    names = "/".join(dict.fromkeys((r.name, *r.names)))
+    return f"{r.name} ({', '.join(r.axes)}{'; ' + how if how else ''}; names {names})"
+
+
+def _axis(a: Axis) -> str:
+    blind = f", {a.blind} blind" if a.blind is not None or a.values[0] is None else ""
+    return (f"{a.name} ({'/'.join(str(v) for v in a.values)}{blind}"
+            f"{'' if a.passed else ', a control'})")
+
+
+def _shaped(op: ShapedOp) -> list[str]:
+    """An op of any shape: its tensors with their axes and names, its options and controls
+    (the blind value of each), outputs, checks, default shape."""
+    outputs = ", ".join(f"{o.name} ({', '.join(o.axes) or 'scalar'})" for o in op.outputs)
+    lines = [op.name]
+    lines += _wrap(op.summary, "  ", "  ")
+    lines += _wrap(f"tensors {', '.join(_role(r) for r in op.roles)}; options "
+                   f"{', '.join(_axis(a) for a in op.axes) or 'none'}; outputs {outputs}",
+                   "  ", "    ")
+    shape = ",".join(str(n) for n in op.default_shape)
+    lines += _wrap(f"checks {', '.join(op.checks)}; default --shape {shape} "
+                   f"{op.shape_words}", "  ", "    ")
+    return lines
+
+
 def ops_command() -> int:
     """List the ops, their inputs, parameters, outputs and checks, and the parameter names
     that recognise them."""
@@ -69,6 +99,8 @@ def ops_command() -> int:
                      f"{', '.join(op.outputs)}", "  ", "    ")
         out += _wrap(f"checks {', '.join(op.checks)}", "  ", "    ")
         out += [""]
+    for shaped in SHAPED.values():
+        out += [*_shaped(shaped), ""]
     out += ["Parameter names, by role (case-insensitive):"]
     for role in ROLE_NAMES:
         out += _wrap(names_of(role), f"  {role:<17} ", " " * 20)
