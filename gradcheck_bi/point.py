@@ -45,6 +45,7 @@ from gradcheck_bi.vocab import (
     CONTROLS,
     DEVICES,
     DTYPES,
+    NORM_ONLY,
     OP_FIELDS,
     PRECISIONS,
     Config,
@@ -252,6 +253,8 @@ KEY_NAMES = tuple(a.public for a in AXES if a.json != "never")
 SETTING_NAMES = tuple(a.public for a in AXES if a.setting)
 CASE_KEYS: dict[str, Callable[[Any], Any]] = {k: a.rule for k, a in BY_KEY.items()}
 assert OP_FIELDS == tuple(a.public for a in AXES if a.json == "op"), "vocab.OP_FIELDS"
+# What a result of an op of any shape leaves out of its JSON (vocab.NORM_ONLY), read back
+NORM_DEFAULTS = {a.public: a.default for a in AXES if a.public in NORM_ONLY}
 
 
 def public(cfg: Config, acting: Iterable[str]) -> dict[str, Any]:

@@ -184,6 +184,9 @@ class Result:
         del d["trace"]
         if d["variant"] is None:
             del d["variant"]
+        else:  # an op of any shape: the norms' axes mean nothing there
+            for key in NORM_ONLY:
+                del d[key]
         extra = {k: d.pop(k) for k in OP_FIELDS}
         if extra["op"] != "rms_norm" or any(v is not None for v in extra.values()
                                             if v != "rms_norm"):  # an RMSNorm with a β
@@ -200,6 +203,8 @@ class Result:
 
 
 OP_FIELDS = ("op", "bias", "group_size", "norm_before_gate")
+# A norm's axes, left out of the JSON of an op of any shape (a result with a variant)
+NORM_ONLY = ("eps", "weight", "zero_centered_gamma", "input_scale", "weight_scale")
 
 
 def _with_op_fields(d: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -121,3 +121,17 @@ def test_merge_refuses_what_is_not_every_shard_of_one_run(
         assert cli.main(["merge", *given]) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_op_of_any_shape_in_two_shards_merges_to_the_unsharded_json(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Its results carry no norm axes (γ, zcg, eps…) and read back without them."""
+    args = ["run", "--kernel", str(ROOT / "tests" / "kernels" / "gemm.py:GemmFn"),
+            "--check", "forward", "--check", "dbias", "--no-progress"]
+    code, whole = run(capsys, *args, "--format", "json")
+    rows = json.loads(whole)["results"]
+    assert rows and all("variant" in r and "weight" not in r and "eps" not in r for r in rows)
+    merged_code, merged = run(capsys, "merge", *_shards(capsys, tmp_path, args, 2),
+                              "--format", "json")
+    assert merged_code == code == 0
+    assert _stable(merged) == _stable(whole)

@@ -48,7 +48,7 @@ from typing import Any
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
-from gradcheck_bi.point import AXIS, KEY_NAMES, SETTING_NAMES, has_eps, weight_words
+from gradcheck_bi.point import AXIS, KEY_NAMES, NORM_DEFAULTS, SETTING_NAMES, has_eps, weight_words
 from gradcheck_bi.vocab import OP_FIELDS, Result, format_error
 
 FORMAT = "gradcheck-bi baseline"
@@ -70,6 +70,7 @@ KEY_FIELDS = ("kernel", *KEY_NAMES, "variant")
 # out (as its JSON does): read as the value every such result has.
 KEY_DEFAULTS: dict[str, Any] = {name: AXIS[name].default for name in ("layout", *OP_FIELDS)}
 KEY_DEFAULTS["variant"] = None
+KEY_DEFAULTS.update(NORM_DEFAULTS)  # a result of an op of any shape has none of them
 Key = tuple[Any, ...]
 
 
