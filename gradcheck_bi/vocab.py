@@ -176,15 +176,18 @@ class Result:
     # The precision the kernel was judged at where it computes coarser than its dtype
     # (Config.working_precision); in the JSON only then.
     working_precision: str | None = None
-    # An op of any shape: its axes' values (Config.variant); in the JSON only then.
+    # An op's own axes' values (Config.variant); in the JSON only then.
     variant: dict[str, Any] | None = None
+    # Whether the norms' axes (NORM_ONLY) mean anything here: not for an op of any shape,
+    # whose JSON leaves them out. Never in the JSON itself.
+    norm_axes: bool = field(default=True, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         del d["trace"]
         if d["variant"] is None:
             del d["variant"]
-        else:  # an op of any shape: the norms' axes mean nothing there
+        if not d.pop("norm_axes"):  # an op of any shape: the norms' axes mean nothing there
             for key in NORM_ONLY:
                 del d[key]
         extra = {k: d.pop(k) for k in OP_FIELDS}

@@ -49,7 +49,8 @@ def _result(row: dict[str, Any]) -> Result:
     for key in ("max_abs_err", "tolerance"):  # "inf"/"nan" strings: JSON has no such literal
         if isinstance(row.get(key), str):
             row[key] = float(row[key])
-    for key, value in NORM_DEFAULTS.items():  # an op of any shape's row leaves them out
+    row.setdefault("norm_axes", "eps" in row)  # an op of any shape's row leaves them out
+    for key, value in NORM_DEFAULTS.items():
         row.setdefault(key, value)
     return Result(**row)
 

@@ -59,7 +59,7 @@ def _role(r: Role) -> str:
     how = ", ".join(w for w in ("integer" if r.kind == "index" else
                                 "no gradient" if not r.grad else "",
                                 "optional" if r.optional else "") if w)
-    names = "/".join(dict.fromkeys((r.name, *r.names)))
+    names = ", ".join(dict.fromkeys((r.name, *r.names)))
     return f"{r.name} ({', '.join(r.axes)}{'; ' + how if how else ''}; names {names})"
 
 

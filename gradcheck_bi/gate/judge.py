@@ -17,6 +17,7 @@ from typing import Any
 from gradcheck_bi.checks import TOLERANCE_SETTINGS
 from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.kernels.calling.trace import full_traceback, kernel_frames, located
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.point import public
 from gradcheck_bi.vocab import (
     Config,
@@ -58,6 +59,7 @@ def judge(
     )
     if cfg.variant:
         result.variant = dict(cfg.variant)
+    result.norm_axes = cfg.op not in SHAPED
     return result
 
 
