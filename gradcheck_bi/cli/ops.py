@@ -99,8 +99,9 @@ def ops_command() -> int:
                      f"{', '.join(op.outputs)}", "  ", "    ")
         out += _wrap(f"checks {', '.join(op.checks)}", "  ", "    ")
         out += [""]
-    for shaped in SHAPED.values():
-        out += [*_shaped(shaped), ""]
+    for shaped in SHAPED.values():  # a generic check's op (registered by a run) is none
+        if shaped.independent:
+            out += [*_shaped(shaped), ""]
     out += ["Parameter names, by role (case-insensitive):"]
     for role in ROLE_NAMES:
         out += _wrap(names_of(role), f"  {role:<17} ", " " * 20)
