@@ -220,9 +220,9 @@ def test_a_coarser_unit_only_where_the_errors_round_at_it():
     sig = m.output_sigma
     u32 = unit(torch.float32)
     rounded = {k: 0.4 * u32 * s for k, s in sig.items()}  # fp32 roundings' size
-    assert working_unit(point, rounded, sig, m.products)[0] == u32
+    assert working_unit(point, rounded, m)[0] == u32
     off = {k: 1e-3 * u32 * s + 1e-15 for k, s in sig.items()}  # above fp64, below fp32's
-    u, note = working_unit(point, off, sig, m.products)
+    u, note = working_unit(point, off, m)
     assert u == unit(torch.float64) and note is None
 
 

@@ -94,8 +94,8 @@ def plausible(name: str, dtype: str, device: str, products: bool) -> bool:
     return False
 
 
-def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, torch.Tensor],
-                 products: bool) -> tuple[float, str | None]:
+def working_unit(point: Point, errs: dict[str, torch.Tensor], m: Derived
+                 ) -> tuple[float, str | None]:
     """The unit roundoff the kernel delivers: its dtype's, or the finest coarser one whose
     rounding its forward stays within among those it can have (:func:`plausible`: fp32
     inside an fp64 call; TF32 inside an fp32 GEMM on a GPU), with the note that says so;
@@ -103,6 +103,7 @@ def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, tor
     u = unit(point.dtype)
     if point.cfg.dtype in HALF_DTYPES or point.cfg.precision == "exact":
         return u, None
+    sig = m.output_sigma
 
     def within(u_: float) -> bool:
         return all(bool((e <= K_SIGMA * u_ * s + _floor(u_)).all()) for e, s in
@@ -121,7 +122,7 @@ def working_unit(point: Point, errs: dict[str, torch.Tensor], sig: dict[str, tor
     if within(u):
         return u, None
     for name, coarse in COARSER:
-        if coarse > u and plausible(name, point.cfg.dtype, point.cfg.device, products) \
+        if coarse > u and plausible(name, point.cfg.dtype, point.cfg.device, m.products) \
                 and within(coarse) and rounds_like(coarse):
             return coarse, (f"computes in {name} inside: judged at {name} rounding "
                             f"(--precision exact: {point.cfg.dtype})")
@@ -175,7 +176,7 @@ def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
             raise ContractViolation(f"output {k} has shape {tuple(got[k].shape)}; the "
                                     f"reference's is {tuple(ref.shape)}")
         errs[k] = (got[k] - ref).abs()
-    u, note = working_unit(point, errs, m.output_sigma, m.products)
+    u, note = working_unit(point, errs, m)
     for k, ref in m.outputs.items():
         if k in errs:
             tols[k] = _forward_tol(point, ref, m.output_sigma[k], u)
@@ -227,7 +228,7 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
                                      "difference of the forward resolves it)"})
     got = forward(kernel, point)
     errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
-    u, note = working_unit(point, errs, m.output_sigma, m.products)
+    u, note = working_unit(point, errs, m)
     fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
     err = (analytic[at] - fd.value).abs()
