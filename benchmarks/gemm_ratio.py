@@ -8,13 +8,15 @@ Runs ``gradcheck_bi.check(kernel, checks=[CHECK], shapes=[SHAPE], device="cuda")
 strides, dtypes and options it was given. The floor is Σ calls × that call's own median time
 (each signature timed alone afterwards, synchronised, 20 reps): what the finite differences
 cannot avoid (for dA, 6 forward calls per colour, K colours per point). Prints the check's
-wall time, the calls, the floor and their ratio.
+wall time, the calls, the floor and their ratio. Points run in this process
+(``GRADCHECK_BI_ISOLATE=0``) so that the calls can be counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import time
 
@@ -24,13 +26,19 @@ import gradcheck_bi
 
 
 def main() -> int:
+    os.environ["GRADCHECK_BI_ISOLATE"] = "0"  # count the calls in this process
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernel", default="tests/kernels/gemm_triton.py:GemmTritonFn")
     ap.add_argument("--shape", default="64,4096,4096")
     ap.add_argument("--check", default="dA")
     ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.shape.split(","))
+
+    def sync() -> None:
+        if a.device == "cuda":
+            torch.cuda.synchronize()
     path, attr = a.kernel.rsplit(":", 1)
     import importlib.util
     spec = importlib.util.spec_from_file_location("kmod", path)
@@ -57,11 +65,11 @@ def main() -> int:
     walls = []
     for rep in range(2):
         calls.clear()
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
-        rep_ = gradcheck_bi.check(Counted, checks=[a.check], shapes=[shape], device="cuda",
+        rep_ = gradcheck_bi.check(Counted, checks=[a.check], shapes=[shape], device=a.device,
                                   dtype=a.dtype, raise_on_failure=False)
-        torch.cuda.synchronize()
+        sync()
         walls.append(time.perf_counter() - t0)
         print(f"run {rep}: {walls[-1]:.2f} s, {sum(calls.values())} forward calls, "
               f"{len(rep_.results)} results, passed "
@@ -69,15 +77,18 @@ def main() -> int:
     floor = 0.0
     for key, n in calls.items():
         A, B, bias, out_dtype, layout = args_of[key]
+        if A.device.type != a.device:  # a load-time probe on the host, not the check's
+            print(f"  {n:6d} calls on {A.device.type} (load-time probes): not timed")
+            continue
         with torch.no_grad():
             for _ in range(3):
                 base.apply(A, B, bias, out_dtype, layout)
             ts = []
             for _ in range(20):
-                torch.cuda.synchronize()
+                sync()
                 t0 = time.perf_counter()
                 base.apply(A, B, bias, out_dtype, layout)
-                torch.cuda.synchronize()
+                sync()
                 ts.append(time.perf_counter() - t0)
         t = statistics.median(ts)
         floor += n * t

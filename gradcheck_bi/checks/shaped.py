@@ -301,21 +301,31 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     noise = sum(_reduce(g[k] ** 2 * m.output_sigma[k] ** 2, axes, shared) for k, axes in outs)
     where: list[tuple[torch.Tensor, ...]] = []
     values, sigmas, truncs = [], [], []
+    # every (level, sign) displacement of a colour at once: (2·levels, 1, …)
+    shifts = torch.tensor([sign * o * h for o in LEVELS for sign in (1, -1)],
+                          dtype=torch.float64, device=tp.device)
     for pick in colours.picks:
         idx = index_of(pick, s_sizes, c_sizes)
         dev_idx = tuple(i.to(tp.device) for i in idx)
         orig = tp[dev_idx].clone()
+        exact = orig.double()
+        # the values the kernel gets (rounded to its dtype) and the steps they take, made
+        # once per colour: a call costs one write and the kernel (≈ 180 µs of the H200's
+        # 430 µs GEMM call went to per-call temporaries before)
+        moved = (exact + shifts.reshape(-1, *[1] * exact.dim())).to(dtype)
+        taken = moved.double() - exact
         sums, disp = [], []
-        for o in LEVELS:
-            ys, ds = [], []
-            for sign in (1, -1):
-                tp[dev_idx] = (orig.double() + sign * o * h).to(dtype)
-                ds.append(tp[dev_idx].double() - orig.double())
-                ys.append(forward(kernel, point))
-                tp[dev_idx] = orig
-            sums.append(sum(_reduce(g[k] * (ys[0][k] - ys[1][k]), axes, shared)
-                            for k, axes in outs))
-            disp.append(ds[0] - ds[1])  # on the tensor's device, as the sums
+        try:
+            for j in range(len(LEVELS)):
+                ys = []
+                for s in (2 * j, 2 * j + 1):
+                    tp[dev_idx] = moved[s]
+                    ys.append(forward(kernel, point))
+                sums.append(sum(_reduce(g[k] * (ys[0][k] - ys[1][k]), axes, shared)
+                                for k, axes in outs))
+                disp.append(taken[2 * j] - taken[2 * j + 1])  # on the tensor's device
+        finally:
+            tp[dev_idx] = orig
         est, tr = combine([s / d for s, d in zip(sums, disp, strict=True)])
         where.append(tuple(i.reshape(-1) for i in idx))
         values.append(torch.as_tensor(est).reshape(-1))
