@@ -104,6 +104,7 @@ class Stored:
     key: str
     computed: str  # the detail's value against the exact inputs
     label: str  # … against the stored ones, before " (rounded to DTYPE)"
+    note: str = ""  # the clause the low-precision forward's tolerance note adds
 
 
 def _whole_row(point: Point, name: str, output: str) -> int:
@@ -149,6 +150,9 @@ class Op:
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Inputs not scaled by a point's input_scale (a gate is not a signal).
     unscaled: tuple[str, ...] = ()
+    # Which of a point's two further draws an input other than the first takes (0 or 1);
+    # one not named takes the first left (gradcheck_bi.checks.family.point.make_point).
+    stream: dict[str, int] = field(default_factory=dict)
     # Per input and output: how many elements of the output one element of the input
     # moves (the row's statistic: D; a group; 1 for an elementwise path).
     reach: Callable[[Point, str, str], int] = _whole_row
