@@ -46,7 +46,7 @@ from gradcheck_bi.kernels.adapting.loader import crashed
 from gradcheck_bi.point import BY_KEY
 from gradcheck_bi.report.tables import describe
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, not_run, unchecked
+from gradcheck_bi.sweep import not_run, sweep_of, unchecked
 from gradcheck_bi.vocab import (
     DEVICES,
     DTYPE_ALIASES,
@@ -280,7 +280,7 @@ def check(
             spec = _spec(fn, kernel_args)
         if spec.source == "bundled":
             values.pop("expect")  # a bundled kernel's declared defects say what it must show
-        sweep = Sweep(kernels=[spec.name], **values)
+        sweep = sweep_of(kernels=[spec.name], **values)
         results = run(sweep, [spec])
     idle = unchecked([sweep], [spec], (r.kernel for r in results))
     report = Report(results, strict, [] if idle or inputs is not None

@@ -53,8 +53,17 @@ else:  # pragma: no cover - Python 3.10
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.kernels.calling.writes import MUTABLE
-from gradcheck_bi.point import AXIS, CASE_KEYS, BadValue, boolean, choice, list_of, nonnegative
-from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep
+from gradcheck_bi.point import (
+    AXIS,
+    CASE_KEYS,
+    OP_KEYS,
+    BadValue,
+    boolean,
+    choice,
+    list_of,
+    nonnegative,
+)
+from gradcheck_bi.sweep import CASE_TIMEOUT_S, Sweep, sweep_of
 from gradcheck_bi.vocab import EXPECTED_STATUSES, Expectation, did_you_mean
 
 
@@ -123,7 +132,7 @@ EXPECT_KEYS: dict[str, Callable[[Any], Any]] = {
         ("zcg", "zero_centered_gamma"))},
     "reason": _string,
 }
-assert set(SWEEP_KEYS) <= {f.name for f in fields(Sweep)}
+assert set(SWEEP_KEYS) <= {f.name for f in fields(Sweep)} | OP_KEYS
 
 
 @dataclass
@@ -182,7 +191,7 @@ def _to_sweep(values: dict[str, Any], source: str, where: str
         kwargs["targets"] = [t for t in kwargs["targets"] if t[0] not in missing]
         if not kwargs["targets"]:
             raise CaseError(f"{source}: {where}: no target is available on this machine")
-    return Sweep(**kwargs), dropped
+    return sweep_of(**kwargs), dropped
 
 
 def parse_case(text: str, source: str) -> Case:

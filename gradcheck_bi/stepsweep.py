@@ -101,6 +101,11 @@ class Curve:
     weighted: bool = True  # the op has a weight (else no γ control or zcg to name)
 
     @property
+    def controls(self) -> tuple[str, bool]:
+        """γ's control and mode: what a plot's line style tells apart."""
+        return (self.control, self.zero_centered_gamma)
+
+    @property
     def label(self) -> str:
         if not self.weighted:
             return self.kernel

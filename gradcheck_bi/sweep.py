@@ -21,9 +21,10 @@ from typing import Any
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.kernels.calling.layout import applies
-from gradcheck_bi.ops import ALL_CHECKS, BIAS_CONTROLS, OPS, SHAPED, Op
+from gradcheck_bi.ops import ALL_CHECKS, OPS, SHAPED, Op
+from gradcheck_bi.ops.fields import PointAxis
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
-from gradcheck_bi.point import AXES
+from gradcheck_bi.point import AXES, BY_KEY, OP_AXES_OWN, OP_KEYS
 from gradcheck_bi.vocab import CONTROLS, Config, Expectation, KernelSpec
 
 DEFAULT_SHAPE = (2, 8, 256)
@@ -80,22 +81,20 @@ class Sweep:
     # Memory layouts (kernels/calling/layout.py): every point runs contiguous; each other layout is
     # crossed with γ = randn and the checks it applies to (layout bugs do not hide behind γ).
     layouts: list[str] = field(default_factory=lambda: list(DEFAULT_LAYOUTS))
-    # Axes only the family's other ops have (gradcheck_bi.ops): the β control, the gated
-    # norm's group sizes (None: D/4 where it divides D, and D) and norm_before_gate.
-    biases: list[str] = field(default_factory=lambda: list(BIAS_CONTROLS))
-    group_sizes: list[int | None] | None = None
-    norm_before_gate: list[bool] = field(default_factory=lambda: [True, False])
+    # The lists a case gives for the fields only some ops have (point.OP_KEYS: β's control,
+    # the options an op's record declares as point fields), by case key; a key not here is
+    # swept at its op's values (PointAxis.swept).
+    options: dict[str, list[Any]] = field(default_factory=dict)
 
     def checks_for(self, dtype: str) -> list[str]:
         return list(self.checks) if self.checks is not None else list(ALL_CHECKS)
 
-    def group_sizes_for(self, d: int) -> list[int]:
-        """The group sizes at row length ``d`` (``None`` is D); a size that does not divide
-        D is left out."""
-        asked = self.group_sizes if self.group_sizes is not None else (
-            [d // 4, None] if d % 4 == 0 and d >= 8 else [None])
-        sizes = [d if g is None else int(g) for g in asked]
-        return list(dict.fromkeys(g for g in sizes if 0 < g <= d and d % g == 0))
+
+def sweep_of(**keys: Any) -> Sweep:
+    """A :class:`Sweep` from case keys by name: an op's own (:data:`~gradcheck_bi.point.
+    OP_KEYS`) go to its ``options``, every other one is a field."""
+    own = {k: keys.pop(k) for k in list(keys) if k in OP_KEYS}
+    return Sweep(**keys, options={**keys.pop("options", {}), **own})
 
 
 def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, Config]]:
@@ -129,10 +128,11 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 continue
             if OPS[spec.op].has("weight") and not takes(spec, "weight"):
                 control = OPS[spec.op].param("weight").identity  # γ ≡ 1: no affine
+            mode: dict[str, Any] = {BY_KEY["zcg"].field: zcg}  # γ's mode (ops.record.ZCG)
             cfg = Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
-                seed=seed, control=control, zero_centered_gamma=zcg, input_scale=scale,
-                weight_scale=wscale, layout=layout, **settings(sweep),
+                seed=seed, control=control, input_scale=scale, weight_scale=wscale,
+                layout=layout, **mode, **settings(sweep),
             )
             if not spec.by_roles:
                 yield spec, cfg
@@ -237,24 +237,29 @@ def settings(sweep: Sweep) -> dict[str, Any]:
 
 
 def op_points(spec: KernelSpec, cfg: Config, sweep: Sweep) -> Iterator[Config]:
-    """``cfg`` at every value of the axes the kernel's op has: β control, group size, mode;
-    an option the kernel fixes (``spec.fixed``) at its value alone (a group of None: D)."""
+    """``cfg`` at every value of the fields only some ops have (:data:`~gradcheck_bi.point.
+    OP_AXES_OWN`: β's control, the options an op's record declares) that the kernel's op
+    has, and of its own options; a parameter the kernel does not take at its identity (an
+    optional one: absent), an option it fixes (``spec.fixed``) at its value alone."""
     op, fixed = OPS[spec.op], dict(spec.fixed)
-    biases: list[str | None] = list(sweep.biases) if op.has("bias") else [None]
-    if op.has("bias") and not takes(spec, "bias"):  # β ≡ 0; an optional one: no β
-        biases = [None if op.param("bias").optional else op.param("bias").identity]
-    gated = op.has("group_size")
-    groups: list[int | None] = (list(sweep.group_sizes_for(cfg.shape[-1])) if gated
-                                else [None])
-    if "group_size" in fixed:
-        groups = [fixed["group_size"] or cfg.shape[-1]]
-    modes: list[bool | None] = list(sweep.norm_before_gate) if gated else [None]
-    if "norm_before_gate" in fixed:
-        modes = [fixed["norm_before_gate"]]
-    for bias, group, mode, own in itertools.product(biases, groups, modes,
-                                                    own_options(op, fixed)):
-        yield replace(cfg, op=spec.op, bias=bias, group_size=group, norm_before_gate=mode,
-                      variant=own)
+    crossed = [_values(spec, op, axis, sweep, cfg.shape[-1], fixed) for axis in OP_AXES_OWN]
+    for *values, own in itertools.product(*crossed, own_options(op, fixed)):
+        yield replace(cfg, op=spec.op, variant=own,
+                      **{a.field: v for a, v in zip(OP_AXES_OWN, values, strict=True)})
+
+
+def _values(spec: KernelSpec, op: Op, axis: PointAxis, sweep: Sweep, d: int,
+            fixed: dict[str, Any]) -> list[Any]:
+    """The values ``axis`` takes for the kernel at row length ``d`` (``[None]``: its op
+    has no such field)."""
+    if axis.field not in {a.field for a in op.point_axes}:
+        return [None]
+    param = next((p for p in op.params if axis.field in {a.field for a in p.axes}), None)
+    if param is not None and not takes(spec, param.name):  # β ≡ 0; an optional one: no β
+        return [None if param.optional else param.identity]
+    if axis.field in fixed:
+        return axis.swept([fixed[axis.field]], d)
+    return axis.swept(sweep.options.get(axis.key or ""), d)
 
 
 def own_options(op: Op, fixed: dict[str, Any]) -> list[tuple[tuple[str, Any], ...]]:
@@ -267,8 +272,11 @@ def own_options(op: Op, fixed: dict[str, Any]) -> list[tuple[tuple[str, Any], ..
 
 
 def with_overrides(sweep: Sweep, **overrides: Any) -> Sweep:
-    """A copy of ``sweep`` with every non-``None`` override applied (command line over case)."""
-    return replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
+    """A copy of ``sweep`` with every non-``None`` override applied (command line over case),
+    by case key as :func:`sweep_of` takes them."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    own = {k: given.pop(k) for k in list(given) if k in OP_KEYS}
+    return replace(sweep, **given, options={**sweep.options, **own})
 
 
 def _asking(sweeps: list[Sweep], spec: KernelSpec) -> list[Sweep]:
@@ -324,8 +332,8 @@ def _checks_absent(checks: list[str], op_name: str, has: tuple[str, ...]) -> str
     """Why ``checks`` ran nothing on a kernel of op ``op_name`` that has the checks ``has``:
     they are other ops' checks (or of a part it does not take).
 
-    >>> _checks_absent(["dz"], "rms_norm", ("forward", "dx", "dw", "batch_invariance"))
-    "check dz does not apply to rms_norm, whose gradients are dx, dw (dz is rms_norm_gated's)"
+    >>> _checks_absent(["dA"], "swiglu", ("forward", "da", "db", "batch_invariance"))
+    "check dA does not apply to swiglu, whose gradients are da, db (dA is gemm's)"
     """
     every: dict[str, Op | ShapedOp] = {**OPS, **SHAPED}
     op = every[op_name]

@@ -14,7 +14,7 @@ from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.sweep import sweep_of
 from gradcheck_bi.vocab import KernelLoadError
 
 EP = "tests/kernels/entry_points.py"
@@ -23,7 +23,7 @@ SMALL = {"targets": [("cpu", "fp64")], "shapes": [(3, 32)], "weights": ["randn"]
 
 
 def _run(spec: Any, **kw: Any) -> list[Any]:
-    return run(Sweep(kernels=[], **{**SMALL, **kw}), [spec])
+    return run(sweep_of(kernels=[], **{**SMALL, **kw}), [spec])
 
 
 def _failing(results: list[Any]) -> list[tuple[Any, ...]]:

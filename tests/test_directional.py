@@ -15,7 +15,7 @@ import ops_catalog
 
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep
+from gradcheck_bi.sweep import sweep_of
 
 WHOLE_ROW = [m for m in ops_catalog.MUTANTS
              if m.op in ("layer_norm", "log_softmax") and m.fast.check == "dx"]
@@ -23,7 +23,7 @@ WHOLE_ROW = [m for m in ops_catalog.MUTANTS
 
 def _directional(ref: str, op: str | None, point: ops_catalog.Point) -> list:
     spec = resolve(ref, {"op": op} if op else None)
-    sweep = Sweep(kernels=[], targets=[("cpu", point.dtype)], shapes=[point.shape],
+    sweep = sweep_of(kernels=[], targets=[("cpu", point.dtype)], shapes=[point.shape],
                   checks=[point.check], weights=[point.weight], zcg=[False],
                   biases=[point.bias or "randn"], layouts=["contiguous"], mode="directional")
     return run(sweep, [spec])

@@ -95,14 +95,14 @@ def test_cli_refuses_a_shape_over_budget_up_front(capsys: pytest.CaptureFixture[
     assert "needs at least" in err and "GiB" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_noise_residual_cancels_every_smooth_term_below_h6() -> None:
+def test_stencil_remainder_cancels_every_smooth_term_below_h6() -> None:
     # Even sums A_o of a smooth function: a·o² h² + b·o⁴ h⁴ + ... (h = 1 here).
     levels = torch.tensor(fd.LEVELS, dtype=torch.float64)
     for a, b in [(1.0, 0.0), (0.0, 1.0), (3.5, -2.25)]:
         even = (a * levels**2 + b * levels**4)[:, None]
-        assert float(noise.noise_residual(even).abs().max()) == 0.0, (a, b)
+        assert float(noise.stencil_remainder(even).abs().max()) == 0.0, (a, b)
     # What is left of an h⁶ term: 64·1 - 20·2⁶ + 4⁶ = 2880 (= 8 h⁶ f⁽⁶⁾ for A_o's 2 o⁶/6!).
-    assert float(noise.noise_residual((levels**6)[:, None])[0]) == 2880.0
+    assert float(noise.stencil_remainder((levels**6)[:, None])[0]) == 2880.0
 
 
 def test_richardson_estimates_the_truncation_it_claims() -> None:

@@ -29,7 +29,7 @@ OTHER: dict[str, Any] = {
 }
 # Sweep fields that are no axis of a point: what runs, what it must show, how to call it.
 NOT_AXES = {"kernels", "targets", "expect", "expectations", "kernel_args", "allow_mutation",
-            "timeout"}
+            "timeout", "options"}
 
 
 def untabled(config: type) -> list[str]:
@@ -95,15 +95,19 @@ def test_baseline_keys_on_every_json_field_of_the_point() -> None:
 
 
 def test_every_case_key_is_a_sweep_field_and_parses() -> None:
+    # an op's own keys (β's control, the options its record declares) go to Sweep.options
     sweep_fields = {f.name for f in dataclasses.fields(Sweep)}
-    assert set(BY_KEY) <= set(cases.SWEEP_KEYS) and set(BY_KEY) <= sweep_fields
+    assert set(BY_KEY) <= set(cases.SWEEP_KEYS)
+    assert set(BY_KEY) - point.OP_KEYS <= sweep_fields and not point.OP_KEYS & sweep_fields
+    assert point.OP_KEYS == {a.key for a in AXES if a.json == "op" and a.key}
     assert sweep_fields - set(BY_KEY) == NOT_AXES, "a Sweep field that is neither an axis " \
         "nor a known non-axis key"
     for key, a in BY_KEY.items():
         value = [OTHER[a.field]] if a.plural else OTHER[a.field]
         text = f"{key} = {_toml(value)}\n"
         sweep = cases.parse_case(text, "t.toml").sweeps[0]
-        assert getattr(sweep, key) == cases.SWEEP_KEYS[key](value), key
+        got = sweep.options[key] if key in point.OP_KEYS else getattr(sweep, key)
+        assert got == cases.SWEEP_KEYS[key](value), key
         with pytest.raises(cases.CaseError, match=repr(key)):
             cases.parse_case(f"{key} = {{}}\n", "t.toml")
 

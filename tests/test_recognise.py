@@ -18,7 +18,7 @@ from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.behaviour import MATCH, candidates, drawn_values, probe
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
+from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run, sweep_of
 from gradcheck_bi.vocab import KernelLoadError
 
 VARIANTS = str(Path(__file__).parent / "kernels" / "variants.py")
@@ -26,7 +26,7 @@ SMALL = {"targets": [("cpu", "fp64")], "shapes": [(3, 32)]}
 
 
 def _run(spec: Any, **kw: Any) -> list[Any]:
-    return run(Sweep(kernels=[], **{**SMALL, **kw}), [spec])
+    return run(sweep_of(kernels=[], **{**SMALL, **kw}), [spec])
 
 
 def _failing(results: list[Any]) -> list[tuple[Any, ...]]:

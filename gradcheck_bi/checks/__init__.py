@@ -1,7 +1,7 @@
 """The checks: forward, every gradient, batch_invariance → a measured error and its tolerance.
 
 Each check takes a kernel and one :class:`~gradcheck_bi.vocab.Config` — op, device, dtype,
-shape, eps, seed, γ control, zero_centered_gamma — and returns a
+shape, eps, seed, γ control and its zero-centred mode — and returns a
 :class:`~gradcheck_bi.vocab.Measurement`: the max abs error, the tolerance it is held to,
 where the worst element is, and what produced the number (reference, stencil, step, noise
 floor). One engine for every op (:mod:`.family`), driven by the op's record

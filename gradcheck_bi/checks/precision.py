@@ -42,6 +42,7 @@ from gradcheck_bi.checks.family.point import make_point, reference
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.record import ZCG
 from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
@@ -78,10 +79,11 @@ def measure(spec: KernelSpec, at: Config) -> Working:
         return Working(None)  # an op of any shape measures its own (gradcheck_bi.checks.shaped)
     # a kernel without a weight or bias (spec.fixed: absent) runs at their identity
     absent = dict(spec.fixed)
+    mode: dict[str, Any] = {ZCG.field: min(spec.zcg)}  # γ's mode: off, unless only on is run
     cfg = replace(at, check="forward", working_precision=None,
                   control="ones" if "weight" in absent else "randn",
-                  zero_centered_gamma=min(spec.zcg),
-                  bias="randn" if at.bias is not None and "bias" not in absent else at.bias)
+                  bias="randn" if at.bias is not None and "bias" not in absent else at.bias,
+                  **mode)
     outs, refs, own_tol, bound = _forward(spec, cfg)
     if all(float((y - refs[n]).abs().max()) <= own_tol[n] for n, y in outs.items()):
         return Working(None)  # within the dtype's own rounding

@@ -43,12 +43,12 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
             phase.now("forward (probe)")
             shaped_forward(spec.fn, shaped)
             return None
-        if at is None:
+        options = OPS[spec.op].point_options  # the op's options that are point fields
+        if at is None:  # each option at the value a point leaves unset, resolved at D = 8
             at = Config(check="forward", shape=(2, 8), op=spec.op,
-                        group_size=8 if OPS[spec.op].has("group_size") else None)
+                        **{a.field: a.swept([a.unset], 8)[0] for a in options})
         cfg = Config(check="forward", device=device, dtype=dtype, shape=at.shape, op=spec.op,
-                     group_size=at.group_size, norm_before_gate=at.norm_before_gate,
-                     bias=at.bias)
+                     bias=at.bias, **{a.field: getattr(at, a.field) for a in options})
         phase.now("forward (probe)")
         with torch.no_grad():
             p = make_point(cfg)  # zcg off, unless only on is run

@@ -10,17 +10,17 @@ The outputs are treated as one row of all their elements. The rounding model of 
 (:func:`~gradcheck_bi.tolerance.noise.model_sigma`) runs, per row *and column*, over the output
 elements the perturbed element reaches: ``reach[k]`` is, for output ``k``, the size of the
 consecutive group of elements that column ``c`` moves (D: the whole row, as RMSNorm's
-shared ``r``; ``group_size`` for a grouped statistic; 1: only element ``c``, as the gate
-``z`` before the norm or ``residual_out``; an output narrower than the input is reached at
-column ``c`` modulo its width, as silu_and_mul's). An element out of reach is computed alike at
-every level and adds no noise; one in reach adds its rounding even when its bits do not
-move (a staircase below one ulp). ``λ`` is measured from the residual as for RMSNorm; where
-some output does not reach the whole row, ``y0``'s own rounding is no longer shared by the
-row's columns, so it is modelled (``Y0_VAR = (2 Σ c_o)² = 90²`` times one point's variance) rather
-than centred away, and ``λ`` is held at 1 or more: an element moved little rounds all or
-nothing (``x + o h`` shifted by a multiple of its ulp rounds alike at every level, or one
-ulp apart), so the pooled ``λ`` measures how often its roundings differ, not how large one
-difference is.
+shared ``r``; a group's size for a statistic over groups; 1: only element ``c``, as an
+elementwise path or an output that adds inputs; an output narrower than the input is reached
+at column ``c`` modulo its width, as silu_and_mul's — each op's record says, ``Op.reach``).
+An element out of reach is computed alike at every level and adds no noise; one in reach adds
+its rounding even when its bits do not move (a staircase below one ulp). ``λ`` is measured
+from the stencil's remainder as for RMSNorm; where some output does not reach the whole row,
+``y0``'s own rounding is no longer shared by the row's columns, so it is modelled (``Y0_VAR =
+(2 Σ c_o)² = 90²`` times one point's variance) rather than centred away, and ``λ`` is held
+at 1 or more: an element moved little rounds all or nothing (``x + o h`` shifted by a
+multiple of its ulp rounds alike at every level, or one ulp apart), so the pooled ``λ``
+measures how often its roundings differ, not how large one difference is.
 Columns are stacked into batched calls of at most :func:`elements_per_call` elements per output,
 each padded to a ladder step (:func:`~gradcheck_bi.fd.budget.batch_rows`); each output's sums
 are RMSNorm's (:func:`~gradcheck_bi.fd.reduce.level_sums`: one fused Triton pass on CUDA,
@@ -64,15 +64,15 @@ from gradcheck_bi.fd.stencil import (
 )
 from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.tolerance.noise import (
-    RESIDUAL_VAR,
+    REMAINDER_VAR,
     Y0_VAR,
     model_sigma,
     noise_floor,
-    noise_residual,
     noise_scale,
     pow2_scale,
     reached_sigma,
     robust_noise_scale,
+    stencil_remainder,
     unit_roundoff,
 )
 
@@ -149,7 +149,7 @@ def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
 
     ``x ± o h`` rounds where it crosses into a coarser binade (``x + 4h`` past 1.0): the
     step taken is off by up to half an ulp of x, an error of ``u |x| |dL/dx| / h`` that no
-    output rounding model contains (it dominates when ``x + residual`` nearly cancels).
+    output rounding model contains (it dominates where a sum of inputs nearly cancels).
     Rescaling each level by the step it really took removes it to first order.
     """
     n_lev = len(LEVELS)
@@ -272,9 +272,9 @@ def input_grad_outputs(
     # its rounding (:func:`~gradcheck_bi.tolerance.noise.pow2_scale`, the same bits elsewhere)
     p2 = pow2_scale(torch.maximum(sigma_m, u * extra.sqrt()))
     sigma_m = p2 * torch.sqrt((sigma_m / p2) ** 2 + u * u * extra / p2 / p2)
-    resid_var = RESIDUAL_VAR + (0.0 if coupled else Y0_VAR)
+    resid_var = REMAINDER_VAR + (0.0 if coupled else Y0_VAR)
     p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
-    resid, model_var = noise_residual(even) / p2, resid_var * (sigma_m / p2) ** 2
+    resid, model_var = stencil_remainder(even) / p2, resid_var * (sigma_m / p2) ** 2
     lam = noise_scale(resid, model_var, centre=coupled)
     robust = robust_noise_scale(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's

@@ -46,14 +46,14 @@ from gradcheck_bi.fd.stencil import (
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, row_steps, weight_step
 from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.tolerance.noise import (
-    RESIDUAL_VAR,
-    dw_residual_var,
+    REMAINDER_VAR,
+    dw_remainder_var,
     model_sigma,
     noise_floor,
-    noise_residual,
     noise_scale,
     point_var,
     robust_noise_scale,
+    stencil_remainder,
     unit_roundoff,
 )
 
@@ -75,7 +75,7 @@ class FDEstimate:
     truncation: torch.Tensor | None = None
     # dw only: the (rows, D) terms g·∂y/∂w the analytic dw sums, from the forward
     terms: torch.Tensor | None = None
-    # λ from the residual's median (tolerance.noise.robust_noise_scale): far below λ where
+    # λ from the remainder's median (tolerance.noise.robust_noise_scale): far below λ where
     # kinks inside a few stencils set the pooled one (checks.fd_judge)
     noise_scale_robust: float | None = None
     # (J_1, J_4): the second differences over the step (:func:`jumps`)
@@ -145,8 +145,8 @@ def directional_input_grad(
     ``(R,)``); the stencil is applied to ``x_r + o h_r v``. ``forward`` may return rows of
     another width than ``x`` (several outputs side by side), ``g``'s. Noise floor: one
     point's rounding (:func:`~gradcheck_bi.tolerance.noise.model_sigma`) over the whole
-    output row, scaled by the ``λ`` its residual measures; a row's directions share its
-    ``y0``.
+    output row, scaled by the ``λ`` its stencil's remainder measures; a row's directions
+    share its ``y0``.
     """
     n_cols = x.shape[-1]
     check_budget(tuple(x.shape), stencil, x.dtype, max_memory)
@@ -204,8 +204,8 @@ def directional_input_grad(
     proj = stencil_sum(odd, stencil) / h_m
     u = unit_roundoff(x.dtype)
     sigma_m = model_sigma(g2, y0, u)  # (R,)
-    resid = noise_residual(even).reshape(directions, n_rows)  # a row's y0: shared over K
-    lam = noise_scale(resid, RESIDUAL_VAR * sigma_m**2, centre=True)
+    resid = stencil_remainder(even).reshape(directions, n_rows)  # a row's y0: shared over K
+    lam = noise_scale(resid, REMAINDER_VAR * sigma_m**2, centre=True)
     sigma = (lam * stencil.rss_weight) * sigma_m.repeat(directions) / h_m
     lead = (directions, *x.shape[:-1])
     trunc = richardson_truncation(odd, stencil, h_m)
@@ -243,7 +243,7 @@ def weight_grad(
     odd, even = sums[:n_lev], sums[n_lev:]
     grad = stencil_sum(odd, stencil) / h
     u = unit_roundoff(x.dtype)
-    resid, resid_var = noise_residual(even)[None], dw_residual_var(stacked, y0, g2, u)[None]
+    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(stacked, y0, g2, u)[None]
     lam = noise_scale(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).

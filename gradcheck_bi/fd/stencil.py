@@ -2,7 +2,7 @@
 
 Every check evaluates the forward at the offsets ``±o·h`` for ``o`` in ``LEVELS`` — the
 stencil's own, their doubles (the same stencil at ``2h``, for Richardson's truncation
-estimate) and one more even level for the rounding residual
+estimate) and one more even level for the rounding remainder
 (:mod:`gradcheck_bi.tolerance.noise`) — and once unperturbed.
 
 >>> CENTRAL4.points, CENTRAL4.order, LEVELS
@@ -19,7 +19,7 @@ import torch
 from gradcheck_bi.tolerance.noise import truncation
 
 # Offsets (× h) the forward is evaluated at, on both sides. Covers the stencils below at h
-# and at 2h, and the three even levels the noise residual needs.
+# and at 2h, and the three even levels the noise remainder needs.
 LEVELS = (1, 2, 4)
 
 

@@ -19,7 +19,7 @@ calls).
 >>> u = 2.0**-53
 >>> weight_shape(lambda v: x * v, w, 0.5, u), weight_shape(lambda v: x * v * v, w, 0.5, u)
 ((True, True), (True, False))
->>> weight_shape(lambda v: torch.nn.functional.rms_norm(x * v, (8,)), w, 0.5, u)[0]
+>>> weight_shape(lambda v: torch.nn.functional.normalize(x * v, dim=-1), w, 0.5, u)[0]
 False
 """
 
@@ -41,11 +41,11 @@ from gradcheck_bi.fd.stencil import (
 )
 from gradcheck_bi.fd.step import input_step_rel, weight_step
 from gradcheck_bi.tolerance.noise import (
-    RESIDUAL_VAR,
+    REMAINDER_VAR,
     noise_floor,
-    noise_residual,
     noise_scale,
     robust_noise_scale,
+    stencil_remainder,
 )
 
 # A column "does not move" / "has no second difference" within this many unit roundoffs of
@@ -105,8 +105,8 @@ def weight_grad_each(
     """``dL/dw_j`` for ``L = Σ g · forward(w)``, one weight element at a time, every output
     element summed (a weight that is not separable); ``columns`` (bool, ``(D,)``) limits it
     to those elements (0 elsewhere). Noise: the dx model of one point, ``u sqrt(Σ (g y)²)``,
-    scaled by ``λ`` measured from the residual (:mod:`gradcheck_bi.tolerance.noise`; ``y0``
-    is shared by every column, centred away)."""
+    scaled by ``λ`` measured from the stencil's remainder (:mod:`gradcheck_bi.tolerance.noise`;
+    ``y0`` is shared by every column, centred away)."""
     w0 = w.detach()
     n = w0.shape[-1]
     g64 = g.detach().reshape(-1).to(torch.float64)
@@ -129,12 +129,12 @@ def weight_grad_each(
     sel = torch.zeros(n, dtype=torch.bool, device=w0.device)
     sel[cols.to(w0.device)] = True
     var0 = u * u * ((g64 * y0) ** 2).sum()
-    resid = noise_residual(even)[sel][:, None]
-    lam = noise_scale(resid, RESIDUAL_VAR * var0, centre=True)
+    resid = stencil_remainder(even)[sel][:, None]
+    lam = noise_scale(resid, REMAINDER_VAR * var0, centre=True)
     sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc,
-                      noise_scale_robust=robust_noise_scale(resid, RESIDUAL_VAR * var0, True),
+                      noise_scale_robust=robust_noise_scale(resid, REMAINDER_VAR * var0, True),
                       jumps=jumps(even, h_t))

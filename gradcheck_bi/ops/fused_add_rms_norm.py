@@ -70,4 +70,5 @@ OP = Op(
     needs=("x", "residual", "weight", "eps"), marks=("residual",), reach=reach,
     forward_extra=1.0, statistic="the mean square of x + residual", added=("residual_out",),
     prenorm=True,
-    stored=Stored(stored_sum, "s", "x + residual as computed", "residual_out as stored"))
+    stored=Stored(stored_sum, "s", "x + residual as computed", "residual_out as stored",
+                  "the fused add's y against x + residual as computed or as stored"))

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
+from gradcheck_bi.ops.fields import PointAxis, all_of, boolean, chosen
 from gradcheck_bi.ops.shaped import Axis
 from gradcheck_bi.vocab import CONTROLS
 
@@ -67,7 +68,8 @@ class Param:
     ``offset``: under zero_centered_gamma the stored parameter is ``effective − 1``.
     ``identity``: the control that a kernel without the parameter computes (γ = ones, β =
     zeros). ``optional``: absent unless the kernel takes it (a gated norm's bias): then
-    neither swept nor noted.
+    neither swept nor noted. ``axes``: the point's fields that hold its control (and γ's
+    zero-centred mode), as the sweep crosses them and the reports spell them.
     """
 
     name: str
@@ -76,11 +78,20 @@ class Param:
     offset: bool = False
     identity: str = "zeros"
     optional: bool = False
+    axes: tuple[PointAxis, ...] = ()
 
 
-WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones")
-BIAS = Param("bias", "dbias", BIAS_CONTROLS)
-OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, optional=True)
+# γ's control and its zero-centred mode: in every result's JSON (the contract's ``weight`` and
+# ``zero_centered_gamma``); β's control only in the JSON of an op that has a β.
+CONTROL = chosen("control", CONTROLS, "weights", "γ controls", name="weight", cli="--weight",
+                 label="γ")
+ZCG = PointAxis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg", label="zcg")
+GAMMA_AXES = (CONTROL, ZCG)
+BETA_AXIS = chosen("bias", BIAS_CONTROLS, "biases", "β controls", json="op", cli="--bias",
+                   label="β", swept=all_of(*BIAS_CONTROLS))
+WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones", axes=GAMMA_AXES)
+BIAS = Param("bias", "dbias", BIAS_CONTROLS, axes=(BETA_AXIS,))
+OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, optional=True, axes=(BETA_AXIS,))
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,7 @@ class Stored:
     key: str
     computed: str  # the detail's value against the exact inputs
     label: str  # … against the stored ones, before " (rounded to DTYPE)"
+    note: str = ""  # the clause the low-precision forward's tolerance note adds
 
 
 def _whole_row(point: Point, name: str, output: str) -> int:
@@ -138,6 +150,9 @@ class Op:
     names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Inputs not scaled by a point's input_scale (a gate is not a signal).
     unscaled: tuple[str, ...] = ()
+    # Which of a point's two further draws an input other than the first takes (0 or 1);
+    # one not named takes the first left (gradcheck_bi.checks.family.point.make_point).
+    stream: dict[str, int] = field(default_factory=dict)
     # Per input and output: how many elements of the output one element of the input
     # moves (the row's statistic: D; a group; 1 for an elementwise path).
     reach: Callable[[Point, str, str], int] = _whole_row
@@ -168,6 +183,9 @@ class Op:
     axes: tuple[Axis, ...] = ()
     # β's part of the output, fp64 (``None``: β itself, added last; a gated norm gates it).
     bias_term: Callable[[Point], torch.Tensor] | None = None
+    # Options that are fields of the point (Config, top-level keys of the JSON: the gated
+    # norm's group size and order), each with how a sweep crosses it (PointAxis.swept).
+    point_options: tuple[PointAxis, ...] = ()
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -191,6 +209,12 @@ class Op:
         ``group_size``)."""
         return (name in self.options or any(p.name == name for p in self.params)
                 or any(a.name == name for a in self.axes))
+
+    @property
+    def point_axes(self) -> tuple[PointAxis, ...]:
+        """The point's fields this op has beyond the engine's: its parameters' controls,
+        then its :attr:`point_options`."""
+        return (*(a for p in self.params for a in p.axes), *self.point_options)
 
     def defaults(self) -> dict[str, Any]:
         """Its own options (:attr:`axes`) at their defaults."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.ops.fields import BadValue, PointAxis, all_of, boolean
 from gradcheck_bi.ops.norms import GATES, Gate, grouped, normed, rms, row_length
 from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
 from gradcheck_bi.ops.shaped import Axis
@@ -40,6 +41,35 @@ OPS_GATE = 8.0
 ACTIVATION = Axis("activation", ("silu", "sigmoid"), passed=True,
                   names=("activation", "act", "gate_act"),
                   words="the gate's activation: silu (fla's 'swish') or sigmoid")
+
+
+def group_size(v: Any) -> int | None:
+    """A group size as a case or the command line gives it: an integer, or ``"D"``."""
+    if v == "D":
+        return None  # one group per row
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise BadValue("an integer >= 1, or D (one group per row)")
+    return v
+
+
+def group_sizes(asked: list[Any] | None, d: int) -> list[Any]:
+    """The group sizes swept at row length ``d`` (asked ``None``: D/4 where it divides D,
+    and D; a size of ``None`` is D); a size that does not divide D is left out."""
+    wanted = asked if asked is not None else ([d // 4, None] if d % 4 == 0 and d >= 8
+                                              else [None])
+    sizes = [d if g is None else int(g) for g in wanted]
+    return list(dict.fromkeys(g for g in sizes if 0 < g <= d and d % g == 0))
+
+
+# The point's fields for the two options (top-level keys of the JSON): the group size, and
+# whether the norm comes before the gate (both orders swept; a point without one: before).
+POINT_OPTIONS = (
+    PointAxis("group_size", group_size, "group_sizes", "group sizes (integers >= 1, or \"D\")",
+              json="op", cli="--group-size", word=lambda w: int(w) if w.isdigit() else w,
+              swept=group_sizes, option=True),
+    PointAxis("norm_before_gate", boolean, "norm_before_gate", "booleans", json="op",
+              cli="--norm-before-gate", swept=all_of(True, False), unset=True, option=True),
+)
 
 
 def gate_of(options: dict[str, Any]) -> Gate:
@@ -170,9 +200,10 @@ OP = Op(
     outputs=("y",), reference=reference, step_scale=step_scale,
     input_rounding=input_rounding, input_magnitude=input_magnitude,
     needs=("x", "z", "weight", "eps"), marks=("z",),
-    optional_marks=("group_size", "norm_before_gate"), unscaled=("z",), reach=reach,
+    optional_marks=("group_size", "norm_before_gate"), unscaled=("z",), stream={"z": 1},
+    reach=reach,
     forward_terms=forward_terms, forward_extra=OPS_GATE + 1.0,
     statistic="the mean square over each group and the gate",
     fixable={"group_size": (None,), "norm_before_gate": (True, False),
              "activation": ACTIVATION.values},
-    axes=(ACTIVATION,), bias_term=bias_term)
+    axes=(ACTIVATION,), bias_term=bias_term, point_options=POINT_OPTIONS)

@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
 from gradcheck_bi.gate.baseline import Drift, Key, key_of
-from gradcheck_bi.point import AXES, AXIS, has_eps, op_words, spelled, weight_words
+from gradcheck_bi.point import AXES, AXIS, OP_AXES_ALWAYS, has_eps, op_words, spelled, weight_words
 from gradcheck_bi.report.tables import describe, error_words
 from gradcheck_bi.vocab import Result
 
@@ -49,7 +49,8 @@ def _dotless(name: str) -> str:
 
 # The name's head, in this order; every other axis follows where it is not its default.
 _HEAD = ("eps", "seed")  # after the γ words (point.weight_words)
-_WEIGHT = ("control", "zero_centered_gamma")  # spelled by weight_words, where the op has γ
+# The op's controls every result carries (γ's), spelled by weight_words where the op has them
+_WEIGHT = tuple(a.field for a in OP_AXES_ALWAYS)
 
 
 def case_name(r: Result) -> str:

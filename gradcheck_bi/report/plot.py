@@ -181,7 +181,7 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
     fig = Figure(figsize=(8.0, 6.0), dpi=dpi, layout="constrained")
     ax = fig.add_subplot()
     kernels = list(dict.fromkeys(c.kernel for c in sweep.curves))
-    controls = list(dict.fromkeys((c.control, c.zero_centered_gamma) for c in sweep.curves))
+    controls = list(dict.fromkeys(c.controls for c in sweep.curves))
     colours = kernel_colours(sweep.curves)
     for curve in sweep.curves:
         k = kernels.index(curve.kernel)
@@ -189,8 +189,7 @@ def build_figure(sweep: StepSweep, dpi: int = 110) -> Any:
         # curve hidden under another (before and after agree at γ=ones) still shows.
         width = 1.2 + 2.2 * (len(kernels) - 1 - k)
         ax.loglog(curve.step_rel, curve.max_abs_err, color=colours[curve.kernel],
-                  linestyle=LINE_STYLES[controls.index((curve.control, curve.zero_centered_gamma))
-                                        % len(LINE_STYLES)],
+                  linestyle=LINE_STYLES[controls.index(curve.controls) % len(LINE_STYLES)],
                   linewidth=width, alpha=1.0 if width < 2 else 0.45,
                   marker="o", markersize=2 + width, label=f"{curve.label}: {_summary(curve)}")
     ax.axvline(sweep.run_step_rel, color="0.3", linestyle=":", linewidth=1.2,

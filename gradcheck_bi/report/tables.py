@@ -1,6 +1,6 @@
 """Verdicts → the before/after tables, as plain data (no Rich, no Markdown).
 
-One :class:`Table` per (check, zero_centered_gamma): rows are kernel × device/dtype,
+One :class:`Table` per (check, γ's mode — zcg off or on): rows are kernel × device/dtype,
 columns are the γ controls randn | ones (control) | zeros, and a cell holds the largest
 error over every result that falls in it (several shapes, seeds or scales fold into one
 cell; the cell counts them). Each table carries the discrimination ratio per row —
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
-from gradcheck_bi.ops import ALL_CHECKS, OPS, SHAPED
+from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, OPS, SHAPED
+from gradcheck_bi.ops.record import ZCG
 from gradcheck_bi.point import has_eps, op_words, weight_words
 from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Result, format_error
 
@@ -158,7 +159,7 @@ class Table:
     eps: list[float]
     seeds: list[int]
     half: bool = False  # bf16/fp16 rows (see HALF_CHECK_TITLES)
-    op: str = "rms_norm"
+    op: str = DEFAULT_OP
     # An op of any shape: its column axis, its values in order, and its blind value.
     column: tuple[str, tuple[str, ...], str | None] | None = None
 
@@ -190,12 +191,12 @@ class Table:
             return f"{self.op} · " + SHAPED_TITLES.get(
                 self.check, f"{self.check}: analytic vs central differences of the kernel's "
                 "own forward, per element (sampled colours and directions where too many)")
-        zcg = f"zero_centered_gamma={'on' if self.zcg else 'off'}"
+        zcg = f"{ZCG.public}={_word(self.zcg)}"  # γ's mode, by its JSON name
         if not self.weighted:
             return f"{self.op} · " + (UNWEIGHTED_FORWARD_TITLE if self.check == "forward"
                                       else OP_CHECK_TITLES[self.check])
         titles = HALF_CHECK_TITLES if self.half else CHECK_TITLES
-        if self.op != "rms_norm" or self.check not in titles:  # an RMSNorm's dbias too
+        if self.op != DEFAULT_OP or self.check not in titles:  # the default op's dbias too
             return f"{self.op} · {OP_CHECK_TITLES[self.check]} · {zcg}"
         return f"{titles[self.check]} · {zcg}"
 
@@ -219,13 +220,13 @@ class Table:
 
 
 def build_tables(results: list[Result]) -> list[Table]:
-    """Group results into tables by op (rms_norm first), then in check order, zcg off before
-    on, fp32/fp64 before bf16/fp16, rows in first-seen order."""
+    """Group results into tables by op (the default op first), then in check order, zcg off
+    before on, fp32/fp64 before bf16/fp16, rows in first-seen order."""
     tables = []
     ops = [op for op in OPS if any(r.op == op for r in results)]
     for op, check, zcg, half in itertools.product(ops, ALL_CHECKS, (False, True),
                                                   (False, True)):
-        mine = [r for r in results if r.check == check and r.zero_centered_gamma == zcg
+        mine = [r for r in results if r.check == check and getattr(r, ZCG.public) == zcg
                 and (r.dtype in HALF_DTYPES) == half and r.op == op]
         if not mine:
             continue

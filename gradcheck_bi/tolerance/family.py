@@ -90,7 +90,7 @@ def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> tor
 
 def _offset_moves(point: Point, name: str, u_c: float) -> torch.Tensor | float:
     """Per element of output ``name``, per unit ``u``: how far the rounding of the stored
-    weight moves it. Under zero_centered_gamma a kernel forms ``γ = 1 + w`` from the stored
+    weight moves it. In γ's zero-centred mode a kernel forms ``γ = 1 + w`` from the stored
     ``w``, off by up to ``u |w|``; where γ is near 0 (``w`` near −1) that is many times the
     ``u |γ|`` of the product by γ that ``factor`` counts (Gemma's fp32 ``1 + w`` at γ = 0.008
     moves y by ~120 u |y|). Every op of the family is affine in γ column by column, so the

@@ -29,7 +29,7 @@ finite difference of the forward can show, is a separate model from the inputs:
 >>> import torch
 >>> unit_roundoff(torch.float64) == 2.0**-53
 True
->>> RESIDUAL_VAR, Y0_VAR
+>>> REMAINDER_VAR, Y0_VAR
 (8994.0, 8100.0)
 """
 
@@ -42,9 +42,9 @@ import torch
 from gradcheck_bi.sums.reduction import row_sum
 from gradcheck_bi.vocab import DTYPES
 
-RESIDUAL = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over the levels (1, 2, 4)
-RESIDUAL_VAR = 2 * sum(c * c for c in RESIDUAL)  # Var R = 2 (64² + 20² + 1) σ²
-Y0_VAR = (2.0 * sum(RESIDUAL)) ** 2  # y0's weight in R, where no row shares it: 90²
+REMAINDER = (64.0, -20.0, 1.0)  # R = Σ c_o A_o over the levels (1, 2, 4)
+REMAINDER_VAR = 2 * sum(c * c for c in REMAINDER)  # Var R = 2 (64² + 20² + 1) σ²
+Y0_VAR = (2.0 * sum(REMAINDER)) ** 2  # y0's weight in R, where no row shares it: 90²
 # Floor = K_SIGMA σ + K_TRUNC T. A Gaussian exceeds 8σ with probability ~1e-15 per element;
 # the largest of 10^6 elements sits near 5σ. T is a deterministic estimate; it over-counts
 # the next term (4.2 × the h^6 term of E(h)), and 2 covers a partial cancellation of the
@@ -98,10 +98,10 @@ def noise_floor(sigma: torch.Tensor, trunc: torch.Tensor) -> torch.Tensor:
     return K_SIGMA * sigma + K_TRUNC * trunc
 
 
-def noise_residual(even: torch.Tensor) -> torch.Tensor:
-    """``R = Σ c_o A_o`` (``c = RESIDUAL``): zero for every smooth term below ``h^6``."""
-    total = RESIDUAL[0] * even[0]
-    for c, a in zip(RESIDUAL[1:], even[1:], strict=True):
+def stencil_remainder(even: torch.Tensor) -> torch.Tensor:
+    """``R = Σ c_o A_o`` (``c = REMAINDER``): zero for every smooth term below ``h^6``."""
+    total = REMAINDER[0] * even[0]
+    for c, a in zip(REMAINDER[1:], even[1:], strict=True):
         total = total + c * a
     return total
 
@@ -153,7 +153,7 @@ def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[in
 def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
     """``λ``: the measured rounding of the forward in units of the dtype model, pooled.
 
-    ``resid`` is ``(n, rows)``: ``n`` residuals per row, each of model variance
+    ``resid`` is ``(n, rows)``: ``n`` remainders per row, each of model variance
     ``model_var`` (broadcast). ``centre`` removes a term the ``n`` share (``y0``), leaving
     ``n - 1`` degrees of freedom. With ``SS`` a row's sum of squares::
 
@@ -172,8 +172,8 @@ def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> f
 
 
 
-# λ without the outliers: a kink inside some stencils puts those columns' residuals orders of
-# magnitude above rounding (1e13× in fp64) and the pooled λ with them. A residual beyond
+# λ without the outliers: a kink inside some stencils puts those columns' remainders orders of
+# magnitude above rounding (1e13× in fp64) and the pooled λ with them. A remainder beyond
 # TRIM times the median's scale is left out; the rest pool as in noise_scale, so rounding
 # that is merely uneven (a cancellation near the kink) still counts. 0.6745: the median of
 # |z| for a standard normal z.
@@ -182,9 +182,9 @@ TRIM = 1000.0
 
 
 def robust_noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
-    """``λ`` as :func:`noise_scale`, from the residuals within ``TRIM`` times the median's
+    """``λ`` as :func:`noise_scale`, from the remainders within ``TRIM`` times the median's
     scale (at least the dtype model's) of ``|R| / sqrt(model_var)`` (centred on the median
-    over the ``n``): the rounding where no kink or bend adds to the residual."""
+    over the ``n``): the rounding where no kink or bend adds to the remainder."""
     var = model_var.expand_as(resid)
     ok = (var > 0).all(0)
     resid, var = resid[:, ok], var[:, ok]
@@ -207,14 +207,14 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
     return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
 
 
-def dw_residual_var(ys: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
+def dw_remainder_var(ys: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
                     u: float) -> torch.Tensor:
-    """Model variance of :func:`noise_residual` per column: each point's times ``c_o²``, and
+    """Model variance of :func:`stencil_remainder` per column: each point's times ``c_o²``, and
     ``y0``'s (a column's own here) times ``Y0_VAR``. ``ys`` is ``(2L, R, D)``, the ``+o``
     points first."""
-    n = len(RESIDUAL)
+    n = len(REMAINDER)
     pv = point_var(ys, g2, u)
     total = Y0_VAR * point_var(y0[None], g2, u)[0]
-    for j, c in enumerate(RESIDUAL):
+    for j, c in enumerate(REMAINDER):
         total = total + c * c * (pv[j] + pv[n + j])
     return total

@@ -4,7 +4,8 @@
 'tolerance: 0 — every compared element must be bitwise identical'
 >>> "8σ" in NOTES["dx"] and "2× Richardson" in NOTES["dx"]
 True
->>> forward_note(OPS["rms_norm"]) == NOTES["forward"]
+>>> from gradcheck_bi.ops import DEFAULT_OP
+>>> forward_note(OPS[DEFAULT_OP]) == NOTES["forward"]
 True
 >>> "log-sum-exp" in forward_note(OPS["log_softmax"])
 True
@@ -71,8 +72,10 @@ HALF_FORWARD = (
     "|y|, at least the smallest normal's ulp; the JSON keeps absolute units); pass: "
     f"every element of every output within {MAX_ULP_THRESHOLD} ulp + its fp32 arithmetic "
     "(the statistic, the op's extra roundings, β, the mean), at most "
-    f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; the fused add's "
-    "y against x + residual as computed or as stored; " + BY_CONSTRUCTION)
+    f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; "
+    # an op with a second correct reference says which (ops.record.Stored.note)
+    + "".join(f"{op.stored.note}; " for op in OPS.values() if op.stored and op.stored.note)
+    + BY_CONSTRUCTION)
 HALF_NOTES = {
     "forward": HALF_FORWARD,
     "dx": _half_gradient("dx"),

@@ -55,7 +55,8 @@ def _param_forward(fn: Any, point: OpPoint, name: str
     def forward(p: torch.Tensor) -> torch.Tensor:
         outs = op_forward(fn, point.inputs, {**point.params, name: p}, point.options,
                           point.zcg)
-        return outs["y"]  # residual_out does not depend on a parameter
+        # the op's first output: the others add inputs (Op.added), which no parameter moves
+        return outs[point.op.outputs[0]]
 
     return forward
 

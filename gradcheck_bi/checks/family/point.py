@@ -2,11 +2,11 @@
 
 ``x``, the stored weight and ``y``'s cotangent are the RMSNorm draws of the point
 (:func:`gradcheck_bi.inputs.make_inputs`: same seed, same bits), so a fused add, a layer norm
-and an RMSNorm at one point see one ``x``. The rest — ``residual``, ``z``, the cotangent of
-``residual_out`` and β — come from a second stream of the same seed, drawn in one fixed
-order whatever the op, in fp64 and only then cast. ``residual`` is scaled by the point's
-input scale like ``x``; ``z`` is not (a gate is not a signal). β: randn or zeros (its
-control).
+and an RMSNorm at one point see one ``x``. The rest — a second input (two draws: an op may
+pin its input to either, ``Op.stream``), the cotangent of a second output and β — come from
+a second stream of the same seed, drawn in one fixed order whatever the op, in fp64 and only
+then cast. A second input is scaled by the point's input scale like ``x``, unless its op
+says not (``Op.unscaled``: a gate is not a signal). β: randn or zeros (its control).
 
 Also here, in fp64: the op's reference at the point (:func:`reference`) and its exact
 gradients by torch.autograd through that reference (:func:`exact_grads`) — what the
@@ -28,6 +28,7 @@ from gradcheck_bi import lowp
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import OPS, Op
+from gradcheck_bi.ops.record import ZCG
 from gradcheck_bi.vocab import Config
 
 Tensors = dict[str, torch.Tensor]
@@ -65,7 +66,8 @@ class OpPoint:
 
 @functools.lru_cache(maxsize=4)
 def _extras(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """``(residual, z, cotangent of residual_out, β)``, unscaled fp64, one fixed order."""
+    """``(second input, another second input, cotangent of a second output, β)``, unscaled
+    fp64, one fixed order."""
     gen = torch.Generator().manual_seed(seed + EXTRA_STREAM)
     n = math.prod(shape)
     drawn = [torch.randn(n, generator=gen, dtype=torch.float64).view(shape) for _ in range(3)]
@@ -73,14 +75,15 @@ def _extras(seed: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
 
 
 def options_of(cfg: Config) -> dict[str, Any]:
-    """The op's options at the point (``eps``; the gated norm's group size and mode; its
-    own options, :attr:`~gradcheck_bi.ops.record.Op.axes`, from ``cfg.variant``)."""
+    """The op's options at the point: ``eps``; those its record declares as point fields
+    (:attr:`~gradcheck_bi.ops.record.Op.point_options`, each at its ``unset`` value where
+    the point has none); its own options (:attr:`~gradcheck_bi.ops.record.Op.axes`), from
+    ``cfg.variant``."""
     op = OPS[cfg.op]
     options: dict[str, Any] = {"eps": cfg.eps, **op.defaults(), **dict(cfg.variant)}
-    if "group_size" in op.options:
-        options["group_size"] = cfg.group_size
-        options["norm_before_gate"] = (True if cfg.norm_before_gate is None
-                                       else cfg.norm_before_gate)
+    for axis in op.point_options:
+        value = getattr(cfg, axis.field)
+        options[axis.field] = axis.unset if value is None else value
     return options
 
 
@@ -88,15 +91,14 @@ def make_point(cfg: Config) -> OpPoint:
     """The point's tensors; fresh copies every call (a kernel cannot reach the draw)."""
     op = OPS[cfg.op]
     x, w, g = make_inputs(cfg)
-    residual, z, g_res, beta = _extras(cfg.seed, tuple(cfg.shape))
+    *streams, g_res, beta = _extras(cfg.seed, tuple(cfg.shape))
     dt, dev = cfg.torch_dtype, torch.device(cfg.device)
-    # The first input is x; each other takes its own stream (residual, z), else the next
-    # one left; a gate is not scaled.
-    streams = {"residual": residual, "z": z}
-    left = [n for n in streams if n not in op.inputs]
+    # The first input is x; each other takes the stream its op pins it to (Op.stream), else
+    # the next one left; an unscaled one (a gate) is not scaled.
+    left = [i for i in range(len(streams)) if i not in op.stream.values()]
     inputs = {op.inputs[0]: x}
     for n in op.inputs[1:]:
-        t = streams[n] if n in streams else streams[left.pop(0)]
+        t = streams[op.stream[n] if n in op.stream else left.pop(0)]
         inputs[n] = (t if n in op.unscaled else t * cfg.input_scale).to(dev, dt)
     params = {}
     if op.has("weight"):
@@ -107,7 +109,8 @@ def make_point(cfg: Config) -> OpPoint:
     width = op.out_width(cfg.shape[-1])  # an output narrower than x: its first columns
     cots = {n: t if t.shape[-1] == width else t[..., :width].contiguous()
             for n, t in zip(op.outputs, [g, g_res.to(dev, dt)], strict=False)}
-    return OpPoint(op, inputs, params, cots, options_of(cfg), cfg.zero_centered_gamma)
+    # γ stored as γ − 1: the point's field for γ's mode (its record's, ops.record.ZCG)
+    return OpPoint(op, inputs, params, cots, options_of(cfg), getattr(cfg, ZCG.field))
 
 
 def reference(point: OpPoint) -> Tensors:

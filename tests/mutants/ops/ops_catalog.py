@@ -134,12 +134,12 @@ def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | Non
     kernel read as ``op`` (``None``: from its parameter names)."""
     from gradcheck_bi.kernels import resolve
     from gradcheck_bi.runner import run
-    from gradcheck_bi.sweep import Sweep
+    from gradcheck_bi.sweep import sweep_of
 
     spec = resolve(ref, {"op": op} if op else None)
     results = []
     for p in points:
-        sweep = Sweep(kernels=[], targets=[(device, p.dtype)], shapes=[p.shape],
+        sweep = sweep_of(kernels=[], targets=[(device, p.dtype)], shapes=[p.shape],
                       checks=[p.check],
                       weights=[p.weight], zcg=[False],
                       biases=[p.bias] if p.bias else ["randn"],
