@@ -99,15 +99,17 @@ def outputs_of(point: Point, raw: tuple[Any, ...]) -> dict[str, torch.Tensor]:
     return out
 
 
-def forward(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | None = None
-            ) -> dict[str, torch.Tensor]:
-    """The kernel's outputs (fp64, canonical) at ``tensors`` (the point's by default)."""
+def forward(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | None = None,
+            exact: bool = True) -> dict[str, torch.Tensor]:
+    """The kernel's outputs (canonical; fp64 unless ``exact`` is False: as it returned
+    them) at ``tensors`` (the point's by default)."""
     tensors = tensors if tensors is not None else point.drawn.tensors
     if allowed_mutations():  # a kernel that writes into what it gets (by design): copies
         tensors = _copies(tensors)
     with torch.no_grad():
         outs = outputs_of(point, kernel(tensors, point.drawn.options))
-    return {k: point.op.output_view(k, v).to(torch.float64) for k, v in outs.items()}
+    views = {k: point.op.output_view(k, v) for k, v in outs.items()}
+    return {k: v.to(torch.float64) for k, v in views.items()} if exact else views
 
 
 def with_grads(kernel: ShapedKernel, point: Point, tensors: dict[str, Any] | None = None,
