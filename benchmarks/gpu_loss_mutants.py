@@ -6,7 +6,8 @@ CPU fp64 — and the correct kernels passing at both points.
 
 One line per mutant: ``shows`` (want fail) and ``blind`` (want pass) statuses, the worst
 error/tolerance ratio, seconds. The bf16 rounding mutant runs in bf16 (its defect is a
-bf16 rounding), everything else in ``--dtype``. Exits 1 on any point not as wanted.
+bf16 rounding; the fused form's bf16 logit gradient: bf16, blind in fp32), everything else in
+``--dtype``. Exits 1 on any point not as wanted.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ CATALOGUE: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     (f"{FLCE}:SoftcapChainForgotten", "dhidden", {"softcap": 5.0}, {"softcap": None}),
     (f"{FLCE}:ZLossGradForgotten", "dweight", {"lse_square_scale": 1e-2},
      {"lse_square_scale": 0.0}),
+    (f"{FLCE}:GradLogitsInInputDtype", "dweight", {"dtype": "bf16"}, {"dtype": "fp32"}),
 ]
 
 

@@ -21,14 +21,14 @@ TLP = "token_logprobs.py"
 FLCE = "fused_linear_cross_entropy.py"
 
 
-def _status(ref: str, check: str, shape: tuple[int, ...] | None = None,
+def _status(ref: str, check: str, shape: tuple[int, ...] | None = None, dtype: str = "fp64",
             **axes: Any) -> tuple[str, dict[str, Any]]:
     """One point of the kernel's op: its default variant with ``axes`` changed (an option the
-    kernel fixes kept at its value), fp64, contiguous; the status and the details."""
+    kernel fixes kept at its value), ``dtype``, contiguous; the status and the details."""
     spec = resolve(str(KERNELS / ref))
     op = SHAPED[spec.op]
     values = {**dict(op.variants({k: [v] for k, v in spec.fixed})[0].values), **axes}
-    cfg = Config(check=check, dtype="fp64", shape=shape or op.default_shape, op=op.name,
+    cfg = Config(check=check, dtype=dtype, shape=shape or op.default_shape, op=op.name,
                  variant=Variant(tuple((a.name, values[a.name]) for a in op.axes)).values)
     r = run_point(spec, cfg, Sweep(kernels=[spec.ref]), None)
     return r.status, r.details or {}
@@ -155,3 +155,14 @@ def test_token_logprobs_leak_into_ignored_tokens_caught():
     ref = f"{TLP}:IgnoredTokensLeak"
     assert _status(ref, "dlogits", ignore="some")[0] == "fail"
     assert _status(ref, "dlogits", ignore="none")[0] == "pass"
+
+
+@pytest.mark.parametrize("check", ["dhidden", "dweight"])
+def test_fused_logit_gradient_kept_in_bf16_caught_in_bf16_blind_in_fp32(check):
+    """The logits' gradient stored in the input's dtype before the products (the class of
+    Liger 0.8.5's bf16 fused CE, and of TransformerEngine's bf16 intermediate gradients):
+    a bf16 point fails, the correct chunked kernel passes there, fp32 is its blind control."""
+    mutant = f"{FLCE}:GradLogitsInInputDtype"
+    assert _status(mutant, check, dtype="bf16")[0] == "fail"
+    assert _status(f"{FLCE}:ChunkedFusedLinearCrossEntropy", check, dtype="bf16")[0] == "pass"
+    assert _status(mutant, check, dtype="fp32")[0] == "pass"

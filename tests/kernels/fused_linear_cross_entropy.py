@@ -123,8 +123,9 @@ def _shares(grad, t, o, dtype, count_all):
     return torch.where(valid, g_ce, zero), torch.where(valid, g_zl, zero)
 
 
-def _chunks(h2, w, b, t, o, shares, chunk, **row):
-    """``dh`` (row by row) and each chunk's share of ``dW`` and ``db``."""
+def _chunks(h2, w, b, t, o, shares, chunk, kept_in=None, **row):
+    """``dh`` (row by row) and each chunk's share of ``dW`` and ``db`` (``kept_in``: the
+    logits' gradient rounded to that dtype before the products that use it)."""
     n = h2.shape[0]
     dh = torch.zeros_like(h2)
     parts = []
@@ -137,6 +138,8 @@ def _chunks(h2, w, b, t, o, shares, chunk, **row):
                 continue
             _, _, dce, dzl = _row(h2[i], w, b, ti, o, **row)
             d[j] = dce * shares[0][i] + dzl * shares[1][i]
+            if kept_in is not None:
+                d[j] = d[j].to(kept_in).to(d.dtype)
             dh[i] = torch.mv(w.t(), d[j])
         parts.append((d.t() @ h2[start:start + len(rows)], d.sum(0)))
     return dh, parts
@@ -162,14 +165,16 @@ def _forward(ctx, hidden, weight, target, bias, o):
     return (loss.reshape(target.shape) if o.reduction == "none" else loss).to(hidden.dtype)
 
 
-def _grads(ctx, grad, chunk, count_all=False, last_chunk_only=False, **row):
+def _grads(ctx, grad, chunk, count_all=False, last_chunk_only=False, lowp_grad=False,
+           **row):
     hidden, weight, bias, target = ctx.saved_tensors
     o = ctx.options
     h2 = _wide(hidden.reshape(-1, hidden.shape[-1]))
     b = _wide(bias) if bias is not None else None
     t = target.reshape(-1)
     shares = _shares(_wide(grad), t, o, h2.dtype, count_all)
-    dh, parts = _chunks(h2, _wide(weight), b, t, o, shares, chunk, **row)
+    kept_in = hidden.dtype if lowp_grad else None
+    dh, parts = _chunks(h2, _wide(weight), b, t, o, shares, chunk, kept_in, **row)
     dw = parts[-1][0] if last_chunk_only else _total(parts, 0)
     db = _total(parts, 1).to(hidden.dtype) if b is not None else None
     return dh.reshape(hidden.shape).to(hidden.dtype), dw.to(weight.dtype), db
@@ -260,3 +265,13 @@ class ZLossGradForgotten(ChunkedFusedLinearCrossEntropy):
     @staticmethod
     def backward(ctx, grad, *unused):
         return _liger_out(ctx, grad, z_grad=False)  # MUTANT
+
+
+class GradLogitsInInputDtype(ChunkedFusedLinearCrossEntropy):
+    """The logits' gradient is stored in the input's dtype (bf16) between the softmax and
+    the products that make ``dh``, ``dW`` and ``db`` (right in fp32 and fp64, where that
+    dtype is the one it computes in)."""
+
+    @staticmethod
+    def backward(ctx, grad, *unused):
+        return _liger_out(ctx, grad, lowp_grad=True)  # MUTANT
