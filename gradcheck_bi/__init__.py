@@ -1,4 +1,4 @@
-"""gradcheck-bi: prove a batch-invariant RMSNorm's hand-written backward right or wrong.
+"""gradcheck-bi: prove a GPU kernel's hand-written backward right or wrong.
 
 The public API; everything else is internal. Names are loaded on first use, so that the
 command line can refuse bad usage before torch is imported.

@@ -51,7 +51,8 @@ MERGE_EXIT_CODES = _exit_codes(
     "4 internal error of gradcheck-bi (one line; --debug for the traceback).",
 )
 ROOT_EPILOG = "Each command lists its exit codes: gradcheck-bi COMMAND -h."
-HELP = "Prove a batch-invariant RMSNorm's hand-written backward right or wrong."
+HELP = ("Prove a kernel's hand-written backward right or wrong: every gradient against "
+        "finite differences of its own forward, per element, at its noise floor.")
 
 
 def _one_line_per_paragraph(text: str) -> str:
@@ -101,7 +102,7 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    """Prove a batch-invariant RMSNorm's hand-written backward right or wrong."""
+    """Prove a kernel's hand-written backward right or wrong."""
 
 
 def _register(name: str, command: Callable[..., int], epilog: str) -> None:

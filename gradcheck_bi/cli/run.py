@@ -209,9 +209,9 @@ def run_command(
         "--debug", rich_help_panel=OUTPUT, show_default=False, help="Show tracebacks.")
     ] = False,
 ) -> int:
-    """Check forward, dx, dw and batch invariance over the γ controls and zcg settings.
+    """Check a kernel's forward, every gradient and batch invariance over its op's blind controls.
 
-    gradcheck-bi run --kernel my_norm.py --check dx,dw --shape 4,1000
+    gradcheck-bi run --kernel my_kernels.py:MyFn --dtype fp32 --shape 4,1000
     """
     given = dict(locals())  # the options by name: the point's are read by its table
     started = time.perf_counter()
