@@ -33,6 +33,7 @@ def main() -> int:
     ap.add_argument("--check", default="dA")
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--runs", type=int, default=2, help="the last one is timed")
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.shape.split(","))
 
@@ -63,7 +64,7 @@ def main() -> int:
 
     Counted.__doc__ = base.__doc__
     walls = []
-    for rep in range(2):
+    for rep in range(a.runs):
         calls.clear()
         sync()
         t0 = time.perf_counter()
