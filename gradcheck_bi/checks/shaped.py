@@ -306,9 +306,16 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     # every (level, sign) displacement of a colour at once: (2·levels, 1, …)
     shifts = torch.tensor([sign * o * h for o in LEVELS for sign in (1, -1)],
                           dtype=torch.float64, device=tp.device)
-    for pick in colours.picks:
-        idx = index_of(pick, s_sizes, c_sizes)
-        dev_idx = tuple(i.to(tp.device) for i in idx)
+    # every colour's index, sent to the device in one copy: a copy from the host's pageable
+    # memory waits for the GPU's queue, so one per colour kept the host from running ahead
+    # of the kernel calls (the GPU idled while the host prepared each colour)
+    idxs = [index_of(pick, s_sizes, c_sizes) for pick in colours.picks]
+    sent: list[torch.Tensor] = []
+    for n, idx in enumerate(idxs):
+        if n % SEND_BLOCK == 0:  # this colour and the next ones, each axis stacked
+            sent = [torch.stack(axis).to(tp.device)
+                    for axis in zip(*idxs[n:n + SEND_BLOCK], strict=True)]
+        dev_idx = tuple(axis[n % SEND_BLOCK] for axis in sent)
         orig = tp[dev_idx].clone()
         exact = orig.double()
         # the values the kernel gets (rounded to its dtype) and the steps they take, made
@@ -340,6 +347,7 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     return fd
 
 
+SEND_BLOCK = 256  # colours whose indices go to the device in one copy
 STACK_MAX = 2**22  # output elements up to which a colour's six calls are reduced together
 
 
