@@ -232,6 +232,10 @@ def test_plain_rmsnorm_is_recognised_without_a_mismatch_and_takes_no_bias() -> N
         assert spec.op == "rms_norm" and not takes(spec, "bias") and spec.mismatch == ""
         assert spec.recognised == f"recognised rms_norm from its name ({ref.split(':')[1]})" \
                                   " and its output"
+    # Megatron's own apply (a bundled kernel) has no β either: no bias point is swept
+    after = resolve("after")
+    assert not takes(after, "bias")
+    assert {c.bias for _, c in grid(Sweep(kernels=["after"], **SMALL), [after])} == {None}
 
 
 def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:
