@@ -335,7 +335,7 @@ def prepare(fn: Any, inputs: Sequence[Any], name: str = "") -> Generic:
          "batch invariance not checked: its rows are not independent (or there is one)"),
     )
     spec = KernelSpec(name, kernel, (), "", source="api", zcg=frozenset({False}),
-                      op=op.name, recognised=notes[0])
+                      op=op.name, recognised=notes[0], fixed=())
     return Generic(spec, dtype, device, notes)
 
 

@@ -284,7 +284,7 @@ def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
     """The point of ``spec``'s op where the plot measures ``check``: a gated norm's group is
     the whole row, normalised before the gate; a β it takes randn (run's defaults)."""
     op, cfg = OPS[spec.op], Config(check=check, op=spec.op, **fields)
-    bias = "randn" if spec.by_roles and op.has("bias") and "bias" not in dict(spec.fixed) else None
+    bias = "randn" if op.has("bias") and "bias" not in dict(spec.fixed) else None
     return replace(cfg, group_size=cfg.shape[-1] if op.has("group_size") else None,
                    norm_before_gate=True if op.has("norm_before_gate") else None, bias=bias)
 

@@ -134,10 +134,7 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 seed=seed, control=control, input_scale=scale, weight_scale=wscale,
                 layout=layout, **mode, **settings(sweep),
             )
-            if not spec.by_roles:
-                yield spec, cfg
-            else:
-                yield from ((spec, c) for c in op_points(spec, cfg, sweep))
+            yield from ((spec, c) for c in op_points(spec, cfg, sweep))
 
 
 def shaped_layouts(op: ShapedOp, sweep: Sweep) -> list[str]:
@@ -215,11 +212,9 @@ def _variant_has(op: ShapedOp, variant: Variant, check: str) -> bool:
 
 
 def takes(spec: KernelSpec, name: str) -> bool:
-    """Whether the kernel takes its op's parameter ``name`` (not absent, ``spec.fixed``; an
-    optional one only where the kernel is called by role: Megatron's ``apply`` has no β)."""
-    op = OPS[spec.op]
-    return (op.has(name) and name not in dict(spec.fixed)
-            and (spec.by_roles or name not in {p.name for p in op.params if p.optional}))
+    """Whether the kernel takes its op's parameter ``name`` (not absent: ``spec.fixed``;
+    Megatron's ``apply`` has no β)."""
+    return OPS[spec.op].has(name) and name not in dict(spec.fixed)
 
 
 def checks_of(spec: KernelSpec) -> tuple[str, ...]:

@@ -66,14 +66,6 @@ class KernelCrashed(Exception):
     still run."""
 
 
-def by_roles(op: str, fn: Any) -> bool:
-    """Whether a kernel of ``op`` is called with every role of its op by name (an
-    ``OpAdapted``: optional parts such as β as it takes them), not as Megatron's
-    ``apply(x, weight, eps, zcg)`` (an RMSNorm with a weight and no bias; every check wraps
-    it, :func:`gradcheck_bi.kernels.adapting.asop.as_op_kernel`)."""
-    return op != "rms_norm" or not callable(getattr(fn, "apply", None))
-
-
 @dataclass(frozen=True)
 class Config:
     """One point of a sweep: what to check, where, on which data, judged how."""
@@ -261,9 +253,11 @@ class KernelSpec:
     # parameters, one line saying which op and from which names.
     op: str = "rms_norm"
     recognised: str = ""
-    # Options of its op the kernel fixes instead of taking (group_size, norm_before_gate),
-    # at their values, and one line each saying how (kernels/adapting/opadapt.py): not swept.
-    fixed: tuple[tuple[str, Any], ...] = ()
+    # Parameters of its op the kernel does not take (at None: absent) and options it fixes
+    # instead of taking (group_size, norm_before_gate), at their values, and one line each
+    # saying how (kernels/adapting/opadapt.py): not swept. The default is Megatron's
+    # ``apply(x, weight, eps, zcg)``: an RMSNorm without β.
+    fixed: tuple[tuple[str, Any], ...] = (("bias", None),)
     fixed_how: tuple[str, ...] = ()
     # The ``kernel_args`` it was resolved with (--kernel-arg, --op): a worker process
     # reloads the kernel from ``ref`` with these, whatever its sweep carries.
@@ -272,11 +266,6 @@ class KernelSpec:
     # RMSNorm that subtracts the mean): the words a failed forward adds
     # (kernels/adapting/behaviour.py).
     mismatch: str = ""
-
-    @property
-    def by_roles(self) -> bool:
-        """Called with every role of its op by name (:func:`by_roles`)."""
-        return by_roles(self.op, self.fn)
 
     @property
     def ref(self) -> str:

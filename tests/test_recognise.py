@@ -18,7 +18,7 @@ from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.behaviour import MATCH, candidates, drawn_values, probe
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run, sweep_of
+from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run, sweep_of, takes
 from gradcheck_bi.vocab import KernelLoadError
 
 VARIANTS = str(Path(__file__).parent / "kernels" / "variants.py")
@@ -207,7 +207,7 @@ def test_rms_norm_variants_pass_with_every_gradient_they_have(
         attr: str, args: dict[str, str], checks: set[str], biases: set[str | None],
         dtype: str) -> None:
     spec = resolve(f"{VARIANTS}:{attr}", args or None)
-    assert spec.op == "rms_norm" and spec.by_roles
+    assert spec.op == "rms_norm"
     results = _run(spec, targets=[("cpu", dtype)])
     assert {r.check for r in results} == set(checks_of(spec)) == checks
     assert {r.bias for r in results} == biases
@@ -226,12 +226,16 @@ def test_a_bias_variant_defect_is_caught_by_dbias() -> None:
     assert failed == {("dbias", "randn")}  # blind at γ = ones, where Σ g γ = Σ g
 
 
-def test_plain_rmsnorm_stays_on_its_engine_without_a_note() -> None:
+def test_plain_rmsnorm_is_recognised_without_a_mismatch_and_takes_no_bias() -> None:
     for ref in ("torch.nn.functional:rms_norm", "torch.nn:RMSNorm"):
         spec = resolve(ref)
-        assert spec.op == "rms_norm" and not spec.by_roles and spec.mismatch == ""
+        assert spec.op == "rms_norm" and not takes(spec, "bias") and spec.mismatch == ""
         assert spec.recognised == f"recognised rms_norm from its name ({ref.split(':')[1]})" \
                                   " and its output"
+    # Megatron's own apply (a bundled kernel) has no β either: no bias point is swept
+    after = resolve("after")
+    assert not takes(after, "bias")
+    assert {c.bias for _, c in grid(Sweep(kernels=["after"], **SMALL), [after])} == {None}
 
 
 def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:

@@ -375,9 +375,11 @@ def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override:
                description: str) -> KernelSpec:
     """:func:`adapt` for an RMSNorm: Megatron's ``apply`` as it is, or an :class:`Adapted`."""
     call: Callable[..., Any]
-    fixed: tuple[tuple[tuple[str, Any], ...], tuple[str, ...]] = ((), ())
+    # Megatron's apply takes no β
+    fixed: tuple[tuple[tuple[str, Any], ...], tuple[str, ...]] = ((("bias", None),), ())
     if isinstance(obj, Builder):  # a module: built for each point
-        slots, call, fixed = obj.slots, _Module(obj), obj.fixed()
+        slots, call = obj.slots, _Module(obj)
+        fixed = (fixed[0] + obj.fixed()[0], obj.fixed()[1])
         _check_module_weight(obj)
     elif _is_function(obj):
         slots = call_slots(obj.forward, f"{obj.__name__}.forward", args,
