@@ -12,7 +12,9 @@ right there, so each is swept at another value too (a kernel without one runs at
 value its forward computes). Every output element depends on one element of each input:
 one colour each. The rounding of ``t = m_g a``, which silu's tail scales by ``|t|``, and
 every other rounding are derived from the reference (:mod:`gradcheck_bi.errors`): a
-multiplier of 1.0 is no multiplication there, as in a kernel that has none. ``--shape`` is
+multiplier of 1.0 is no multiplication there, as in a kernel that has none. ``a`` and
+``b`` are drawn at the point's input scale (a case's ``input_scales``; 1 by default); the
+step along ``a`` is silu's bend, ``1 / m_g``, at any scale (:func:`bend`). ``--shape`` is
 ``(…rows, D)``.
 
 >>> import torch
@@ -83,6 +85,13 @@ def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str
     return part.reshape(*([1] * (like.dim() - 2)), *part.shape).contiguous()
 
 
+def bend(role: str, options: dict[str, Any]) -> float | None:
+    """``a``: silu bends over ``1 / m_g`` whatever the scale of ``a`` (a step set by a
+    large ``a``'s RMS would cross that bend near 0); ``b``: ``y`` is linear in it."""
+    gate = abs(float(options["gate_multiplier"]))
+    return 1.0 / gate if role == "a" and gate > 0 else None
+
+
 OP = ShapedOp(
     "swiglu", "y = silu(m_g · a) · b · m_d (gate_multiplier, down_multiplier: 1 plain)",
     roles=(Role("a", ("n", "d"), names=("a", "gate", "x")),
@@ -92,6 +101,7 @@ OP = ShapedOp(
     reference=reference, canonical=rows, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, D)",
     batch_axis=lambda options: "n", column="gate_multiplier",
-    marks=("swiglu",), output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    marks=("swiglu",), scaled=("a", "b"), bend=bend,
+    output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
     restore=restore,
 )
