@@ -25,9 +25,10 @@ A configuration draws, generically from the op's record:
 * a layout among what a sweep offers the op (:func:`gradcheck_bi.sweep.shaped_layouts`): a
   check the layout does not apply to runs contiguous.
 
-Input scales are not varied: an op's ``draw`` has no scale knob (GEMM's inputs are unit
-normals, ``gelu_and_mul``'s gate 3×, cross-entropy's logits 2×) and this harness does not
-change what an op draws.
+* an input scale ``10^U(−3, 3)`` for an op that draws roles at one (``ShapedOp.scaled``:
+  swiglu's ``a, b``, where silu's tail lies at large inputs); every other op at its own
+  draw's scale (GEMM's inputs are unit normals, ``gelu_and_mul``'s gate 3×,
+  cross-entropy's logits 2×), which this harness does not change.
 
 Detection power (``--no-power`` skips it), fp64 and fp32: the correct kernel with every
 output's cotangent multiplied by ``1 + δ`` in its backward (so every input gradient is off by
@@ -72,6 +73,7 @@ KERNELS = {
     "gemm": "tests/kernels/gemm.py:GemmFn",
     "gelu_and_mul": "tests/kernels/gelu_and_mul.py:GeluAndMul",
     "cross_entropy": "tests/kernels/cross_entropy.py:CrossEntropy",
+    "swiglu": "tests/kernels/entry_points.py:LigerSiLUMulFunction",  # its multipliers drawn
 }
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("fp64", "fp32", "bf16")
@@ -167,6 +169,7 @@ def configs(op: ShapedOp, spec: KernelSpec, dtype: str, n: int, seed: int,
             shape = random_shape(op, rng)
         layout = rng.choice(layouts_for(op, variant))
         point_seed = rng.randrange(1 << 31)
+        scale = 10.0 ** rng.uniform(-3.0, 3.0) if op.scaled else 1.0
         out = []
         for check in op.checks:
             if not _variant_has(op, variant, check):
@@ -174,14 +177,15 @@ def configs(op: ShapedOp, spec: KernelSpec, dtype: str, n: int, seed: int,
             lay = layout if _layout_applies(op, layout, variant, check) else "contiguous"
             out.append(Config(check=check, device="cpu", dtype=dtype, shape=shape,
                               seed=point_seed, op=op.name, variant=variant.values,
-                              layout=lay))
+                              layout=lay, input_scale=scale))
         yield out
 
 
 def reproduce(ref: str, cfg: Config) -> str:
     return (f"run_shaped_check(resolve({ref!r}).fn, Config(check={cfg.check!r}, "
             f"dtype={cfg.dtype!r}, shape={cfg.shape!r}, seed={cfg.seed}, op={cfg.op!r}, "
-            f"variant={cfg.variant!r}, layout={cfg.layout!r}))")
+            f"variant={cfg.variant!r}, layout={cfg.layout!r}"
+            + (f", input_scale={cfg.input_scale!r}" if cfg.input_scale != 1.0 else "") + "))")
 
 
 def false_alarms(op_name: str, dtype: str, n: int, seed: int = 20261203,

@@ -196,9 +196,9 @@ def _op(row: dict[str, Any]) -> Any:
 def weight_words(row: dict[str, Any]) -> list[str]:
     """The controls of its op's parameters that every result carries, as a result (``row``:
     by public name) has them: ``["γ=randn", "zcg=off"]``; none for an op without such a
-    parameter (log_softmax, swiglu, …), whose one point carries no γ meaning.
+    parameter (log_softmax, silu_and_mul, …), whose one point carries no γ meaning.
 
-    >>> weight_words({"op": "swiglu", "weight": "randn"})
+    >>> weight_words({"op": "log_softmax", "weight": "randn"})
     []
     """
     op = _op(row)
@@ -208,7 +208,7 @@ def weight_words(row: dict[str, Any]) -> list[str]:
 
 
 def has_eps(row: dict[str, Any]) -> bool:
-    """Whether a result's op takes an eps (swiglu and silu_and_mul do not)."""
+    """Whether a result's op takes an eps (log_softmax and silu_and_mul do not)."""
     op = _op(row)
     return op is not None and op.has("eps")
 

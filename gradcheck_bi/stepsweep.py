@@ -273,6 +273,9 @@ def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
     if len(ops) > 1:
         raise ValueError("plot one op at a time (h/ℓ means another ℓ for each): "
                          + ", ".join(f"{s.name} is {s.op}" for s in kernels))
+    if ops[0] not in OPS:
+        raise ValueError(f"plot draws the norm family's ops; {ops[0]} is an op of any shape, "
+                         "whose steps are planned per colour: `gradcheck-bi run` checks it")
     op = OPS[ops[0]]
     if check not in op.gradient_checks:
         raise ValueError(f"{op.name} has no {check}: its gradients are "

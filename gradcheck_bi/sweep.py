@@ -166,7 +166,8 @@ def _layout_applies(op: ShapedOp, layout: str, variant: Variant, check: str) -> 
 def shaped_points(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec,
                                                                               Config]]:
     """The points of kernels of ops of any shape: checks × the op's variants (its default,
-    each other value alone, its crossed pairs) × layouts (with the default variant, and
+    each other value alone, its crossed pairs) × input scales (an op that draws at one:
+    ``ShapedOp.scaled``) × layouts (with the default variant, and
     the cotangent's layouts with its blind one too) — an option the kernel fixes at its
     value alone; a check of an absent role, or batch invariance where the op's rows are
     not independent, left out."""
@@ -180,8 +181,9 @@ def shaped_points(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[Ker
             checks = [c for c in sweep.checks_for(dtype) if c in op.checks] \
                 if sweep.checks is not None else list(op.checks)
             layouts = shaped_layouts(op, sweep)
-            for check, shape, seed, variant, layout in itertools.product(
-                    checks, shapes, sweep.seeds, variants, layouts):
+            scales = sweep.input_scales if op.scaled else [1.0]
+            for check, shape, scale, seed, variant, layout in itertools.product(
+                    checks, shapes, scales, sweep.seeds, variants, layouts):
                 if not _variant_has(op, variant, check):
                     continue
                 if layout != "contiguous" and not (
@@ -195,7 +197,7 @@ def shaped_points(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[Ker
                         continue
                 yield spec, Config(check=check, device=device, dtype=dtype,
                                    shape=tuple(shape), seed=seed, layout=layout,
-                                   op=spec.op, variant=variant.values,
+                                   input_scale=scale, op=spec.op, variant=variant.values,
                                    precision=sweep.precision)
 
 

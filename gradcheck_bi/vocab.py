@@ -180,8 +180,9 @@ class Result:
         if d["variant"] is None:
             del d["variant"]
         if not d.pop("norm_axes"):  # an op of any shape: the norms' axes mean nothing there
-            for key in NORM_ONLY:
-                del d[key]
+            for key in NORM_ONLY:  # but an input scale its op draws at (ShapedOp.scaled)
+                if key != "input_scale" or d[key] == 1.0:
+                    del d[key]
         extra = {k: d.pop(k) for k in OP_FIELDS}
         if extra["op"] != "rms_norm" or any(v is not None for v in extra.values()
                                             if v != "rms_norm"):  # an RMSNorm with a β

@@ -1,7 +1,7 @@
-"""The ops beyond norms (gradcheck_bi/ops/log_softmax.py, swiglu.py, silu_and_mul.py): each
-added as one op module, checked against formulas written here and through its correct
-kernel (tests/kernels/) in every dtype, layout and awkward shape; its mutants are in
-tests/test_op_mutants.py.
+"""The ops beyond norms on the norm family's record (gradcheck_bi/ops/log_softmax.py,
+silu_and_mul.py): each added as one op module, checked against formulas written here and
+through its correct kernel (tests/kernels/) in every dtype, layout and awkward shape; its
+mutants are in tests/test_op_mutants.py. swiglu, an op of any shape: tests/test_swiglu.py.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, grid, not_run
 
 KERNELS = {"log_softmax": "tests/kernels/log_softmax.py",
-           "swiglu": "tests/kernels/swiglu.py",
            "silu_and_mul": "tests/kernels/silu_and_mul.py"}
 # Logits and gates of 1e3: at a ≈ -560 silu's outputs are ~1e-240 and their squares
 # underflow; the noise model squares on a power of two (tolerance.noise.pow2_scale), so the
 # tolerance there is their rounding, not 0.
-SCALES = {op: [1e-4, 1.0, 1e3] for op in ("log_softmax", "swiglu", "silu_and_mul")}
+SCALES = {op: [1e-4, 1.0, 1e3] for op in ("log_softmax", "silu_and_mul")}
 LAYOUTS = ["contiguous", "x-strided", "x-transposed", "x-offset", "grad-strided",
            "grad-transposed", "grad-offset"]
 
@@ -37,7 +36,6 @@ def test_references_match_formulas_written_here() -> None:
     lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
     assert torch.allclose(OPS["log_softmax"].reference({"x": x}, {}, {})["y"], x - lse)
     silu = x / (1 + torch.exp(-x))
-    assert torch.allclose(OPS["swiglu"].reference({"a": x, "b": b}, {}, {})["y"], silu * b)
     both = torch.cat([x, b], dim=-1)
     assert torch.allclose(OPS["silu_and_mul"].reference({"x": both}, {}, {})["y"], silu * b)
 
@@ -84,9 +82,19 @@ def test_plot_takes_the_op(tmp_path: Path) -> None:
     from gradcheck_bi.cli import main
 
     out = tmp_path / "p.json"
-    code = main(["plot", "--kernel", KERNELS["swiglu"], "--op", "swiglu", "--check", "db",
-                 "--shape", "2,16", "--steps", "-12:-8", "--output", str(out)])
+    code = main(["plot", "--kernel", KERNELS["silu_and_mul"], "--op", "silu_and_mul",
+                 "--check", "dx", "--shape", "2,16", "--steps", "-12:-8", "--output", str(out)])
     assert code == 0 and out.exists()
+
+
+def test_plot_refuses_an_op_of_any_shape_in_one_line(capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    from gradcheck_bi.cli import main
+
+    code = main(["plot", "--kernel", "tests/kernels/swiglu.py", "--op", "swiglu", "--check",
+                 "db", "--shape", "2,16"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "op of any shape" in err, err
 
 
 def test_a_failure_line_names_no_axis_the_op_lacks(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def test_gate_activation_mutant_is_caught_at_sigmoid_only() -> None:
 @pytest.mark.parametrize("attr", ["TritonSiluMul", "SiLUMul", "LigerSiLUMulFunction"])
 def test_swiglu_is_recognised_from_its_output(attr: str) -> None:
     spec = resolve(f"{EP}:{attr}")
-    assert spec.op == "swiglu" and "from its output" in spec.recognised
+    assert spec.op == "swiglu" and "from its forward" in spec.recognised
     results = _run(spec)
     assert {r.check for r in results} == {"forward", "da", "db", "batch_invariance"}
     assert not _failing(results)
@@ -119,9 +119,10 @@ def test_liger_multipliers_are_swept_beyond_their_blind_value() -> None:
     results = _run(spec, checks=["da"])
     seen = {(r.variant["gate_multiplier"], r.variant["down_multiplier"]) for r in results}
     assert seen == {(1.0, 1.0), (0.7, 1.0), (1.0, 1.3)}
-    plain = resolve(f"{EP}:SiLUMul")  # a kernel without them: 1.0 alone, no note
+    plain = resolve(f"{EP}:SiLUMul")  # a kernel without them: 1.0 alone, its forward's
     assert dict(plain.fixed) == {"gate_multiplier": 1.0, "down_multiplier": 1.0}
-    assert not plain.fixed_how
+    assert {r.variant["gate_multiplier"] for r in _run(plain, checks=["da"])} == {1.0}
+    assert all("the kernel takes no" in how for how in plain.fixed_how)
 
 
 @pytest.mark.parametrize(("attr", "shows"), [

@@ -253,7 +253,6 @@ def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:
                                                                "output"),
     ("tests/kernels/silu_and_mul.py:SiluAndMul", "silu_and_mul", "its name (SiluAndMul) and "
                                                                  "its output"),
-    ("tests/kernels/swiglu.py:Swiglu", "swiglu", "its name (Swiglu) and its parameters (a, b)"),
 ])
 def test_ops_beyond_norms_are_recognised_by_name(ref: str, op: str, basis: str) -> None:
     spec = resolve(ref)

@@ -287,7 +287,7 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     tp = t.permute(perm)
     s_sizes = tuple(tp.shape[: len(shared)])
     c_sizes = tuple(tp.shape[len(shared):])
-    h = step(t, dtype)
+    h = step(t, dtype, op.bend(role, point.drawn.options))
     gen = torch.Generator().manual_seed(seed_of(point.cfg) + 1)
     risky = op.risky(point.drawn, role) if op.risky is not None else []
     if not s_sizes and risky and risky[0].numel() > 1:

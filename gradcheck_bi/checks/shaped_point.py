@@ -52,6 +52,10 @@ def make_point(cfg: Config, op: ShapedOp | None = None) -> Point:
     variant = Variant(cfg.variant) if cfg.variant else op.variants()[0]
     gen = torch.Generator().manual_seed(seed_of(cfg))
     drawn = op.draw(op.sizes(cfg.shape), variant, cfg.torch_dtype, cfg.device, gen)
+    if cfg.input_scale != 1.0 and op.scaled:
+        drawn = replace(drawn, tensors={**drawn.tensors, **{
+            r: scaled(t, cfg.input_scale) for r in op.scaled
+            if (t := drawn.tensors.get(r)) is not None}})
     layout = cfg.layout
     if layout.endswith("-strided") and not layout.startswith("grad"):
         role = layout[: -len("-strided")]
@@ -59,6 +63,11 @@ def make_point(cfg: Config, op: ShapedOp | None = None) -> Point:
         if t is not None:
             drawn = replace(drawn, tensors={**drawn.tensors, role: strided(t)})
     return Point(op, cfg, variant, drawn)
+
+
+def scaled(t: torch.Tensor, scale: float) -> torch.Tensor:
+    """``t · scale``, computed in fp64 and rounded once to ``t``'s dtype."""
+    return (t.to(torch.float64) * scale).to(t.dtype)
 
 
 def strided(t: torch.Tensor) -> torch.Tensor:

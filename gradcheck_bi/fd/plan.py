@@ -55,9 +55,13 @@ def shared_and_colour(axes: tuple[str, ...], outputs: Sequence[tuple[str, ...]],
     return shared, tuple(a for a in axes if a not in shared)
 
 
-def step(t: torch.Tensor, dtype: torch.dtype) -> float:
-    """``2^round(log2 RMS) · STEP[dtype]`` (a power of two: ``x ± o h`` rounds rarely)."""
+def step(t: torch.Tensor, dtype: torch.dtype, bend: float | None = None) -> float:
+    """``2^round(log2 L) · STEP[dtype]`` (a power of two: ``x ± o h`` rounds rarely), ``L``
+    the tensor's RMS, or ``bend`` where smaller: the length over which the op's outputs bend
+    along it (silu's ``1 / m_g``), whatever the inputs' scale."""
     rms = float(t.double().pow(2).mean().sqrt()) if t.numel() else 1.0
+    if bend is not None and bend > 0 and not rms <= bend:
+        rms = bend
     scale = 2.0 ** round(math.log2(rms)) if rms > 0 and math.isfinite(rms) else 1.0
     return scale * STEP.get(dtype, 2.0**-5)
 

@@ -40,7 +40,6 @@ OP_WORDS: tuple[tuple[str, str], ...] = (
     (r"layer_?norm", "layer_norm"),
     (r"log_?softmax", "log_softmax"),
     (r"silu_?and_?mul", "silu_and_mul"),
-    (r"swi_?glu", "swiglu"),
     (r"(^|_)rms", "rms_norm"),
 )
 # A name that says one op yet names a wider family, and the op whose output it may compute:

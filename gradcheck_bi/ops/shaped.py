@@ -179,6 +179,16 @@ class ShapedOp:
     # How a Variant's axes are crossed: the default point, each axis's other values one at
     # a time, and the pairs named here crossed in full (the cotangent with the reduction).
     crossed: tuple[tuple[str, str], ...] = ()
+    # Roles drawn at a point's input scale (``Config.input_scale``, a case's
+    # ``input_scales``; 1 by default) times the op's own draw: an op whose risky region
+    # lies at large inputs (silu's tail). Other roles, and every role of an op naming none,
+    # keep the op's draw whatever the scale.
+    scaled: tuple[str, ...] = ()
+    # ``bend(role, options)``: the length over which the outputs bend along a role (silu's
+    # 1 / m_g), which caps its finite differences' step (else the tensor's RMS sets it:
+    # :func:`gradcheck_bi.fd.plan.step`); None where the RMS serves (a linear role, a
+    # function whose bends scale with its input).
+    bend: Callable[[str, dict[str, Any]], float | None] = lambda role, options: None
     # False for an op built from a kernel's own forward (:mod:`gradcheck_bi.generic`): its
     # reference is that forward, so there is no forward to check, and recognition never
     # offers it for another kernel.

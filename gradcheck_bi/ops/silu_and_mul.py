@@ -1,5 +1,6 @@
 """``silu_and_mul``: ``x (..., 2D) -> silu(x[..., :D]) · x[..., D:]`` (the vLLM / TorchTitan
-form): :mod:`.swiglu` on the two halves of one input, its output half as wide.
+form): :mod:`.swiglu` (at its multipliers' 1.0) on the two halves of one input, its output
+half as wide.
 
 With ``a = x[..., :D]``, ``b = x[..., D:]``::
 
@@ -20,8 +21,25 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.ops.norms import silu_grad_size
 from gradcheck_bi.ops.record import Op, Point, Sums, Tensors
-from gradcheck_bi.ops.swiglu import OPS_SILU, elementwise, one_term, terms
+
+OPS_SILU = 8.0  # exp (not always correctly rounded), an add, a division, the products
+
+
+def elementwise(point: Point, name: str, output: str) -> int:
+    return 1
+
+
+def one_term(point: Point) -> int:
+    return 1
+
+
+def terms(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The sizes of the terms of the gradient of ``silu(a) · b`` (fp64): ``|g b| S(a)``
+    (``S``: the size of the terms of ``silu'``, :func:`~gradcheck_bi.ops.norms.
+    silu_grad_size`) for ``a``, ``|g silu(a)|`` for ``b``."""
+    return (g * b).abs() * silu_grad_size(a), (g * torch.nn.functional.silu(a)).abs()
 
 
 def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
