@@ -40,7 +40,7 @@ from typing import Any
 
 from gradcheck_bi import fd
 from gradcheck_bi.kernels.calling.layout import LAYOUTS
-from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, OPS
+from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, OPS, SHAPED
 from gradcheck_bi.ops.fields import BadValue, chosen, nonnegative, positive
 from gradcheck_bi.ops.fields import PointAxis as Axis
 
@@ -141,7 +141,7 @@ AXES: tuple[Axis, ...] = (
     Axis("step_rel", positive, "step_rel", setting=True),
     Axis("max_memory", memory, "max_memory", json="never", cli="--max-memory"),
     Axis("directions", count, "directions", json="never", cli="--directions"),
-    chosen("op", tuple(OPS), None, json="op", cli="--op"),
+    chosen("op", (*OPS, *SHAPED), None, json="op", cli="--op"),  # every op `ops` lists
     *OP_AXES_OWN,
     # Not in the JSON as a point field: a result says the precision it was judged at
     # (Result.working_precision) only where that is coarser than its dtype.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
 import torch
 
@@ -121,3 +123,18 @@ def test_a_failure_line_names_no_axis_the_op_lacks(tmp_path: Path) -> None:
     for line in (describe(before, scales=True), case_name(before),
                  describe_key(key_of(before))):
         assert "γ=randn" in line and "zcg=on" in line and "eps" in line, line
+
+
+@pytest.mark.parametrize("kernel,op", [
+    ("tests/kernels/swiglu.py", "swiglu"),
+    ("tests/kernels/gemm.py:GemmFn", "gemm"),
+])
+def test_run_takes_op_of_any_shape(kernel: str, op: str, tmp_path: Path) -> None:
+    """``run --op`` names every op ``gradcheck-bi ops`` lists, the ops of any shape too (it
+    listed the norm family's alone, and refused ``--op swiglu`` before reading the kernel)."""
+    from gradcheck_bi.cli import main
+
+    out = tmp_path / "r.json"
+    code = main(["run", "--kernel", kernel, "--op", op, "--check", "forward", "--format",
+                 "json", "--output", str(out), "--no-progress"])
+    assert code == 0 and json.loads(out.read_text())["results"][0]["op"] == op
