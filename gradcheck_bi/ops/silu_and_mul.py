@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.record import Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import Grads, Op, Point, Sums, Tensors
 from gradcheck_bi.ops.swiglu import OPS_SILU, elementwise, one_term, terms
 
 
@@ -47,7 +47,7 @@ def _terms(point: Point) -> torch.Tensor:
     return torch.cat(terms(a, b, point.cotangents["y"].to(torch.float64)), dim=-1)
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     return OPS_SILU**0.5 * _terms(point)
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.norms import silu_grad_size
-from gradcheck_bi.ops.record import Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import Grads, Op, Point, Sums, Tensors
 from gradcheck_bi.ops.shaped import Axis
 
 OPS_SILU = 8.0  # exp (not always correctly rounded), an add, a division, the products
@@ -105,7 +105,7 @@ def _scaled_gate(point: Point, name: str) -> torch.Tensor:
     return (g * silu_grad_size(t) * t).abs()
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     return (OPS_SILU * _terms(point, name) ** 2 + _scaled_gate(point, name) ** 2).sqrt()
 
 
