@@ -159,6 +159,11 @@ def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
     return sums[:n_lev] * scale, sums[n_lev:]
 
 
+def _joined(ts: list[torch.Tensor]) -> torch.Tensor:
+    """The outputs' rows side by side (one output: itself, no copy)."""
+    return ts[0] if len(ts) == 1 else torch.cat(ts, -1)
+
+
 def input_grad_outputs(
     forward: Callable[[torch.Tensor], list[torch.Tensor]],
     t: torch.Tensor,
@@ -254,9 +259,8 @@ def input_grad_outputs(
     coupled = all(k == w for k, w in zip(reach, widths, strict=True))
     offs = list(offsets) if offsets is not None else [None] * len(y0)
     scaled = [y if o is None else y - o.to(y) for y, o in zip(y0, offs, strict=True)]
-    if coupled:
-        sigma_m = model_sigma(torch.cat(g2, -1), torch.cat(scaled, -1), u).expand(n_cols,
-                                                                                 n_rows)
+    if coupled:  # one per row, every column alike: (1, R), spread over the columns last
+        sigma_m = model_sigma(_joined(g2), _joined(scaled), u)[None]
     else:  # column c reaches output column c mod its width (silu_and_mul's two halves)
         sigma_m = u * reached_sigma(g2, scaled, reach)
         sigma_m = sigma_m.repeat(n_cols // sigma_m.shape[0], 1)
@@ -275,7 +279,7 @@ def input_grad_outputs(
     robust = robust_noise_scale(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
         lam, robust = max(lam, 1.0), max(robust, 1.0)
-    sigma_e = lam * stencil.rss_weight * sigma_m / h
+    sigma_e = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows)
 
     def shaped(v: torch.Tensor) -> torch.Tensor:
         return v.reshape(t.shape).contiguous()
