@@ -111,7 +111,9 @@ class Counter(TorchDispatchMode):
                 i.numel() * i.element_size() for i in idx if i is not None)
         biggest = max((t.numel() for t in tensors), default=0)
         size = "view" if view else self._size(biggest)
-        if name == "_local_scalar_dense" or name == "nonzero":
+        masked = name in ("index", "index_put_") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ())
+        if name in ("_local_scalar_dense", "nonzero") or masked:  # a host sync on CUDA
             self.syncs += 1
         for tally, key in ((self.by_owner, (owner, size)), (self.by_func, (owner, inner, size)),
                            (self.by_op, (owner, name, size))):
@@ -145,7 +147,7 @@ def count(op: str, shape: tuple[int, ...], dtype: str, checks: list[str] | None,
         fwd = calls()
         verdict = "pass" if m.passed else "FAIL"
         print(f"\n## {op} {check} {shape} {dtype} {device}: {verdict}, kernel calls "
-              f"{fwd['calls']} (at the batch: {fwd['batched']}), host syncs {mode.syncs}\n")
+              f"{fwd['calls']} (at the batch: {fwd['batched']}), host syncs on CUDA {mode.syncs}\n")
         print("| owner | size | ops | MiB touched |\n| --- | --- | ---: | ---: |")
         for key in sorted(mode.by_owner.ops):
             print(f"| {key[0]} | {key[1]} | {mode.by_owner.ops[key]} | "
