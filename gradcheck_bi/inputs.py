@@ -10,6 +10,9 @@ The fp64 draw is the one piece of a GPU check that runs on the host (~20 ns per 
 it is made once per ``(seed, shape)`` and kept (:data:`DRAW_CACHE_BYTES`): the dx and dw
 points of a configuration, and its other controls, share it. Large draws are split over
 idle cores (:func:`draw_normal`) with bits equal to one ``torch.randn`` after another.
+What a point gets from a kept draw — scaled, cast and on its device — is kept beside it
+(:func:`placed`): a later point of that draw copies it on the device instead of scaling,
+casting and copying from the host again.
 
 >>> from gradcheck_bi.vocab import Config
 >>> x, w, g = make_inputs(Config(check="dx", shape=(2, 4), control="ones",
@@ -27,6 +30,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from gradcheck_bi.fd.threads import usable_cores
 from gradcheck_bi.vocab import Config
@@ -41,6 +45,9 @@ PARALLEL_DRAW_MIN_CORES = 4
 _BLOCK = 16  # torch's CPU normal fill transforms uniforms in blocks of 16
 _draws: OrderedDict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, ...]] = OrderedDict()
 _lock = threading.Lock()
+# Per kept draw (held weakly: gone with the draw), its last PLACED_PER_DRAW placements.
+PLACED_PER_DRAW = 2
+_placed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def _consumed(n: int) -> int:
@@ -142,14 +149,34 @@ def effective_gamma(cfg: Config, gamma_randn: torch.Tensor) -> torch.Tensor:
     return torch.full((gamma_randn.shape[0],), fill, dtype=torch.float64)
 
 
+def placed(drawn: torch.Tensor, scale: float | None, dtype: torch.dtype,
+           device: torch.device) -> torch.Tensor:
+    """``(drawn * scale).to(device, dtype)`` (``scale=None``: ``drawn.to(device, dtype)``)
+    as a fresh tensor: a copy, on the device, of the one made the first time for this draw
+    (kept while the draw is, its last :data:`PLACED_PER_DRAW` placements) — the same bits,
+    without the host's product and cast and the copy from the host again."""
+    key = (scale, dtype, str(device))
+    with _lock:
+        kept = _placed.get(drawn)
+        made = kept.get(key) if kept is not None else None
+    if made is None:
+        made = (drawn if scale is None else drawn * scale).to(device, dtype, copy=True)
+        with _lock:
+            kept = _placed.setdefault(drawn, OrderedDict())
+            kept[key] = made
+            while len(kept) > PLACED_PER_DRAW:
+                kept.popitem(last=False)
+    return made.clone()
+
+
 def make_inputs(cfg: Config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(x, stored weight, upstream grad g)`` for a config, in its dtype and on its device.
 
     Fresh tensors every call: a kernel that writes into its inputs cannot reach the kept
     draw."""
     x_raw, g_raw, gamma_raw = _draw(cfg.seed, tuple(cfg.shape))
-    x = x_raw * cfg.input_scale
     gamma = effective_gamma(cfg, gamma_raw)
     w = gamma - 1 if cfg.zero_centered_gamma else gamma
     dt, dev = cfg.torch_dtype, torch.device(cfg.device)
-    return x.to(dev, dt), w.to(dev, dt), g_raw.to(dev, dt, copy=True)
+    return (placed(x_raw, cfg.input_scale, dt, dev), w.to(dev, dt),
+            placed(g_raw, None, dt, dev))

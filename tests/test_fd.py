@@ -239,7 +239,14 @@ def test_level_sums_are_the_sums_asked_for_in_a_fixed_order(
         part = fd.reduce.level_sums(ys[:, 1:, 1:4], y0[1:4], g[1:4])
         odd = fd.reduce.level_sums(ys, y0, g, fd.reduce.Sums(levels, even=False))
         even = fd.reduce.level_sums(ys, y0, g, fd.reduce.Sums(levels, odd=False))
+        # Into a slice of a larger sums tensor (what fd.coloured hands it): the same bits,
+        # written there, nothing around it touched.
+        whole = torch.full((2 * levels, 7, 5), float("nan"), dtype=torch.float64)
+        into = fd.reduce.level_sums(ys, y0, g, out=whole[:, 2:5])
     assert got.shape == (2 * levels, 3, 5)
+    assert into.data_ptr() == whole[:, 2:5].data_ptr()
+    assert torch.equal(whole[:, 2:5], got), where_differs(whole[:, 2:5], got)
+    assert whole[:, :2].isnan().all() and whole[:, 5:].isnan().all()
     ref = _reference_level_sums(ys, y0, g, levels)
     scale = _reference_level_sums(ys.abs(), -y0.abs(), g.abs(), levels)  # Σ of |terms|
     rel = ((got - ref).abs() / scale).max()

@@ -89,3 +89,20 @@ def test_kept_draws_stay_under_their_byte_cap(monkeypatch: pytest.MonkeyPatch) -
         make_inputs(Config(check="dx", shape=(8, 8), seed=seed))
     assert list(inputs._draws) == [(3, (8, 8)), (4, (8, 8)), (5, (8, 8))]
     inputs._draws.clear()
+
+
+def test_placed_inputs_are_fresh_copies_of_one_placement() -> None:
+    drawn = torch.randn(4, 8, dtype=torch.float64)
+    a = inputs.placed(drawn, 0.5, torch.float32, torch.device("cpu"))
+    a.add_(1.0)  # a kernel that writes into its input
+    b = inputs.placed(drawn, 0.5, torch.float32, torch.device("cpu"))
+    assert b.dtype == torch.float32 and torch.equal(b, (drawn * 0.5).to(torch.float32))
+    assert b.data_ptr() != inputs.placed(drawn, 0.5, torch.float32, torch.device("cpu")).data_ptr()
+    unscaled = inputs.placed(drawn, None, torch.float64, torch.device("cpu"))
+    assert torch.equal(unscaled, drawn) and unscaled.data_ptr() != drawn.data_ptr()
+    for scale in (1.0, 2.0, 3.0):
+        inputs.placed(drawn, scale, torch.float32, torch.device("cpu"))
+    assert list(inputs._placed[drawn]) == [(s, torch.float32, "cpu") for s in (2.0, 3.0)]
+    kept = len(inputs._placed)
+    del drawn  # a placement lives as long as its draw
+    assert len(inputs._placed) == kept - 1

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from gradcheck_bi import cli
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks.family import exact_grads, make_point, reference
+from gradcheck_bi.checks.family import point as family_point
 from gradcheck_bi.checks.family.gradients import reach
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
@@ -92,6 +93,20 @@ def test_correct_kernels_match_autograd_through_the_reference(op: str) -> None:
             for name, g in grads.items():
                 err = float((g - exact[name]).abs().max())
                 assert err < 1e-11, (op, cfg.group_size, cfg.norm_before_gate, name, err)
+
+
+def test_exact_grads_are_computed_when_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = make_point(Config(check="dx", op="fused_add_rms_norm", shape=(3, 16)))
+    passes: list[int] = []
+    eager = family_point.exact_grads
+    monkeypatch.setattr(family_point, "exact_grads",
+                        lambda point: passes.append(1) or eager(point))  # type: ignore[func-returns-value]
+    lazy = family_point.ExactGrads(p)
+    assert passes == [], "nothing read, no autograd pass"
+    want = eager(p)
+    assert list(lazy) == list(want) and len(lazy) == len(want)
+    assert all(torch.equal(lazy[n], want[n]) for n in want)
+    assert passes == [1], "one pass for every read"
 
 
 @pytest.mark.parametrize("op", list(KERNELS))

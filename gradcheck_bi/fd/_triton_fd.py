@@ -44,6 +44,7 @@ def _level_sums_kernel(
     n_r,
     n_cols,
     stride_p,
+    stride_o,
     N_LEV: tl.constexpr,
     ODD: tl.constexpr,
     EVEN: tl.constexpr,
@@ -82,22 +83,25 @@ def _level_sums_kernel(
     if ODD:
         tl.store(out_ptr + rows, tl.sum(odd0, axis=1), mask=row_ok)
         if N_LEV >= 2:
-            tl.store(out_ptr + n_m + rows, tl.sum(odd1, axis=1), mask=row_ok)
+            tl.store(out_ptr + stride_o + rows, tl.sum(odd1, axis=1), mask=row_ok)
         if N_LEV >= 3:
-            tl.store(out_ptr + 2 * n_m + rows, tl.sum(odd2, axis=1), mask=row_ok)
+            tl.store(out_ptr + 2 * stride_o + rows, tl.sum(odd2, axis=1), mask=row_ok)
         k = N_LEV
     if EVEN:
-        tl.store(out_ptr + k * n_m + rows, tl.sum(even0, axis=1), mask=row_ok)
+        tl.store(out_ptr + k * stride_o + rows, tl.sum(even0, axis=1), mask=row_ok)
         if N_LEV >= 2:
-            tl.store(out_ptr + (k + 1) * n_m + rows, tl.sum(even1, axis=1), mask=row_ok)
+            tl.store(out_ptr + (k + 1) * stride_o + rows, tl.sum(even1, axis=1), mask=row_ok)
         if N_LEV >= 3:
-            tl.store(out_ptr + (k + 2) * n_m + rows, tl.sum(even2, axis=1), mask=row_ok)
+            tl.store(out_ptr + (k + 2) * stride_o + rows, tl.sum(even2, axis=1), mask=row_ok)
 
 
 def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor, odd: bool,
-               even: bool) -> torch.Tensor:
+               even: bool, out: torch.Tensor | None = None) -> torch.Tensor:
     """``(odd·L + even·L, *ys.shape[1:-1])`` fp64 sums of ``ys`` ``(2L, ..., R, D)`` with
-    ``y0`` and ``g`` of ``(R, D)``; see the module docstring."""
+    ``y0`` and ``g`` of ``(R, D)``; see the module docstring. ``out``, a tensor of that
+    shape, receives them (and is returned): written in place where each sum's block is one
+    contiguous run (a slice of a larger sums tensor along its first leading dim), else
+    copied."""
     n_lev = ys.shape[0] // 2
     if not 1 <= n_lev <= MAX_LEVELS or 2 * n_lev != ys.shape[0] or not (odd or even):
         raise ValueError(f"fused level sums take 1..{MAX_LEVELS} levels (2 points each) and "
@@ -107,8 +111,14 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor, odd: bool,
     g = g.to(torch.float64).contiguous()
     y0 = y0.to(torch.float64).contiguous()
     n_m = ys[0].numel() // n_cols
-    out = torch.empty((odd + even) * n_lev, n_m, dtype=torch.float64, device=ys.device)
-    launch_kernel(_level_sums_kernel, n_m, ys.is_cuda, ys, y0, g, out, n_m, n_r, n_cols,
-            ys.stride(0), N_LEV=n_lev, ODD=odd, EVEN=even,
-            BLOCK_D=min(MAX_FD_BLOCK_D, block_d(n_cols)))
-    return out.reshape(out.shape[0], *ys.shape[1:-1])
+    shape = ((odd + even) * n_lev, *ys.shape[1:-1])
+    direct = (out is not None and tuple(out.shape) == shape and out.dtype == torch.float64
+              and out.device == ys.device and out[0].is_contiguous())
+    into = out if direct else torch.empty(shape, dtype=torch.float64, device=ys.device)
+    assert into is not None
+    launch_kernel(_level_sums_kernel, n_m, ys.is_cuda, ys, y0, g, into, n_m, n_r, n_cols,
+                  ys.stride(0), into.stride(0), N_LEV=n_lev, ODD=odd, EVEN=even,
+                  BLOCK_D=min(MAX_FD_BLOCK_D, block_d(n_cols)))
+    if out is None or direct:
+        return into
+    return out.copy_(into)

@@ -159,6 +159,11 @@ def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
     return sums[:n_lev] * scale, sums[n_lev:]
 
 
+def _joined(ts: list[torch.Tensor]) -> torch.Tensor:
+    """The outputs' rows side by side (one output: itself, no copy)."""
+    return ts[0] if len(ts) == 1 else torch.cat(ts, -1)
+
+
 def input_grad_outputs(
     forward: Callable[[torch.Tensor], list[torch.Tensor]],
     t: torch.Tensor,
@@ -211,33 +216,29 @@ def input_grad_outputs(
     # the call — no copy of the batch per call (a kernel declared to write into its inputs
     # is handed a copy: kernels.calling.opcall.op_forward).
     buf = t2.repeat(-(-batch // n_rows), 1)[:batch]
-    flat = buf.view(-1)
     # Every perturbed value x ± o h (in t's dtype, as the kernel gets it) and the step it
     # took after rounding, made once for every column: (2L, D, R).
     pert = t2.T[None] + delta[:, None, :]
     taken.copy_(pert.to(torch.float64) - t2.T.to(torch.float64)[None])
-    # where column c0 + k of level l, row r of a call's chunk sits in the flat batch, less c0
-    at = {k: ((torch.arange(2 * n_lev, device=dev)[:, None, None] * k
-               + torch.arange(k, device=dev)[None, :, None]) * n_rows
-              + torch.arange(n_rows, device=dev)[None, None, :]) * n_cols
-          + torch.arange(k, device=dev)[None, :, None]
-          for k in {per_call, n_cols % per_call} if k}
 
     def call(c0: int) -> None:  # one batched forward of columns c0 … c0 + per_call
         c1 = min(n_cols, c0 + per_call)
-        where = at[c1 - c0] + c0
-        flat[where] = pert[:, c0:c1]
-        rows = 2 * n_lev * (c1 - c0) * n_rows
         chunk = (2 * n_lev, c1 - c0, n_rows)
+        rows = math.prod(chunk)
+        # Level l, column c0 + j, row r of the chunk is row (l, j, r) of the batch, perturbed
+        # at column c0 + j: one strided diagonal of the chunk's rows, (2L, R, j) — written,
+        # and put back after the call, with one copy each (no index tensors).
+        spots = buf[:rows].view(*chunk, n_cols).diagonal(c0, 1, 3)
+        spots.copy_(pert[:, c0:c1].transpose(1, 2))
         with torch.no_grad():
             ys = forward(buf)
         if len(ys) != len(g2):
             raise ValueError(f"forward returned {len(ys)} outputs for {len(g2)} cotangents")
-        flat[where] = t2.T[c0:c1][None].expand(chunk)  # the batch unperturbed again
-        # RMSNorm's sums, output by output (the padding's rows left out): one fused pass on
-        # CUDA, each difference exact.
-        sums[:, c0:c1] = level_sums(ys[0][:rows].reshape(*chunk, widths[0]), y0[0],
-                                    g2[0], native=native)
+        spots.copy_(t2[:, c0:c1].expand_as(spots))  # the batch unperturbed again
+        # RMSNorm's sums, output by output (the padding's rows left out), straight into the
+        # check's (2L, D, R) sums: one fused pass on CUDA, each difference exact.
+        level_sums(ys[0][:rows].reshape(*chunk, widths[0]), y0[0], g2[0], native=native,
+                   out=sums[:, c0:c1])
         for y, y_ref, g in zip(ys[1:], y0[1:], g2[1:], strict=True):
             sums[:, c0:c1] += level_sums(y[:rows].reshape(*chunk, y_ref.shape[-1]),
                                          y_ref, g, native=native)
@@ -258,9 +259,8 @@ def input_grad_outputs(
     coupled = all(k == w for k, w in zip(reach, widths, strict=True))
     offs = list(offsets) if offsets is not None else [None] * len(y0)
     scaled = [y if o is None else y - o.to(y) for y, o in zip(y0, offs, strict=True)]
-    if coupled:
-        sigma_m = model_sigma(torch.cat(g2, -1), torch.cat(scaled, -1), u).expand(n_cols,
-                                                                                 n_rows)
+    if coupled:  # one per row, every column alike: (1, R), spread over the columns last
+        sigma_m = model_sigma(_joined(g2), _joined(scaled), u)[None]
     else:  # column c reaches output column c mod its width (silu_and_mul's two halves)
         sigma_m = u * reached_sigma(g2, scaled, reach)
         sigma_m = sigma_m.repeat(n_cols // sigma_m.shape[0], 1)
@@ -279,7 +279,7 @@ def input_grad_outputs(
     robust = robust_noise_scale(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
         lam, robust = max(lam, 1.0), max(robust, 1.0)
-    sigma_e = lam * stencil.rss_weight * sigma_m / h
+    sigma_e = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows)
 
     def shaped(v: torch.Tensor) -> torch.Tensor:
         return v.reshape(t.shape).contiguous()

@@ -243,11 +243,12 @@ def weight_grad(
     odd, even = sums[:n_lev], sums[n_lev:]
     grad = stencil_sum(odd, stencil) / h
     u = unit_roundoff(x.dtype)
-    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(stacked, y0, g2, u)[None]
+    pv = point_var(stacked, g2, u)  # each point's, (2L, D): one pass over the stack
+    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, y0, g2, u)[None]
     lam = noise_scale(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).
-    sigma = lam * torch.sqrt(stencil_var(point_var(stacked, g2, u), stencil, h))
+    sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
     terms = g2 * (stacked[0].to(torch.float64) - stacked[n_lev].to(torch.float64)) / (2 * h)
     trunc = richardson_truncation(odd, stencil, h_t)

@@ -180,13 +180,12 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
     if _fused(ys, sums):
         from gradcheck_bi.fd import _triton_fd
 
-        result = _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even)
-    elif native and ys.device.type == "cpu" and ys.dtype in (torch.float32, torch.float64):
+        return _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
+    if native and ys.device.type == "cpu" and ys.dtype in (torch.float32, torch.float64):
         from gradcheck_bi.fd import _numba_fd
 
         return _numba_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
-    else:
-        result = _level_sums_torch(ys, y0, g, sums)
+    result = _level_sums_torch(ys, y0, g, sums)
     if out is None:
         return result
     out.copy_(result)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.norms import rms, row_length
-from gradcheck_bi.ops.record import WEIGHT, Op, Point, Stored, Sums, Tensors
+from gradcheck_bi.ops.record import WEIGHT, Grads, Op, Point, Stored, Sums, Tensors
 
 OPS_ADD = 2.0  # + the residual_out cotangent, and its share of the output cast
 
@@ -38,7 +38,7 @@ def reach(point: Point, name: str, output: str) -> int:
     return 1 if output == "residual_out" else int(point.inputs["x"].shape[-1])
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     inputs, eff = point.inputs64, point.effective
     s = inputs["x"] + inputs["residual"]
     d_s = exact["x"]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.norms import rms, row_length
-from gradcheck_bi.ops.record import BIAS, WEIGHT, Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import BIAS, WEIGHT, Grads, Op, Point, Sums, Tensors
 
 
 def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
@@ -71,7 +71,7 @@ def shared(point: Point, sums: Sums) -> torch.Tensor:
     return rho * gg.abs() * sigma_mu
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     x, gamma = point.inputs64["x"], point.effective["weight"]
     gy, eps = point.cotangents["y"].to(torch.float64), point.options["eps"]
     d, row_sum, var_of = x.shape[-1], sums.row_sum, sums.any_order_var

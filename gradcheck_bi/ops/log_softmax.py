@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.record import Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import Grads, Op, Point, Sums, Tensors
 
 OPS_EXP = 4.0  # exp (not always correctly rounded), the division by the sum, its log
 
@@ -54,7 +54,7 @@ def _parts(point: Point, sums: Sums) -> tuple[torch.Tensor, ...]:
     return g, p, sums.row_sum(g).unsqueeze(-1)
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     g, p, s = _parts(point, sums)
     e = torch.exp(point.inputs64["x"] - point.inputs64["x"].amax(-1, keepdim=True))
     total = sums.row_sum(e)

@@ -11,7 +11,7 @@ that compute it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -22,6 +22,9 @@ from gradcheck_bi.ops.shaped import Axis
 from gradcheck_bi.vocab import CONTROLS
 
 Tensors = dict[str, torch.Tensor]
+# A point's exact fp64 gradients by name: computed when first read (a rounding model that
+# does not read them costs no autograd pass through the reference).
+Grads = Mapping[str, torch.Tensor]
 BIAS_CONTROLS = ("randn", "zeros")
 
 
@@ -137,7 +140,7 @@ class Op:
     # Per element of d<input>, in u: the RMS of a correct kernel's own rounding
     # (``exact``: the point's exact fp64 gradients), and the magnitude of the terms that
     # make it (what a few ulps of rsqrt or division scale).
-    input_rounding: Callable[[Point, str, Tensors, Sums], torch.Tensor]
+    input_rounding: Callable[[Point, str, Grads, Sums], torch.Tensor]
     input_magnitude: Callable[[Point, str, Sums], torch.Tensor]
     # Roles a kernel must have for this op, and roles whose presence selects it
     # (kernels/adapting/recognise.py): a required ``residual`` means fused add, and so on.

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.norms import rms, row_length
-from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Grads, Op, Point, Sums, Tensors
 
 
 def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
@@ -33,7 +33,7 @@ def step_scale(point: Point, name: str) -> torch.Tensor:
     return row_length(x.reshape(-1, x.shape[-1]), point.options["eps"])
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     return sums.dx_sigma(point.inputs64["x"], point.effective["weight"],
                          point.cotangents["y"].to(torch.float64), point.options["eps"])
 

@@ -32,7 +32,7 @@ import torch
 
 from gradcheck_bi.ops.fields import BadValue, PointAxis, all_of, boolean
 from gradcheck_bi.ops.norms import GATES, Gate, grouped, normed, rms, row_length
-from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Grads, Op, Point, Sums, Tensors
 from gradcheck_bi.ops.shaped import Axis
 
 # silu(z) = z / (1 + exp(-z)) and silu'(z): exp (not always correctly rounded), an add, a
@@ -138,7 +138,7 @@ def _grouped_dx_sigma(v: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps
     return sig.reshape(v.shape)
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     inputs, gamma = point.inputs64, point.effective["weight"]
     x, z, gy = inputs["x"], inputs["z"], point.cotangents["y"].to(torch.float64)
     eps, group = point.options["eps"], point.options["group_size"]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.norms import silu_grad_size
-from gradcheck_bi.ops.record import Op, Point, Sums, Tensors
+from gradcheck_bi.ops.record import Grads, Op, Point, Sums, Tensors
 
 OPS_SILU = 8.0  # exp (not always correctly rounded), an add, a division, the products
 
@@ -65,7 +65,7 @@ def _terms(point: Point) -> torch.Tensor:
     return torch.cat(terms(a, b, point.cotangents["y"].to(torch.float64)), dim=-1)
 
 
-def input_rounding(point: Point, name: str, exact: Tensors, sums: Sums) -> torch.Tensor:
+def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
     return OPS_SILU**0.5 * _terms(point)
 
 

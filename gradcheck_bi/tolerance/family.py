@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from gradcheck_bi.ops.record import Point
+from gradcheck_bi.ops.record import Grads, Point
 from gradcheck_bi.tolerance import summation
 from gradcheck_bi.tolerance.noise import K_SIGMA, unit_roundoff
 from gradcheck_bi.tolerance.summation import forward_factor
@@ -108,7 +108,7 @@ def _offset_moves(point: Point, name: str, u_c: float) -> torch.Tensor | float:
             - reference(point.inputs64, gamma, point.options)[name]).abs()
 
 
-def kernel_sigma(point: Point, name: str, exact: Tensors) -> torch.Tensor:
+def kernel_sigma(point: Point, name: str, exact: Grads) -> torch.Tensor:
     """Per element of ``d<name>`` (an input), the RMS of a correct kernel's own rounding, in
     ``u``; ``exact``: the point's exact fp64 gradients. A parameter's is RMSNorm's ``dw``
     model on the terms ``g·∂y/∂p`` the forward makes (:func:`~.summation.dw_sigma` of

@@ -150,6 +150,15 @@ def reached_sigma(g2: list[torch.Tensor], y0: list[torch.Tensor], reach: list[in
     return (s * torch.sqrt(sq + lin * lin)).T
 
 
+def _modelled(resid: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows (columns of ``resid``) whose model variance is above 0 everywhere: as they
+    are when every row is (one host sync, no copy), else selected."""
+    ok = (var > 0).all(0)
+    if bool(ok.all()):
+        return resid, var
+    return resid[:, ok], var[:, ok]
+
+
 def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
     """``λ``: the measured rounding of the forward in units of the dtype model, pooled.
 
@@ -162,8 +171,7 @@ def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> f
     Rows whose model variance is 0 (an output that is exactly 0) do not count.
     """
     var = model_var.expand_as(resid)
-    ok = (var > 0).all(0)
-    resid, var = resid[:, ok], var[:, ok]
+    resid, var = _modelled(resid, var)
     if centre:
         resid = resid - resid.mean(0, keepdim=True)
     dof = (resid.shape[0] - int(centre)) * resid.shape[1]
@@ -186,8 +194,7 @@ def robust_noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: boo
     scale (at least the dtype model's) of ``|R| / sqrt(model_var)`` (centred on the median
     over the ``n``): the rounding where no kink or bend adds to the remainder."""
     var = model_var.expand_as(resid)
-    ok = (var > 0).all(0)
-    resid, var = resid[:, ok], var[:, ok]
+    resid, var = _modelled(resid, var)
     if centre and resid.shape[0] > 0:
         resid = resid - resid.median(0, keepdim=True).values
     if resid.numel() == 0:
@@ -207,13 +214,12 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
     return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
 
 
-def dw_remainder_var(ys: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
-                    u: float) -> torch.Tensor:
-    """Model variance of :func:`stencil_remainder` per column: each point's times ``c_o²``, and
-    ``y0``'s (a column's own here) times ``Y0_VAR``. ``ys`` is ``(2L, R, D)``, the ``+o``
-    points first."""
+def dw_remainder_var(pv: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
+                     u: float) -> torch.Tensor:
+    """Model variance of :func:`stencil_remainder` per column: each point's (``pv``, the
+    :func:`point_var` of the ``(2L, R, D)`` outputs, the ``+o`` points first) times
+    ``c_o²``, and ``y0``'s (a column's own here) times ``Y0_VAR``."""
     n = len(REMAINDER)
-    pv = point_var(ys, g2, u)
     total = Y0_VAR * point_var(y0[None], g2, u)[0]
     for j, c in enumerate(REMAINDER):
         total = total + c * c * (pv[j] + pv[n + j])

@@ -23,7 +23,7 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.point import OpPoint, exact_grads, input_forward
+from gradcheck_bi.checks.family.point import ExactGrads, OpPoint, input_forward
 from gradcheck_bi.checks.family.step_choice import step_rel_of
 from gradcheck_bi.checks.fd_judge import fd_verdict, rounding_scale
 from gradcheck_bi.fd.step import input_step_rel, pow2
@@ -59,7 +59,7 @@ def check_directional(fn: Any, cfg: Config, point: OpPoint, name: str, returned:
     projected = row_sum(analytic.to(torch.float64).unsqueeze(0) * est.directions)
     err = (projected - est.projection).abs()
     sigma = (rounding_scale(est, t, cfg.working_precision)
-             * kernel_sigma(point, name, exact_grads(point)))
+             * kernel_sigma(point, name, ExactGrads(point)))
     rounding = row_sum(est.directions.abs() * sigma.unsqueeze(0))
     details = {
         "mode": "directional",

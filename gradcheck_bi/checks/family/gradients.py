@@ -27,8 +27,8 @@ from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
 from gradcheck_bi.checks.family.directional import check_directional
 from gradcheck_bi.checks.family.point import (
+    ExactGrads,
     OpPoint,
-    exact_grads,
     input_forward,
     make_point,
     returns_y_alone,
@@ -107,7 +107,7 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
              nonfinite(f"finite-difference {cfg.check}", est.grad)]
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
     if name in point.op.inputs:
-        judge = Judge(analytic, kernel_sigma(point, name, exact_grads(point)), x, cfg, notes,
+        judge = Judge(analytic, kernel_sigma(point, name, ExactGrads(point)), x, cfg, notes,
                       extra)
         return kink_verdict(judge, est, lambda mask: refine_elements(
             input_forward(fn, point, name, returned), point.inputs[name],

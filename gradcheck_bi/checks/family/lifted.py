@@ -41,6 +41,7 @@ from gradcheck_bi.checks.family.lift import (
     judge_lifted,
 )
 from gradcheck_bi.checks.family.point import (
+    ExactGrads,
     OpPoint,
     exact_grads,
     lifted_point,
@@ -78,7 +79,7 @@ def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str
     if lift.dtype is None:
         ref = exact_grads(point, tuple(returned))[name]
         if is_input:
-            sigma_k = kernel_sigma(point, name, exact_grads(point))
+            sigma_k = kernel_sigma(point, name, ExactGrads(point))
             magnitude = kernel_magnitude(point, name)
         else:
             terms = param_terms(point, name)
@@ -89,7 +90,7 @@ def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str
     lp = lifted_point(point, lift.dtype)
     est = estimate(fn, lp, name, returned, cfg)
     if is_input:
-        sigma_k = kernel_sigma(point, name, exact_grads(point))
+        sigma_k = kernel_sigma(point, name, ExactGrads(point))
         magnitude = kernel_magnitude(point, name)
     else:  # the forward's own terms g·∂y/∂p, summed over the rows (RMSNorm's dw model)
         assert est.terms is not None

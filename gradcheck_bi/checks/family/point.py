@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gradcheck_bi import lowp
-from gradcheck_bi.inputs import make_inputs
+from gradcheck_bi.inputs import make_inputs, placed
 from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import OPS, Op
 from gradcheck_bi.ops.record import ZCG
@@ -99,7 +99,7 @@ def make_point(cfg: Config) -> OpPoint:
     inputs = {op.inputs[0]: x}
     for n in op.inputs[1:]:
         t = streams[op.stream[n] if n in op.stream else left.pop(0)]
-        inputs[n] = (t if n in op.unscaled else t * cfg.input_scale).to(dev, dt)
+        inputs[n] = placed(t, None if n in op.unscaled else cfg.input_scale, dt, dev)
     params = {}
     if op.has("weight"):
         params["weight"] = w
@@ -107,8 +107,9 @@ def make_point(cfg: Config) -> OpPoint:
         b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
         params["bias"] = b.to(dev, dt)
     width = op.out_width(cfg.shape[-1])  # an output narrower than x: its first columns
+    drawn = [g] + [placed(g_res, None, dt, dev)] * (len(op.outputs) > 1)
     cots = {n: t if t.shape[-1] == width else t[..., :width].contiguous()
-            for n, t in zip(op.outputs, [g, g_res.to(dev, dt)], strict=False)}
+            for n, t in zip(op.outputs, drawn, strict=False)}
     # γ stored as γ − 1: the point's field for γ's mode (its record's, ops.record.ZCG)
     return OpPoint(op, inputs, params, cots, options_of(cfg), getattr(cfg, ZCG.field))
 
@@ -132,6 +133,30 @@ def exact_grads(point: OpPoint, outputs: tuple[str, ...] | None = None) -> Tenso
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
     return {n: (g if g is not None else torch.zeros_like(leaves[n])).detach()
             for n, g in zip(leaves, grads, strict=True)}
+
+
+class ExactGrads(Mapping[str, torch.Tensor]):
+    """:func:`exact_grads` of a point for every output, computed when first read: the
+    rounding model of an op that does not read them (RMSNorm's, from the inputs alone)
+    costs no autograd pass through the reference."""
+
+    def __init__(self, point: OpPoint) -> None:
+        self._point = point
+        self._grads: Tensors | None = None
+
+    def _all(self) -> Tensors:
+        if self._grads is None:
+            self._grads = exact_grads(self._point)
+        return self._grads
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def lifted_point(point: OpPoint, dtype: torch.dtype) -> OpPoint:
