@@ -6,9 +6,8 @@ mutants are in tests/test_op_mutants.py. swiglu, an op of any shape: tests/test_
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import json
+from pathlib import Path
 
 import pytest
 import torch
