@@ -37,7 +37,11 @@ def run_case(ref: str, op: str | None = None) -> tuple[int, list[dict]]:
 
 def _where(r: dict) -> str:
     parts = [r["dtype"]] if r["dtype"] != "fp64" else []
-    parts.append(f"γ={r['weight']}")
+    if r.get("weight") is not None:  # an op with γ (an op of any shape says its variant)
+        parts.append(f"γ={r['weight']}")
+    variant = r.get("variant")
+    if isinstance(variant, dict):
+        parts.extend(f"{k}={v}" for k, v in variant.items())
     if r.get("bias"):
         parts.append(f"β={r['bias']}")
     if r.get("norm_before_gate") is not None:
