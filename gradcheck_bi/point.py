@@ -133,7 +133,10 @@ AXES: tuple[Axis, ...] = (
     *OP_AXES_ALWAYS,
     Axis("input_scale", positive, "input_scales", "finite numbers > 0", label="x-scale"),
     Axis("weight_scale", positive, "weight_scales", "finite numbers > 0", label="γ-scale"),
-    chosen("layout", LAYOUTS, "layouts", "layouts", cli="--layout"),
+    chosen("layout", (*LAYOUTS, *dict.fromkeys(  # an op of any shape's: its roles strided
+        layout for op in SHAPED.values() for layout in (
+            *(f"{r.name}-strided" for r in op.roles if r.kind == "float"), "grad-expanded")
+        if layout not in LAYOUTS)), "layouts", "layouts", cli="--layout"),
     Axis("atol", nonnegative, "atol", setting=True, cli="--atol"),
     Axis("rtol", nonnegative, "rtol", setting=True, cli="--rtol"),
     chosen("mode", MODES, "mode", setting=True, cli="--mode"),

@@ -20,7 +20,7 @@ from typing import Any
 
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting.loader import normal_ref
-from gradcheck_bi.kernels.calling.layout import applies
+from gradcheck_bi.kernels.calling.layout import LAYOUTS, applies
 from gradcheck_bi.ops import ALL_CHECKS, OPS, SHAPED, Op
 from gradcheck_bi.ops.fields import PointAxis
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
@@ -117,6 +117,8 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 if eps != sweep.eps[0]:
                     continue
                 eps = dict(spec.fixed)["eps"]
+            if layout not in LAYOUTS:  # an op of any shape's (A-strided): said by not_run
+                continue
             if layout != "contiguous" and (control != "randn" or not applies(layout, check)):
                 continue
             if check not in checks_of(spec):  # e.g. dz asked of an RMSNorm, dw of no weight
@@ -141,14 +143,31 @@ def shaped_layouts(op: ShapedOp, sweep: Sweep) -> list[str]:
     """Contiguous; each float role strided; the cotangent strided, transposed, and expanded
     from one value (stride 0: what a ``.sum()``'s backward hands on) — unless the sweep
     names its own."""
-    if list(sweep.layouts) != list(DEFAULT_LAYOUTS):
-        return list(sweep.layouts)
+    own = op_layouts(op)
+    if list(sweep.layouts) != list(DEFAULT_LAYOUTS):  # those of them the op has
+        return [layout for layout in sweep.layouts if layout in own]
+    return own
+
+
+def op_layouts(op: ShapedOp) -> list[str]:
+    """Every layout an op of any shape can be given: contiguous, each float role strided,
+    the cotangent strided, transposed (an output of two axes or more) and expanded."""
     out = ["contiguous", *(f"{r.name}-strided" for r in op.roles if r.kind == "float"),
            "grad-strided"]
     if any(len(o.axes) >= 2 for o in op.outputs):
         out.append("grad-transposed")
     out.append("grad-expanded")
     return out
+
+
+def _layouts_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
+    """One line per layout a sweep names that the kernel's op of any shape does not have
+    (``x-strided`` of a GEMM): left out, and said, not run contiguous in its place."""
+    own = op_layouts(SHAPED[spec.op])
+    asked = dict.fromkeys(layout for sw in sweeps if list(sw.layouts) != list(DEFAULT_LAYOUTS)
+                          for layout in sw.layouts if layout not in own)
+    return [f"{spec.name}: layout {layout} not run: {spec.op} has no such layout (its "
+            f"layouts: {', '.join(own)})" for layout in asked]
 
 
 def _layout_applies(op: ShapedOp, layout: str, variant: Variant, check: str) -> bool:
@@ -298,15 +317,20 @@ def _unswept_controls(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
 
 
 def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
-    """The zcg settings left out, or the line for an op without a weight (a kernel without
-    its op's weight: :attr:`KernelSpec.fixed_how` says so, and zcg goes with it)."""
-    if spec.op in SHAPED:  # its own axes, no γ: nothing of the norms' is left out
-        return []
+    """The layouts the op lacks, the zcg settings left out, or the line for an op without a
+    weight (a kernel without its op's weight: :attr:`KernelSpec.fixed_how` says so, and zcg
+    goes with it)."""
+    if spec.op in SHAPED:  # its own axes, no γ: only a layout it does not have is left out
+        return _layouts_not_run(sweeps, spec)
+    foreign = dict.fromkeys(layout for sw in sweeps for layout in sw.layouts
+                            if layout not in LAYOUTS)
+    lines = [f"{spec.name}: layout {layout} not run: {spec.op} has no such layout (its "
+             f"layouts: {', '.join(LAYOUTS)})" for layout in foreign]
     if not OPS[spec.op].has("weight"):
-        return _unswept_controls(sweeps, spec)
+        return lines + _unswept_controls(sweeps, spec)
     if not takes(spec, "weight"):
-        return []
-    return [spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]
+        return lines
+    return lines + [spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]
 
 
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
@@ -360,7 +384,12 @@ def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
         whys = [_checks_absent(f, spec.op, checks_of(spec)) for f in foreign if f]
         # A zcg setting explains only the sweeps whose checks the kernel has.
         rest = [s for s, f in zip(asked, foreign, strict=True) if not f]
-        whys += [spec.why_not(z) for z in _dropped_zcg(rest, spec)]
+        if spec.op in SHAPED:  # no γ, no zcg: only layouts it lacks drop its points
+            whys += [line.split(": ", 1)[1] for line in _layouts_not_run(rest, spec)]
+        else:
+            whys += [spec.why_not(z) for z in _dropped_zcg(rest, spec)]
+            whys += [f"layout {layout} not run: {spec.op} has no such layout" for layout in
+                     dict.fromkeys(x for sw in rest for x in sw.layouts if x not in LAYOUTS)]
         why = "; ".join(dict.fromkeys(whys))
         out.append((spec.name, why or "no point of its sweeps applies to it"))
     return out

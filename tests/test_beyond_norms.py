@@ -137,3 +137,21 @@ def test_run_takes_op_of_any_shape(kernel: str, op: str, tmp_path: Path) -> None
     code = main(["run", "--kernel", kernel, "--op", op, "--check", "forward", "--format",
                  "json", "--output", str(out), "--no-progress"])
     assert code == 0 and json.loads(out.read_text())["results"][0]["op"] == op
+
+
+@pytest.mark.parametrize("kernel,layout,op", [
+    ("tests/kernels/gemm.py:GemmFn", "x-strided", "gemm"),
+    ("after", "A-strided", "rms_norm"),
+])
+def test_a_layout_the_op_lacks_is_said_not_run(kernel: str, layout: str, op: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A layout that names no tensor of the kernel's op is left out and said — never run
+    contiguous under its name (an op of any shape ran x-offset so; x-strided was an internal
+    error), and a run of nothing else checks nothing (exit 3)."""
+    from gradcheck_bi.cli import main
+
+    code = main(["run", "--kernel", kernel, "--layout", layout, "--check", "forward",
+                 "--no-progress"])
+    out = capsys.readouterr()
+    assert code == 3, out
+    assert f"layout {layout} not run: {op} has no such layout" in out.out + out.err
