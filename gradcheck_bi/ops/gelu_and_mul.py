@@ -24,7 +24,18 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    last_axis_rows,
+    rows_back,
+    rows_sizes,
+)
 
 
 def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -40,10 +51,7 @@ def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
 
 
 def sizes(shape: tuple[int, ...]) -> Sizes:
-    if len(shape) < 2:
-        raise ValueError("gelu_and_mul takes --shape as (…rows, D)")
-    return {"n": math.prod(shape[:-1]), "d": shape[-1], "lead": len(shape) - 1,
-            **{f"lead{i}": s for i, s in enumerate(shape[:-1])}}
+    return rows_sizes(shape, "gelu_and_mul")
 
 
 def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
@@ -60,15 +68,6 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
                  {"y": g.to(dtype).to(device)}, s)
 
 
-def rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
-         ) -> dict[str, torch.Tensor | None]:
-    return {k: (v.reshape(-1, v.shape[-1]) if v is not None else None) for k, v in t.items()}
-
-
-def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
-            ) -> torch.Tensor:
-    return part.reshape(*([1] * (like.dim() - 2)), *part.shape).contiguous()
-
 
 OP = ShapedOp(
     "gelu_and_mul", "y = gelu(a) · b (erf or tanh form)",
@@ -79,9 +78,9 @@ OP = ShapedOp(
                words="GELU's form: erf (none) or tanh"),
           Axis("cotangent", ("random", "ones"), blind="ones",
                words="the cotangent of y: random, or all ones")),
-    reference=reference, canonical=rows, draw=draw, sizes=sizes,
+    reference=reference, canonical=last_axis_rows, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, D)",
     batch_axis=lambda options: "n", column="approximate",
     marks=("gelu",), output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
-    restore=restore,
+    restore=rows_back,
 )

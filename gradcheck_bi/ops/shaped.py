@@ -27,6 +27,7 @@ finds it (:func:`gradcheck_bi.ops.discover`).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -239,3 +240,26 @@ class ShapedOp:
 def canonical_of(op: ShapedOp, drawn: Drawn) -> dict[str, torch.Tensor | None]:
     """The drawn tensors in the op's canonical axes (views of the same storage)."""
     return op.canonical(drawn.tensors, drawn.options)
+
+
+def rows_sizes(shape: tuple[int, ...], op: str) -> Sizes:
+    """The sizes of an op of ``(…rows, D)`` tensors: ``n`` rows, ``d``, and the leading
+    dims one by one (``lead``, ``lead0``…), for drawing in the kernel's own rank."""
+    if len(shape) < 2:
+        raise ValueError(f"{op} takes --shape as (…rows, D)")
+    return {"n": math.prod(shape[:-1]), "d": shape[-1], "lead": len(shape) - 1,
+            **{f"lead{i}": s for i, s in enumerate(shape[:-1])}}
+
+
+def last_axis_rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+                   ) -> dict[str, torch.Tensor | None]:
+    """``canonical`` for an elementwise op of ``(…rows, D)`` tensors: every tensor as
+    ``(rows, D)``, the leading dims flattened."""
+    return {k: (v.reshape(-1, v.shape[-1]) if v is not None else None) for k, v in t.items()}
+
+
+def rows_back(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
+              ) -> torch.Tensor:
+    """``restore`` for :func:`last_axis_rows`: a few ``(k, D)`` rows with the kernel's
+    leading rank (ones before them)."""
+    return part.reshape(*([1] * (like.dim() - 2)), *part.shape).contiguous()

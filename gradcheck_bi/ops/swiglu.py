@@ -28,12 +28,22 @@ tensor([[0.0000, 1.7616]])
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    last_axis_rows,
+    rows_back,
+    rows_sizes,
+)
 
 # Liger's multipliers; the other value is no power of two, nor one the reciprocal of the
 # other's, so a multiplier applied twice, inverted or swapped shows.
@@ -54,10 +64,7 @@ def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
 
 
 def sizes(shape: tuple[int, ...]) -> Sizes:
-    if len(shape) < 2:
-        raise ValueError("swiglu takes --shape as (…rows, D)")
-    return {"n": math.prod(shape[:-1]), "d": shape[-1], "lead": len(shape) - 1,
-            **{f"lead{i}": s for i, s in enumerate(shape[:-1])}}
+    return rows_sizes(shape, "swiglu")
 
 
 def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
@@ -75,15 +82,6 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
                  {"y": g.to(dtype).to(device)}, s)
 
 
-def rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
-         ) -> dict[str, torch.Tensor | None]:
-    return {k: (v.reshape(-1, v.shape[-1]) if v is not None else None) for k, v in t.items()}
-
-
-def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
-            ) -> torch.Tensor:
-    return part.reshape(*([1] * (like.dim() - 2)), *part.shape).contiguous()
-
 
 def bend(role: str, options: dict[str, Any]) -> float | None:
     """``a``: silu bends over ``1 / m_g`` whatever the scale of ``a`` (a step set by a
@@ -98,10 +96,10 @@ OP = ShapedOp(
            Role("b", ("n", "d"), names=("b", "up"))),
     outputs=(Output("y", ("n", "d")),),
     axes=MULTIPLIERS,
-    reference=reference, canonical=rows, draw=draw, sizes=sizes,
+    reference=reference, canonical=last_axis_rows, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, D)",
     batch_axis=lambda options: "n", column="gate_multiplier",
     marks=("swiglu",), scaled=("a", "b"), bend=bend,
     output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
-    restore=restore,
+    restore=rows_back,
 )
