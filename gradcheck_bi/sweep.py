@@ -160,14 +160,15 @@ def op_layouts(op: ShapedOp) -> list[str]:
     return out
 
 
-def _layouts_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
-    """One line per layout a sweep names that the kernel's op of any shape does not have
-    (``x-strided`` of a GEMM): left out, and said, not run contiguous in its place."""
-    own = op_layouts(SHAPED[spec.op])
+def _layouts_lacking(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
+    """Why each layout a sweep names that the kernel's op does not have (``x-strided`` of a
+    GEMM, ``A-strided`` of a norm) is left out: said, not run contiguous in its place. The
+    default list names no layout an op lacks (an op of any shape takes its own instead)."""
+    own = op_layouts(SHAPED[spec.op]) if spec.op in SHAPED else list(LAYOUTS)
     asked = dict.fromkeys(layout for sw in sweeps if list(sw.layouts) != list(DEFAULT_LAYOUTS)
                           for layout in sw.layouts if layout not in own)
-    return [f"{spec.name}: layout {layout} not run: {spec.op} has no such layout (its "
-            f"layouts: {', '.join(own)})" for layout in asked]
+    return [f"layout {layout} not run: {spec.op} has no such layout (its layouts: "
+            f"{', '.join(own)})" for layout in asked]
 
 
 def _layout_applies(op: ShapedOp, layout: str, variant: Variant, check: str) -> bool:
@@ -320,12 +321,9 @@ def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
     """The layouts the op lacks, the zcg settings left out, or the line for an op without a
     weight (a kernel without its op's weight: :attr:`KernelSpec.fixed_how` says so, and zcg
     goes with it)."""
+    lines = [f"{spec.name}: {why}" for why in _layouts_lacking(sweeps, spec)]
     if spec.op in SHAPED:  # its own axes, no γ: only a layout it does not have is left out
-        return _layouts_not_run(sweeps, spec)
-    foreign = dict.fromkeys(layout for sw in sweeps for layout in sw.layouts
-                            if layout not in LAYOUTS)
-    lines = [f"{spec.name}: layout {layout} not run: {spec.op} has no such layout (its "
-             f"layouts: {', '.join(LAYOUTS)})" for layout in foreign]
+        return lines
     if not OPS[spec.op].has("weight"):
         return lines + _unswept_controls(sweeps, spec)
     if not takes(spec, "weight"):
@@ -384,12 +382,9 @@ def unchecked(sweeps: list[Sweep], kernels: list[KernelSpec],
         whys = [_checks_absent(f, spec.op, checks_of(spec)) for f in foreign if f]
         # A zcg setting explains only the sweeps whose checks the kernel has.
         rest = [s for s, f in zip(asked, foreign, strict=True) if not f]
-        if spec.op in SHAPED:  # no γ, no zcg: only layouts it lacks drop its points
-            whys += [line.split(": ", 1)[1] for line in _layouts_not_run(rest, spec)]
-        else:
+        if spec.op not in SHAPED:  # no γ, no zcg in an op of any shape
             whys += [spec.why_not(z) for z in _dropped_zcg(rest, spec)]
-            whys += [f"layout {layout} not run: {spec.op} has no such layout" for layout in
-                     dict.fromkeys(x for sw in rest for x in sw.layouts if x not in LAYOUTS)]
+        whys += _layouts_lacking(rest, spec)
         why = "; ".join(dict.fromkeys(whys))
         out.append((spec.name, why or "no point of its sweeps applies to it"))
     return out

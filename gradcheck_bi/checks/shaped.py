@@ -302,7 +302,6 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     where: list[tuple[torch.Tensor, ...]] = []
     per_level: list[list[torch.Tensor]] = [[] for _ in LEVELS]
     steps: list[list[torch.Tensor]] = [[], []]
-    noises: list[torch.Tensor] = []
     # every (level, sign) displacement of a colour at once: (2·levels, 1, …)
     shifts = torch.tensor([sign * o * h for o in LEVELS for sign in (1, -1)],
                           dtype=torch.float64, device=tp.device)
@@ -334,11 +333,11 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
             per_level[j].append(r)
         steps[0].append(disp[0].reshape(-1))  # every one shaped as the shared axes
         steps[1].append(disp[1].reshape(-1))
-        noises.append(torch.as_tensor(noise).reshape(-1))
         where.append(tuple(i.reshape(-1) for i in idx))
     # every colour's levels combined at once (elementwise: as colour by colour)
     est, tr = combine([torch.cat(p) for p in per_level])
-    sigma = u * torch.sqrt(torch.cat(noises) * noise_weight([torch.cat(s) for s in steps]))
+    noises = torch.as_tensor(noise).reshape(-1).repeat(len(idxs))  # the same for every colour
+    sigma = u * torch.sqrt(noises * noise_weight([torch.cat(s) for s in steps]))
     # back from (shared…, colour…) to the role's own axes
     index = tuple(torch.cat([w[perm.index(j)] for w in where]) for j in range(len(perm)))
     fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}")
