@@ -182,14 +182,15 @@ def test_module_constructor_args_from_the_command_line_and_the_case_file(
     ([f"{HF}:LlamaRMSNorm", "--kernel-arg", "casting_mode"],
      "--kernel-arg 'casting_mode': expected name=value, e.g. casting_mode=gemma"),
     ([f"{HF}:torch"], "kernel {HF}:torch is a module, not a kernel: expected an autograd "
-     "Function, a function f(x, weight, eps) or an nn.Module class"),
+     "Function, a function or an nn.Module class (`gradcheck-bi kernels` shows each)"),
     (["torch.nn:Linear"], "kernel Linear(in_features, out_features, bias, device, dtype) "
      "needs 'out_features': give --kernel-arg out_features=VALUE (or kernel_args in the "
      "case file)"),
     ([f"{HF}:GemmaRMSNorm", "--kernel-arg", "eps_typo=1"],
      "kernel {HF}:GemmaRMSNorm takes no parameter 'eps_typo' (its parameters: dim, eps)"),
     (["torch:rsqrt"], "kernel rsqrt: its signature cannot be read (a compiled builtin?); "
-     "wrap it in a Python function f(x, weight, eps)"),
+     "wrap it in a Python function that names its parameters (f(x, weight, eps), f(a, b), "
+     "f(logits, target), …)"),
 ])
 def test_refusals_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str],
                                           args: list[str], message: str) -> None:

@@ -56,8 +56,10 @@ def test_the_rounding_of_the_scaled_gate_is_derived() -> None:
     assert float(at_gate[0, 0]) > 0.5 * 0.7 * 300 > 10 > float(at_gate[0, 1:].max())
 
 
-@pytest.mark.parametrize("ref", [KERNEL, LIGER])
+@pytest.mark.parametrize("ref", [KERNEL, LIGER, "tests/kernels/entry_points.py:swiglu"])
 def test_recognised_from_its_forward(ref: str) -> None:
+    """The last is ``SwiGLUFunction.apply`` exported as a function (fla's ``swiglu``): its
+    signature says nothing, its Function's forward does."""
     spec = resolve(ref)
     assert spec.op == "swiglu" and "recognised swiglu from its forward" in spec.recognised
 

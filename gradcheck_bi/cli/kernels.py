@@ -15,26 +15,28 @@ from gradcheck_bi.kernels import BUNDLED, NAMED
 WIDTH = 80  # a CI log; the text below is laid out for it
 SHAPES = """\
 Your own kernel: --kernel PATH.py:ATTR or package.module:ATTR, where ATTR is
-  an autograd Function  apply(x, weight, eps, zero_centered_gamma) as
-                        Megatron's, or any forward whose parameters say what
-                        they are (x, weight | w | gamma | scale, eps,
-                        zero_centered_gamma, offset)
-  a function            f(x, weight, eps), f(x, weight, eps,
-                        zero_centered_gamma), rms_norm(input, normalized_shape,
-                        weight, eps)
-  an nn.Module class    built per shape and eps from (hidden_size | dim |
-  or factory            normalized_shape, eps | variance_epsilon [,
-                        zero_centered_gamma | offset]); its one (D,) parameter
-                        is the weight, bound for each call
+  an autograd Function  its forward's parameters are read (Megatron's
+                        apply(x, weight, eps, zero_centered_gamma) too);
+                        SomeFunction.apply exported as a function is read
+                        through its Function
+  a function            f(x, weight, eps), f(a, b), f(logits, target, …),
+                        torch.nn.functional:cross_entropy, …
+  an nn.Module class    built per shape from its constructor (hidden_size |
+  or factory            dim | normalized_shape, eps, …); its parameters are
+                        bound for each call; a module with none (vLLM's
+                        SiluAndMul) is called as it is
   --kernel-arg name=value
                         any other parameter (a module's config, Liger's
                         casting_mode)
-zero_centered_gamma: a keyword or an offset parameter runs both settings; with
-  neither, the kernel is run once at w = 0 to tell γ = w (zcg=on not run) from
-  γ = 1 + w (built in, as Gemma's: zcg=off not run); --kernel-arg zcg=builtin
-  or zcg=absent says so instead.
-Other ops (fused_add_rms_norm, layer_norm, rms_norm_gated) are recognised from
-  the parameter names (`gradcheck-bi ops` lists them); --op NAME says the op.
+What it computes is found, not assumed: candidates of every op `gradcheck-bi
+  ops` lists come from the parameters' names, order and defaults, and one
+  forward at a small random point against each candidate's fp64 reference
+  decides; no match is one line (exit 2) naming the nearest op. --op NAME says
+  the op; --generic checks a kernel of no op here.
+zero_centered_gamma (norms): a keyword or an offset parameter runs both
+  settings; with neither, the kernel is run once at w = 0 to tell γ = w
+  (zcg=on not run) from γ = 1 + w (built in, as Gemma's: zcg=off not run);
+  --kernel-arg zcg=builtin or zcg=absent says so instead.
 """
 
 

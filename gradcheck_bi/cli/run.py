@@ -72,7 +72,8 @@ def run_command(
         show_default="before,after",
         help="A bundled name (before, after, fixed-forward, fixed-dx), a named adapter (torch, "
         "liger, …), PATH.py (its one Function), PATH.py:ATTR or package.module:ATTR: an "
-        "autograd Function, f(x, weight, eps) or an nn.Module class. `gradcheck-bi kernels` "
+        "autograd Function, a function or an nn.Module class of any op `gradcheck-bi ops` lists "
+        "(what it computes is found from its parameters and one forward). `gradcheck-bi kernels` "
         "lists them.")] = None,
     kernel_arg: Annotated[list[str] | None, typer.Option(
         "--kernel-arg", metavar="NAME=VALUE", rich_help_panel=WHAT, show_default="none",

@@ -14,6 +14,8 @@ stand-in                  signature as shipped
 ``LigerSiLUMulFunction``  Liger 0.8.5 ``forward(ctx, a, b, gate_multiplier=1.0,
                           down_multiplier=1.0)``: ``silu(m_g a) · b · m_d``
 ``SiLUMul``               a Liger-style ``forward(ctx, a, b)`` swiglu, no "SwiGLU" name
+``swiglu``                fla's ``swiglu = SwiGLUFunction.apply``: a Function's apply
+                          exported as a function, ``forward(ctx, x, y)``
 ``GeluAndMulFn``          a Triton ``GeluAndMul(x, y, approximate="none")``
 ``l2norm``                ``l2norm(x, eps, output_dtype)``: ``x / ‖x‖``
 ``LigerStyleCE``          a cross-entropy Function, Liger's ``(_input, target, weight,
@@ -85,6 +87,17 @@ class SiLUMul(TritonSiluMul):
     @staticmethod
     def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         return TritonSiluMul.forward(ctx, a, b)
+
+
+class SwiGLUFunction(TritonSiluMul):
+    """``silu(x) · y``: fla's parameter names, exported below as its bound ``apply``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return TritonSiluMul.forward(ctx, x, y)
+
+
+swiglu = SwiGLUFunction.apply  # its signature is (*args, **kwargs)
 
 
 class LigerSiLUMulFunction(torch.autograd.Function):

@@ -202,6 +202,17 @@ def is_apply_class(obj: Any) -> bool:
             and not _is_module_factory(obj))
 
 
+def _unbound_apply(obj: Any) -> Any:
+    """The Function class behind ``SomeFunction.apply`` (libraries export ``f =
+    SomeFunction.apply``, whose signature is ``(*args, **kwargs)``): its ``forward`` says
+    what the parameters are. Anything else is returned as it is."""
+    owner = getattr(obj, "__self__", None)
+    if (getattr(obj, "__name__", None) == "apply" and isinstance(owner, type)
+            and issubclass(owner, torch.autograd.Function)):
+        return owner
+    return obj
+
+
 def _own_forward_has_ctx(fn: type) -> bool:
     # Functions that define setup_context take no ctx in forward.
     return getattr(fn, "setup_context", None) is getattr(torch.autograd.Function,
@@ -245,6 +256,7 @@ def adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None =
     cannot be filled, :class:`~gradcheck_bi.vocab.KernelCrashed` for one that crashed or
     hung while its forward was probed (in a child process: :mod:`.sandbox`).
     """
+    obj = _unbound_apply(obj)
     if kernel_args and "generic" in kernel_args:  # --generic: no op, its own forward
         return _generic(obj, name, source, kernel_args)
     return sandbox.isolated(lambda: _adapt(obj, name, source, kernel_args, description), name,
@@ -399,7 +411,7 @@ def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override:
     else:
         raise KernelLoadError(
             f"kernel {name} is a {type(obj).__name__}, not a kernel: expected an autograd "
-            "Function, a function f(x, weight, eps) or an nn.Module class")
+            "Function, a function or an nn.Module class (`gradcheck-bi kernels` shows each)")
     _unused(args, slots, name)
     zcg, how = _zcg_mapping(slots, override, call)
     return KernelSpec(name, Adapted(call, zcg, how), (), description, source=source, zcg=zcg,

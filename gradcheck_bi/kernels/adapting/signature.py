@@ -57,6 +57,8 @@ _CTOR_NAMES = {
     "config": "config", "cfg": "config",
 }
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+# What a readable signature looks like, for messages: a norm's, a GLU's, a loss's.
+_EXAMPLES = "f(x, weight, eps), f(a, b), f(logits, target), …"
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 # Megatron's order, used when a 3- or 4-parameter call names its parameters otherwise.
 _MEGATRON_ORDER = ("x", "weight", "eps", "zcg")
@@ -79,7 +81,7 @@ def parameters(fn: Callable[..., Any], what: str) -> list[inspect.Parameter]:
     except (TypeError, ValueError):
         raise KernelLoadError(
             f"kernel {what}: its signature cannot be read (a compiled builtin?); wrap it in "
-            "a Python function f(x, weight, eps)") from None
+            f"a Python function that names its parameters ({_EXAMPLES})") from None
     return [p for p in sig.parameters.values() if p.kind not in _VARIADIC]
 
 
@@ -122,7 +124,9 @@ def call_slots(fn: Callable[..., Any], what: str, kernel_args: dict[str, Any],
     """
     params = parameters(fn, what)[1 if skip_first else 0:]
     if not params:
-        raise KernelLoadError(f"kernel {what} takes no arguments: expected f(x, weight, eps)")
+        raise KernelLoadError(f"kernel {what} names no parameters (only *args, **kwargs): "
+                              f"name them ({_EXAMPLES}), or give the autograd Function class "
+                              "itself")
     found = [_slot(params[0], "x"), *_classify(params[1:], _CALL_NAMES, kernel_args)]
     slots = [s for s in found if isinstance(s, Slot)]
     roles = {s.role for s in slots}
