@@ -10,12 +10,21 @@ the stacked perturbed rows in the very calls ``gradcheck_bi.fd.coloured.plan`` m
 unperturbed rows made up front: the same work, no copy timed), per parameter
 ``stencil.points + 1`` calls on the batch. After one untimed round of both (compiles,
 autotuning), alternates check and floor ``reps`` times; prints the medians and their ratio.
+``--profile N`` then prints where the checks' host time goes: the top N functions of a
+cProfile of ``reps`` rounds (by own time and by cumulative time), and every host–device sync
+the checks make, by the line of this package that made it (``torch.cuda.set_sync_debug_mode``).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import collections
 import functools
+import io
+import pstats
+import traceback
+import warnings
 import statistics
 import time
 from collections.abc import Callable
@@ -86,7 +95,7 @@ def floor(fn: Any, cfg: Config) -> Callable[[], None]:
 
 
 def side_by_side(op: str, ref: str, shape: tuple[int, ...], dtype: str, device: str,
-                 reps: int) -> dict[str, float]:
+                 reps: int, profile: int = 0) -> dict[str, float]:
     spec = resolve(ref, {"op": op})
     fn = as_op_kernel(spec.fn)
     extra: dict[str, Any] = {"group_size": shape[-1] // 4 if op == "rms_norm_gated" else None,
@@ -106,7 +115,44 @@ def side_by_side(op: str, ref: str, shape: tuple[int, ...], dtype: str, device: 
         checks.append(_timed(run_checks, device))
         floors.append(_timed(run_floor, device))
     c, f = statistics.median(checks), statistics.median(floors)
+    if profile:
+        _profile(run_checks, device, reps, profile)
     return {"check_s": c, "floor_s": f, "ratio": c / f}
+
+
+def _profile(run_checks: Callable[[], None], device: str, reps: int, top: int) -> None:
+    prof = cProfile.Profile()
+    _sync(device)
+    prof.enable()
+    for _ in range(reps):
+        run_checks()
+    _sync(device)
+    prof.disable()
+    for key in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+        print(f"-- cProfile of {reps} rounds of the checks, by {key}:")
+        print("\n".join(line for line in out.getvalue().splitlines()[6:] if line.strip()))
+    if device != "cuda":
+        return
+    where: collections.Counter[str] = collections.Counter()
+    torch.cuda.set_sync_debug_mode("warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        orig = warnings.showwarning
+        def note(*a: Any, **k: Any) -> None:  # the innermost frame of this package
+            frames = [f for f in traceback.extract_stack()[:-1] if "gradcheck_bi" in f.filename]
+            where[f"{frames[-1].filename.split('gradcheck_bi/')[-1]}:{frames[-1].lineno}"
+                  if frames else "elsewhere"] += 1
+        warnings.showwarning = note
+        run_checks()
+        for w in caught:
+            note()
+        warnings.showwarning = orig
+    torch.cuda.set_sync_debug_mode(0)
+    print(f"-- host-device syncs in one round: {sum(where.values())}")
+    for line, n in where.most_common():
+        print(f"  {n:5d}  {line}")
 
 
 def main() -> int:
@@ -117,6 +163,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--op", action="append")
     ap.add_argument("--kernel", help="with one --op: this kernel instead of tests/kernels'")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then print the top N functions of a cProfile, and the syncs")
     args = ap.parse_args()
     if args.kernel and len(args.op or []) != 1:
         ap.error("--kernel needs exactly one --op")
@@ -124,7 +172,8 @@ def main() -> int:
     print("| op | shape | device/dtype | checks (s) | forward floor (s) | ratio |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for op in args.op or list(KERNELS):
-        r = side_by_side(op, args.kernel or KERNELS[op], shape, args.dtype, args.device, args.reps)
+        r = side_by_side(op, args.kernel or KERNELS[op], shape, args.dtype, args.device, args.reps,
+                         args.profile)
         name = f"{op} ({args.kernel})" if args.kernel else op
         print(f"| {name} | {args.shape} | {args.device}/{args.dtype} | {r['check_s']:.2f} | "
               f"{r['floor_s']:.2f} | {r['ratio']:.2f}× |", flush=True)
