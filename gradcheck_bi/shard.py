@@ -9,7 +9,8 @@ coordination: the points are dealt out by :func:`assign` from their costs alone.
 The cost model counts forward-call work, ``rows × D`` elements per call:
 
 * an input's gradient (``dx``, and every ``d<input>`` of the op's record:
-  ``dresidual``, ``dz``, ...): the row-coloured differences call the forward once per
+  ``dresidual``, ``dz``, ...; every gradient of an op of any shape: ``da``, ``dA``,
+  ``dlogits``, ...): the row-coloured differences call the forward once per
   stencil point and column chunk, about ``4 · D`` calls (:mod:`gradcheck_bi.fd.coloured`);
   with ``--mode directional`` a handful;
 * a parameter's gradient (``dw``, ``dbias``), forward: a handful of calls;
@@ -30,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.vocab import Config
 
 # Forward calls per point; an input's gradient: × D in full mode.
@@ -65,10 +66,14 @@ def cost(cfg: Config) -> float:
 
 
 def _input_checks(op: str) -> set[str]:
-    """The checks of ``op``'s input gradients (``dx``, ``dresidual``, ...); ``dx`` for an op
-    no record names."""
+    """The checks whose finite differences perturb an input column by column (``dx``,
+    ``dresidual``, ...; every gradient check of an op of any shape: ``da``, ``dA``,
+    ``dlogits``, ...); ``dx`` for an op no record names."""
     record = OPS.get(op)
-    return {f"d{name}" for name in record.inputs} if record is not None else {"dx"}
+    if record is not None:
+        return {f"d{name}" for name in record.inputs}
+    shaped = SHAPED.get(op)
+    return set(shaped.gradient_checks) if shaped is not None else {"dx"}
 
 
 def twin_groups(points: Sequence[Config], kernels: Sequence[str] | None = None) -> list[int]:

@@ -47,16 +47,18 @@ def test_every_point_goes_to_one_shard_and_the_work_is_balanced() -> None:
 def test_every_input_gradient_is_costed_like_dx() -> None:
     """Each input's gradient differences every column of its input, as dx does: D times a
     parameter's cost, whatever the input is called."""
-    from gradcheck_bi.ops import OPS
+    from gradcheck_bi.ops import OPS, SHAPED
 
     shape = (4, 256)
     dx = cost(Config(check="dx", shape=shape))
-    for op, record in OPS.items():
-        for name in record.inputs:
-            full = cost(Config(check=f"d{name}", op=op, shape=shape))
-            assert full == dx, f"{op} d{name}: {full:.3g}, dx {dx:.3g}"
-            directional = cost(Config(check=f"d{name}", op=op, shape=shape, mode="directional"))
-            assert directional * shape[-1] == dx, f"{op} d{name} directional: {directional:.3g}"
+    checks = [(op, f"d{name}") for op, record in OPS.items() for name in record.inputs]
+    checks += [(op, c) for op, record in SHAPED.items() for c in record.gradient_checks]
+    assert ("gemm", "dA") in checks and ("swiglu", "db") in checks
+    for op, check in checks:
+        full = cost(Config(check=check, op=op, shape=shape))
+        assert full == dx, f"{op} {check}: {full:.3g}, dx {dx:.3g}"
+        directional = cost(Config(check=check, op=op, shape=shape, mode="directional"))
+        assert directional * shape[-1] == dx, f"{op} {check} directional: {directional:.3g}"
     assert cost(Config(check="dw", shape=shape)) < dx / 16
     # Two fused-add input checks land on different shards, as two dx checks do.
     points = [Config(check=c, op="fused_add_rms_norm", shape=shape)
