@@ -18,15 +18,15 @@ the checks make, by the line of this package that made it (``torch.cuda.set_sync
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import functools
 import io
 import pstats
-import traceback
-import warnings
 import statistics
 import time
+import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -137,18 +137,16 @@ def _profile(run_checks: Callable[[], None], device: str, reps: int, top: int) -
         return
     where: collections.Counter[str] = collections.Counter()
     torch.cuda.set_sync_debug_mode("warn")
-    with warnings.catch_warnings(record=True) as caught:
+
+    def note(*_: Any, **__: Any) -> None:  # called as the sync warns: its innermost package frame
+        frames = [f for f in traceback.extract_stack()[:-1] if "gradcheck_bi" in f.filename]
+        where[f"{frames[-1].filename.split('gradcheck_bi/')[-1]}:{frames[-1].lineno}"
+              if frames else "elsewhere"] += 1
+
+    with warnings.catch_warnings():  # restores showwarning after
         warnings.simplefilter("always")
-        orig = warnings.showwarning
-        def note(*a: Any, **k: Any) -> None:  # the innermost frame of this package
-            frames = [f for f in traceback.extract_stack()[:-1] if "gradcheck_bi" in f.filename]
-            where[f"{frames[-1].filename.split('gradcheck_bi/')[-1]}:{frames[-1].lineno}"
-                  if frames else "elsewhere"] += 1
         warnings.showwarning = note
         run_checks()
-        for w in caught:
-            note()
-        warnings.showwarning = orig
     torch.cuda.set_sync_debug_mode(0)
     print(f"-- host-device syncs in one round: {sum(where.values())}")
     for line, n in where.most_common():
