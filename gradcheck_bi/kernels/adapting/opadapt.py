@@ -138,7 +138,7 @@ class _ModuleCall:
                 raise KernelLoadError(f"kernel {self.name}: the module has no ({values['size']},)"
                                       f" parameter for {', '.join(missing)}")
             fwd = parameters(module.forward, f"{self.name}.forward")
-            slots = _slots(fwd, roles_of(fwd), self.op, self.kernel_args, self.name)
+            slots = _slots(fwd, roles_of(fwd, self.op), self.op, self.kernel_args, self.name)
             if len(self._forward) >= 16:  # as many as the builder keeps
                 self._forward.pop(next(iter(self._forward)))
             known = self._forward[id(module)] = (module, tensors, slots)

@@ -75,10 +75,14 @@ def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]
     return params[1:] if skip_first else params
 
 
-def roles_of(params: list[inspect.Parameter]) -> dict[str, str | None]:
-    """Each parameter's role by its name; with no parameter named as an input, the first
-    is ``x`` (the RMSNorm convention)."""
-    roles: dict[str, str | None] = {p.name: ROLE_OF.get(p.name.lower()) for p in params}
+def roles_of(params: list[inspect.Parameter], op: str | None = None
+             ) -> dict[str, str | None]:
+    """Each parameter's role by its name (``op``'s own options first: the gated norm's
+    ``activation``); with no parameter named as an input, the first is ``x`` (the RMSNorm
+    convention)."""
+    own = {n: a.name for a in OPS[op].axes for n in (a.name, *a.names)} if op else {}
+    roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
+                                    for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
         roles[params[0].name] = "x"
     return roles
@@ -161,7 +165,7 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     if forced is not None:
         if forced not in OPS:
             raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
-        return Recognition(forced, roles_of(params),
+        return Recognition(forced, roles_of(params, forced),
                            f"op {forced} (given by --op) for {what}{listing}",
                            takes=None if unread else frozenset({"weight", "bias"} & taken))
     by_name = named_op(names or [])
@@ -198,7 +202,7 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
             and seen.errors[0][0] < float("inf"):
         e, nearest = seen.errors[0]
         unmatched = f"{nearest.words} (max relative error {e:.2g})"
-    return Recognition(op_name, roles_of(params), note, variant, mismatch,
+    return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
                        None if unread else frozenset(({"weight"} & taken)
                                                      | ({"bias"} & taken & used)),
                        unmatched, seen.grad)
