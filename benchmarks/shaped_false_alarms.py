@@ -74,6 +74,8 @@ KERNELS = {
     "gelu_and_mul": "tests/kernels/gelu_and_mul.py:GeluAndMul",
     "cross_entropy": "tests/kernels/cross_entropy.py:CrossEntropy",
     "swiglu": "tests/kernels/entry_points.py:LigerSiLUMulFunction",  # its multipliers drawn
+    "silu_and_mul": "tests/kernels/silu_and_mul.py:SiluAndMul",
+    "log_softmax": "tests/kernels/log_softmax.py:LogSoftmax",
 }
 ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("fp64", "fp32", "bf16")
@@ -100,9 +102,12 @@ class Tally:
 # -- drawing configurations ----------------------------------------------------------------
 def _inner_names(op: ShapedOp) -> list[str]:
     """The op's trailing sizes, in ``--shape`` order: the names ``op.sizes`` gives that are
-    not the rows (``n``) or the leading dims."""
+    not the rows (``n``) or the leading dims — where they are ``--shape``'s trailing dims
+    one for one; else (a halves op's ``two, d`` from one ``2D``) those dims unnamed."""
     s = op.sizes(op.default_shape)
-    return [k for k in s if k != "n" and not k.startswith("lead")]
+    names = [k for k in s if k != "n" and not k.startswith("lead")]
+    trailing = len(op.default_shape) - s.get("lead", len(op.default_shape) - len(names))
+    return names if trailing == len(names) else [f"dim{i}" for i in range(trailing)]
 
 
 def forward_calls(op: ShapedOp, shape: tuple[int, ...], variant: Variant) -> int:
@@ -131,10 +136,15 @@ def random_shape(op: ShapedOp, rng: random.Random) -> tuple[int, ...]:
         divisors = [d for d in range(1, lead[-1] + 1) if lead[-1] % d == 0]
         d = rng.choice(divisors)
         lead[-1:] = [d, lead[-1] // d]
-    inner = [rng.randint(1, INNER_CAP.get((op.name, k), MAX_INNER)) for k in _inner_names(op)]
-    shape = (*lead, *inner)
-    op.sizes(shape)  # raises where the op refuses it
-    return shape
+    while True:  # redrawn where the op refuses it (an odd width of a halves op)
+        inner = [rng.randint(1, INNER_CAP.get((op.name, k), MAX_INNER))
+                 for k in _inner_names(op)]
+        shape = (*lead, *inner)
+        try:
+            op.sizes(shape)
+        except ValueError:
+            continue
+        return shape
 
 
 def random_variant(op: ShapedOp, fixed: dict[str, Any], rng: random.Random) -> Variant:

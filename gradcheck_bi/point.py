@@ -198,8 +198,8 @@ def _op(row: dict[str, Any]) -> Any:
 
 def weight_words(row: dict[str, Any]) -> list[str]:
     """The controls of its op's parameters that every result carries, as a result (``row``:
-    by public name) has them: ``["γ=randn", "zcg=off"]``; none for an op without such a
-    parameter (log_softmax, silu_and_mul, …), whose one point carries no γ meaning.
+    by public name) has them: ``["γ=randn", "zcg=off"]``; none for an op of any shape
+    (log_softmax, swiglu, …), whose controls are its variant's.
 
     >>> weight_words({"op": "log_softmax", "weight": "randn"})
     []
@@ -211,7 +211,7 @@ def weight_words(row: dict[str, Any]) -> list[str]:
 
 
 def has_eps(row: dict[str, Any]) -> bool:
-    """Whether a result's op takes an eps (log_softmax and silu_and_mul do not)."""
+    """Whether a result's op takes an eps (no op of any shape here does)."""
     op = _op(row)
     return op is not None and op.has("eps")
 

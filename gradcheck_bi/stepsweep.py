@@ -319,8 +319,6 @@ def step_sweep(
     if stencil not in fd.STENCILS:
         raise ValueError(f"unknown stencil {stencil!r}: expected one of {', '.join(fd.STENCILS)}")
     op = plot_op(kernels, check)
-    if not op.has("weight"):  # one point a case (as run): one curve per kernel, not one per γ
-        weights, zcg = list(weights)[:1], [False]
     st = fd.STENCILS[stencil]
     steps = list(steps) if steps is not None else default_steps(dtype)
     if not steps or any(not (math.isfinite(s) and s > 0) for s in steps):

@@ -218,7 +218,8 @@ def shaped_points(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[Ker
                 yield spec, Config(check=check, device=device, dtype=dtype,
                                    shape=tuple(shape), seed=seed, layout=layout,
                                    input_scale=scale, op=spec.op, variant=variant.values,
-                                   precision=sweep.precision)
+                                   precision=sweep.precision, mode=sweep.mode,
+                                   directions=sweep.directions)
 
 
 def _variant_has(op: ShapedOp, variant: Variant, check: str) -> bool:
@@ -308,33 +309,21 @@ def _dropped_zcg(sweeps: list[Sweep], spec: KernelSpec) -> list[bool]:
             if zcg not in spec.zcg and any(zcg in s.zcg for s in asked)]
 
 
-def _unswept_controls(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
-    """The line for a kernel whose op has no weight, where a sweep asked for γ controls."""
-    asked = [s for s in _asking(sweeps, spec) if len(s.weights) > 1 or True in s.zcg]
-    if not asked:
-        return []
-    return [f"{spec.name}: γ controls and zcg not swept — {spec.op} has no weight (one "
-            "point per shape and scale)"]
-
-
 def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
-    """The layouts the op lacks, the zcg settings left out, or the line for an op without a
-    weight (a kernel without its op's weight: :attr:`KernelSpec.fixed_how` says so, and zcg
-    goes with it)."""
+    """The layouts the op lacks and the zcg settings left out (a kernel without its op's
+    weight: :attr:`KernelSpec.fixed_how` says so, and zcg goes with it)."""
     lines = [f"{spec.name}: {why}" for why in _layouts_lacking(sweeps, spec)]
     if spec.op in SHAPED:  # its own axes, no γ: only a layout it does not have is left out
         return lines
-    if not OPS[spec.op].has("weight"):
-        return lines + _unswept_controls(sweeps, spec)
     if not takes(spec, "weight"):
         return lines
     return lines + [spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]
 
 
 def not_run(sweeps: list[Sweep], kernels: list[KernelSpec]) -> list[str]:
-    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out, one
-    per kernel whose op has no weight to cross with the γ controls, and one per axis of its
-    op a kernel does not have (a parameter it does not take, an option it fixes)."""
+    """One line per kernel and zcg setting a sweep asked for but :func:`grid` leaves out, and
+    one per axis of its op a kernel does not have (a parameter it does not take, an option
+    it fixes)."""
     return [line for spec in kernels
             for line in _axes_not_run(sweeps, spec)
             + [f"{spec.name}: {how}" for how in spec.fixed_how if _asking(sweeps, spec)]]

@@ -1,7 +1,8 @@
-"""The ops beyond norms on the norm family's record (gradcheck_bi/ops/log_softmax.py,
-silu_and_mul.py): each added as one op module, checked against formulas written here and
-through its correct kernel (tests/kernels/) in every dtype, layout and awkward shape; its
-mutants are in tests/test_op_mutants.py. swiglu, an op of any shape: tests/test_swiglu.py.
+"""log_softmax and silu_and_mul (gradcheck_bi/ops/log_softmax.py, silu_and_mul.py), ops of any
+shape: their references against formulas written here, their rounding derived from the
+reference (no aten op without a rule), their correct kernels (tests/kernels/) passing in
+every dtype, layout, awkward shape and input scale; their mutants are in
+tests/test_op_mutants.py. swiglu: tests/test_swiglu.py.
 """
 
 from __future__ import annotations
@@ -12,19 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from gradcheck_bi.errors import derived
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.runner import run
-from gradcheck_bi.sweep import Sweep, grid, not_run
+from gradcheck_bi.sweep import Sweep, grid, not_run, op_layouts
 
 KERNELS = {"log_softmax": "tests/kernels/log_softmax.py",
            "silu_and_mul": "tests/kernels/silu_and_mul.py"}
-# Logits and gates of 1e3: at a ≈ -560 silu's outputs are ~1e-240 and their squares
-# underflow; the noise model squares on a power of two (tolerance.noise.pow2_scale), so the
-# tolerance there is their rounding, not 0.
+# Logits and gates of 1e3: at a ≈ -560 silu's outputs are ~1e-240 (their rounding, derived
+# from the reference, stays above 0).
 SCALES = {op: [1e-4, 1.0, 1e3] for op in ("log_softmax", "silu_and_mul")}
-LAYOUTS = ["contiguous", "x-strided", "x-transposed", "x-offset", "grad-strided",
-           "grad-transposed", "grad-offset"]
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -35,10 +34,40 @@ def test_references_match_formulas_written_here() -> None:
     x = torch.randn(3, 7, generator=_gen(1), dtype=torch.float64)
     b = torch.randn(3, 7, generator=_gen(2), dtype=torch.float64)
     lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
-    assert torch.allclose(OPS["log_softmax"].reference({"x": x}, {}, {})["y"], x - lse)
+    assert torch.allclose(SHAPED["log_softmax"].reference({"x": x}, {})["y"], x - lse)
     silu = x / (1 + torch.exp(-x))
-    both = torch.cat([x, b], dim=-1)
-    assert torch.allclose(OPS["silu_and_mul"].reference({"x": both}, {}, {})["y"], silu * b)
+    both = SHAPED["silu_and_mul"].canonical({"x": torch.cat([x, b], dim=-1)}, {})
+    assert torch.allclose(SHAPED["silu_and_mul"].reference(both, {})["y"], silu * b)
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+def test_is_an_op_of_any_shape_only(op: str) -> None:
+    assert op not in OPS
+    assert SHAPED[op].checks == ("forward", "dx", "batch_invariance")
+    assert [(a.name, a.values, a.blind) for a in SHAPED[op].axes] == [
+        ("cotangent", ("random", "ones"), "ones")]
+
+
+@pytest.mark.parametrize("op", list(KERNELS))
+def test_every_rounding_is_derived_from_a_rule(op: str) -> None:
+    """Every aten op the reference and its backward run has a rule (none estimated), and
+    the derived rounding of y and dx is above 0 where they are."""
+    o = SHAPED[op]
+    drawn = o.draw(o.sizes((3, 16)), o.variants()[0], torch.float64, "cpu", _gen(3))
+    g = {k: v.to(torch.float64) for k, v in drawn.cotangents.items()}
+    m = derived(lambda t: o.reference(t, drawn.options), o.canonical(drawn.tensors, {}), g,
+                ["x"])
+    assert m.unknown == set()
+    assert bool((m.output_sigma["y"] > 0).all()) and bool((m.grad_sigma["x"] > 0).all())
+
+
+def test_log_softmax_rounds_its_sum_in_any_order() -> None:
+    """The row's sum of exponentials, its log and the subtraction round into y: at logits of
+    1e3 the maximum's y (≈ 0) is held to the log-sum-exp's rounding, not to u·|y|."""
+    x = torch.tensor([[1000.0, 990.0, 0.0, -1000.0]], dtype=torch.float64)
+    m = derived(lambda t: SHAPED["log_softmax"].reference(t, {}), {"x": x}, {}, [])
+    y = m.outputs["y"]
+    assert float(m.output_sigma["y"][0, 0]) > 10 * float(y[0, 0].abs())
 
 
 @pytest.mark.parametrize("op", list(KERNELS))
@@ -46,9 +75,11 @@ def test_references_match_formulas_written_here() -> None:
 def test_correct_kernel_passes_every_check(op: str, dtype: str) -> None:
     spec = resolve(KERNELS[op], {"op": op})
     assert spec.op == op
-    sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[(2, 3, 32)], layouts=LAYOUTS)
+    sweep = Sweep(kernels=[], targets=[("cpu", dtype)], shapes=[(2, 3, 32)])
     results = run(sweep, [spec])
-    assert {r.check for r in results} == set(OPS[op].checks)
+    assert {r.check for r in results} == set(SHAPED[op].checks)
+    assert {r.layout for r in results} == set(op_layouts(SHAPED[op])) == {
+        "contiguous", "x-strided", "grad-strided", "grad-transposed", "grad-expanded"}
     bad = [(r.check, r.layout, r.message, r.max_abs_err, r.tolerance) for r in results
            if r.status != "pass"]
     assert not bad
@@ -61,39 +92,44 @@ def test_correct_kernel_passes_awkward_shapes_and_scales(op: str) -> None:
                   shapes=[(3, 40), (2, 2, 3, 24), (1, 512), (2, 1032)], layouts=["contiguous"],
                   input_scales=SCALES[op], seeds=[0, 1])
     results = run(sweep, [spec])
+    assert {r.input_scale for r in results} == set(SCALES[op])
     bad = [(r.check, r.dtype, r.shape, r.input_scale, r.message, r.max_abs_err, r.tolerance)
            for r in results if r.status != "pass"]
     assert results and not bad
 
 
 @pytest.mark.parametrize("op", list(KERNELS))
-def test_no_weight_no_control_and_no_zcg_one_note(op: str) -> None:
-    """An op without a weight is one point per case, not three identical ones, and the
-    report says once why."""
+def test_no_weight_no_control_and_no_zcg(op: str) -> None:
+    """An op without a weight is one point per check and variant whatever γ controls and
+    zcg settings a sweep names: its controls are its cotangent's."""
     spec = resolve(KERNELS[op], {"op": op})
-    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], layouts=["contiguous"])
+    sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], layouts=["contiguous"],
+                  weights=["randn", "ones", "zeros"], zcg=[False, True])
     cfgs = [c for _, c in grid(sweep, [spec])]
-    assert len(cfgs) == len(OPS[op].checks)
-    assert {(c.control, c.zero_centered_gamma) for c in cfgs} == {("randn", False)}
-    notes = not_run([sweep], [spec])
-    assert len(notes) == 1 and f"{op} has no weight" in notes[0], notes
+    assert len(cfgs) == len(SHAPED[op].checks) * len(SHAPED[op].variants())
+    assert {dict(c.variant)["cotangent"] for c in cfgs} == {"random", "ones"}
+    assert not_run([sweep], [spec]) == []
 
 
 def test_plot_takes_the_op(tmp_path: Path) -> None:
     from gradcheck_bi.cli import main
 
     out = tmp_path / "p.json"
-    code = main(["plot", "--kernel", KERNELS["silu_and_mul"], "--op", "silu_and_mul",
-                 "--check", "dx", "--shape", "2,16", "--steps", "-12:-8", "--output", str(out)])
+    code = main(["plot", "--kernel", "tests/kernels/layer_norm.py:LayerNorm", "--op",
+                 "layer_norm", "--check", "dbias", "--shape", "2,16", "--steps", "-12:-8",
+                 "--output", str(out)])
     assert code == 0 and out.exists()
 
 
-def test_plot_refuses_an_op_of_any_shape_in_one_line(capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("kernel,op,check", [("tests/kernels/swiglu.py", "swiglu", "db"),
+                                             (KERNELS["silu_and_mul"], "silu_and_mul", "dx"),
+                                             (KERNELS["log_softmax"], "log_softmax", "dx")])
+def test_plot_refuses_an_op_of_any_shape_in_one_line(kernel: str, op: str, check: str,
+                                                    capsys: pytest.CaptureFixture[str]
                                                     ) -> None:
     from gradcheck_bi.cli import main
 
-    code = main(["plot", "--kernel", "tests/kernels/swiglu.py", "--op", "swiglu", "--check",
-                 "db", "--shape", "2,16"])
+    code = main(["plot", "--kernel", kernel, "--op", op, "--check", check, "--shape", "2,16"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "op of any shape" in err, err
 
@@ -126,6 +162,8 @@ def test_a_failure_line_names_no_axis_the_op_lacks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kernel,op", [
     ("tests/kernels/swiglu.py", "swiglu"),
+    (KERNELS["log_softmax"], "log_softmax"),
+    (KERNELS["silu_and_mul"], "silu_and_mul"),
     ("tests/kernels/gemm.py:GemmFn", "gemm"),
 ])
 def test_run_takes_op_of_any_shape(kernel: str, op: str, tmp_path: Path) -> None:

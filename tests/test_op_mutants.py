@@ -41,8 +41,10 @@ def _blind_at_a_control(m: ops_catalog.OpMutant) -> bool:
     """Its own check passes at another γ control, option value or shape (ones, group_size =
     D, a single row…)."""
     f = m.fast
-    return any(b.check == f.check and (b.weight, b.group_size, b.norm_before_gate, b.shape)
-               != (f.weight, f.group_size, f.norm_before_gate, f.shape) for b in m.blind)
+    return any(b.check == f.check and (b.weight, b.group_size, b.norm_before_gate, b.shape,
+                                       b.cotangent)
+               != (f.weight, f.group_size, f.norm_before_gate, f.shape, f.cotangent)
+               for b in m.blind)
 
 
 @pytest.mark.parametrize("stem", STEMS)

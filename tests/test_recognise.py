@@ -248,14 +248,26 @@ def test_a_gated_norm_with_a_bias_is_not_ambiguous() -> None:
     assert {r.group_size for r in results} == {8, 32} and not _failing(results)
 
 
-@pytest.mark.parametrize("ref, op, basis", [
-    ("tests/kernels/log_softmax.py:LogSoftmax", "log_softmax", "its name (LogSoftmax) and its "
-                                                               "output"),
-    ("tests/kernels/silu_and_mul.py:SiluAndMul", "silu_and_mul", "its name (SiluAndMul) and "
-                                                                 "its output"),
+@pytest.mark.parametrize("ref, op, binding", [
+    ("tests/kernels/log_softmax.py:LogSoftmax", "log_softmax", "x←x"),
+    ("tests/kernels/silu_and_mul.py:SiluAndMul", "silu_and_mul", "x←x"),
+    # torch's own: its dim given -1 (no dim: dim 0 of a 3-D input), a module's in its
+    # constructor
+    ("torch.nn.functional:log_softmax", "log_softmax", "input←x, dim=dim"),
+    ("torch.nn:LogSoftmax", "log_softmax", "constructor dim=dim; forward input←x"),
 ])
-def test_ops_beyond_norms_are_recognised_by_name(ref: str, op: str, basis: str) -> None:
+def test_ops_beyond_norms_are_recognised_from_their_forward(ref: str, op: str, binding: str
+                                                            ) -> None:
     spec = resolve(ref)
-    assert (spec.op, spec.recognised) == (op, f"recognised {op} from {basis}")
+    assert spec.op == op and spec.recognised.startswith(
+        f"recognised {op} from its forward ({binding}; max relative error"), spec.recognised
     results = _run(spec)
     assert {r.check for r in results} == set(checks_of(spec)) and not _failing(results)
+
+
+def test_a_function_calling_torch_log_softmax_is_recognised(tmp_path: Path) -> None:
+    path = tmp_path / "k.py"
+    path.write_text("import torch\n\n\ndef lsm(x):\n    return torch.log_softmax(x, -1)\n")
+    spec = resolve(f"{path}:lsm")
+    assert spec.op == "log_softmax" and "from its forward (x←x;" in spec.recognised
+    assert not _failing(_run(spec, checks=["forward", "dx"]))

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from gradcheck_bi import cli
-from gradcheck_bi.ops import OPS
 from gradcheck_bi.report.text import LEGEND, display_names, glyph, plain, table_lines
 from gradcheck_bi.vocab import Result
 
@@ -119,43 +118,3 @@ def test_too_narrow_for_the_grid_falls_back_to_one_result_per_line() -> None:
     assert "k cpu fp64 γ=ones: 3.000e-12 ✓" in text, text
 
 
-def _unweighted(op: str, check: str, layout: str = "contiguous") -> Result:
-    return Result("k.py:K", check, "cpu", "fp64", [2, 8], 1e-6, 0, "randn", False, 1e-15,
-                  1e-13, "pass", "pass", True, worst=[0, 1], layout=layout, op=op)
-
-
-UNWEIGHTED = [name for name, op in OPS.items() if not op.has("weight")]
-
-
-@pytest.mark.parametrize("op", UNWEIGHTED)
-def test_an_op_without_a_weight_shows_no_gamma_columns_or_zcg(op: str) -> None:
-    """One point a case (no γ controls, no zcg): one column, no γ or zcg words, no ratio."""
-    from gradcheck_bi.gate import summarize
-    from gradcheck_bi.report.render import render_markdown
-    from gradcheck_bi.report.tables import build_tables
-
-    results = [_unweighted(op, c) for c in ("forward", "dx", "batch_invariance")]
-    results.append(_unweighted(op, "dx", "x-strided"))
-    tables = build_tables(results)
-    assert tables and all(not t.weighted and t.controls == ("randn",) for t in tables)
-    for text in (plain(table_lines(tables)), plain(table_lines(tables, width=30)),
-                 render_markdown(tables, summarize(results))):
-        assert op in text, text
-        for word in ("γ", "zero_centered_gamma", "zcg", "randn", "ones", "control"):
-            assert word not in text, (word, text)
-    md = render_markdown(tables, summarize(results))
-    assert "| kernel | device dtype | error | tolerance | worst at |" in md, md
-    # An op with a weight keeps its three γ columns and the ratio.
-    weighted = build_tables([_result("pass", "pass")])
-    assert weighted[0].weighted and "γ=ones (control)" in plain(table_lines(weighted))
-
-
-def test_an_op_without_a_weight_plots_one_curve_per_kernel() -> None:
-    from gradcheck_bi.kernels import resolve
-    from gradcheck_bi.stepsweep import step_sweep
-
-    spec = resolve(str(ROOT / "tests" / "kernels" / "log_softmax.py") + ":LogSoftmax",
-                   {"op": "log_softmax"})
-    sw = step_sweep([spec], zcg=(False, True), shape=(2, 16),
-                    steps=[2.0**e for e in range(-14, -4)])
-    assert len(sw.curves) == 1 and "γ" not in sw.curves[0].label, sw.curves

@@ -8,9 +8,10 @@ ops.shaped`): forward, every gradient, batch invariance — with layouts and mut
   forward (:mod:`gradcheck_bi.fd.plan`), per element: every element where the colours fit
   the budget, else a sample of colours holding the op's risky elements plus random
   directions over the whole tensor — the result says how many elements were checked each
-  way. Tolerance per element ``K √(σ_FD² + (u σ_grad)²) + K_T · truncation``: the FD noise
-  from the forward's derived rounding, the kernel's own rounding of the gradient derived
-  from the reference's autograd backward, Richardson's truncation. In bf16/fp16 a
+  way (``--mode directional``: the random directions alone). Tolerance per element
+  ``K √(σ_FD² + (u σ_grad)²) + K_T · truncation``: the FD noise from the forward's
+  derived rounding, the kernel's own rounding of the gradient derived from the reference's
+  autograd backward, Richardson's truncation. In bf16/fp16 a
   difference of the forward cannot resolve a gradient: there the gradient is held to the
   reference's (fp64, at the same inputs) within its fp32 rounding and one ulp.
 * ``batch_invariance``: bitwise, :mod:`gradcheck_bi.checks.shaped_batch`.
@@ -229,6 +230,8 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     got = forward(kernel, point)
     errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
     u, note = working_unit(point, errs, m)
+    if point.cfg.mode == "directional":
+        return _directional(kernel, point, role, m, u, analytic, note)
     fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
     err = (analytic[at] - fd.value).abs()
@@ -250,6 +253,28 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
             if measured.max_abs_err <= measured.tolerance:
                 measured.max_abs_err, measured.tolerance, measured.worst = de, dt, None
     return measured
+
+
+def _directional(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: float,
+                 analytic: torch.Tensor, note: str | None) -> Measurement:
+    """``--mode directional``: ``⟨d<role>, t⟩`` along ``cfg.directions`` random ``t`` over
+    the whole tensor (:func:`directions`), no element checked by itself."""
+    h = step(point.canonical()[role], point.dtype, point.op.bend(role, point.drawn.options))
+    dirs = directions(kernel, point, role, m, u, analytic, h, point.cfg.directions)
+    i = max(range(len(dirs)), key=lambda k: dirs[k][0] / dirs[k][1] if dirs[k][1] > 0
+            else math.inf)
+    e, tol = dirs[i]
+    passed = all(de <= dt for de, dt in dirs)
+    details: dict[str, Any] = {
+        "tensor": role, "variant": point.variant.label(), "mode": "directional",
+        "directions": len(dirs), "projections_checked": len(dirs), "step": h,
+        "coverage": f"d{role} projected on {len(dirs)} random direction(s) over the whole "
+                    f"tensor; individual d{role} elements were not checked"}
+    message = "" if passed else f"direction {i}: |⟨d{role}, t⟩ − FD| {e:.3e} > tol {tol:.3e}"
+    if note:
+        details["working_precision"] = note
+        message = f"{message}; {note}" if message else note
+    return Measurement(e, tol, passed, None, message, details)
 
 
 @dataclass
@@ -376,7 +401,8 @@ def _level_sums(kernel: ShapedKernel, point: Point, tp: torch.Tensor,
 
 
 def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: float,
-               analytic: torch.Tensor, h: float) -> list[tuple[float, float]]:
+               analytic: torch.Tensor, h: float, count: int = DIRECTIONS
+               ) -> list[tuple[float, float]]:
     """``⟨d<role>, t⟩`` against central differences along random ``t`` over the whole
     tensor: ``(error, tolerance)`` per direction.
 
@@ -398,7 +424,7 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
     out = []
     try:
-        for _ in range(DIRECTIONS):
+        for _ in range(count):
             d = torch.randn(t.shape, generator=gen, dtype=torch.float32,
                             device=t.device).to(torch.float64)
             fds, ans, disp = [], [], []

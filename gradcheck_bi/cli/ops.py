@@ -32,14 +32,13 @@ def rules() -> str:
     return "\n".join(_wrap(
         f"A kernel's op is read from its parameter names: {marked}; a required bias → a "
         f"norm with one ({biased}). Among the ops they leave, the kernel's own name (its "
-        f"function's or class's: layer_norm, rms, gated, add_rms, log_softmax, "
-        f"silu_and_mul) decides, else one call of its forward against each op's fp64 "
-        f"reference, which also finds the variant (no weight, a bias, γ = 1 + w, a gated "
-        f"norm's fixed groups, gate order and activation). An output "
-        f"matching no op is refused in one line; {DEFAULT_OP} only where its names or its "
-        f"output say so, or its forward cannot run here to tell. An optional "
-        f"residual=None or prenorm=False keeps its default. --op NAME says the op "
-        f"instead.", "", "")) + "\n"
+        f"function's or class's: layer_norm, rms, gated, add_rms) decides, else one call "
+        f"of its forward against each op's fp64 reference, which also finds the variant "
+        f"(no weight, a bias, γ = 1 + w, a gated norm's fixed groups, gate order and "
+        f"activation). An output matching no op is refused in one line; {DEFAULT_OP} only "
+        f"where its names or its output say so, or its forward cannot run here to tell. "
+        f"An optional residual=None or prenorm=False keeps its default. --op NAME says "
+        f"the op instead.", "", "")) + "\n"
 
 
 def _wrap(text: str, first: str, rest: str) -> list[str]:

@@ -11,8 +11,7 @@ The outputs are treated as one row of all their elements. The rounding model of 
 elements the perturbed element reaches: ``reach[k]`` is, for output ``k``, the size of the
 consecutive group of elements that column ``c`` moves (D: the whole row, as RMSNorm's
 shared ``r``; a group's size for a statistic over groups; 1: only element ``c``, as an
-elementwise path or an output that adds inputs; an output narrower than the input is reached
-at column ``c`` modulo its width, as silu_and_mul's — each op's record says, ``Op.reach``).
+elementwise path or an output that adds inputs — each op's record says, ``Op.reach``).
 An element out of reach is computed alike at every level and adds no noise; one in reach adds
 its rounding even when its bits do not move (a staircase below one ulp). ``λ`` is measured
 from the stencil's remainder as for RMSNorm; where some output does not reach the whole row,
@@ -199,7 +198,7 @@ def input_grad_outputs(
         y0 = [y.reshape(-1, y.shape[-1]).to(torch.float64) for y in forward(t.detach())]
     if len(y0) != len(g2):
         raise ValueError(f"forward returned {len(y0)} outputs for {len(g2)} cotangents")
-    widths = [y.shape[-1] for y in y0]  # an output may be narrower than t (silu_and_mul)
+    widths = [y.shape[-1] for y in y0]
     reach = list(reach) if reach is not None else widths
     n_lev = len(LEVELS)
     delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
@@ -261,9 +260,8 @@ def input_grad_outputs(
     scaled = [y if o is None else y - o.to(y) for y, o in zip(y0, offs, strict=True)]
     if coupled:  # one per row, every column alike: (1, R), spread over the columns last
         sigma_m = model_sigma(_joined(g2), _joined(scaled), u)[None]
-    else:  # column c reaches output column c mod its width (silu_and_mul's two halves)
+    else:  # column c reaches its group of output columns
         sigma_m = u * reached_sigma(g2, scaled, reach)
-        sigma_m = sigma_m.repeat(n_cols // sigma_m.shape[0], 1)
     extra = sum((((g * y) ** 2).sum(-1) for g, y, o in zip(g2, y0, offs, strict=True)
                  if o is not None), torch.zeros(n_rows, dtype=torch.float64, device=dev))
     if shared is not None:

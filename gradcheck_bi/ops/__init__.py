@@ -24,10 +24,8 @@ from __future__ import annotations
 from gradcheck_bi.ops import (
     fused_add_rms_norm,
     layer_norm,
-    log_softmax,
     rms_norm,
     rms_norm_gated,
-    silu_and_mul,
 )
 from gradcheck_bi.ops.record import BIAS_CONTROLS, Op, Param
 from gradcheck_bi.ops.shaped import ShapedOp
@@ -35,7 +33,7 @@ from gradcheck_bi.ops.shaped import ShapedOp
 # The op a kernel computes when nothing in its signature marks another.
 DEFAULT_OP = rms_norm.OP.name
 OPS: dict[str, Op] = {m.OP.name: m.OP for m in (rms_norm, fused_add_rms_norm, layer_norm,
-                                                 rms_norm_gated, log_softmax, silu_and_mul)}
+                                                 rms_norm_gated)}
 
 
 def discover() -> dict[str, ShapedOp]:

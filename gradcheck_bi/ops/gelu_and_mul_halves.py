@@ -19,13 +19,22 @@ tensor([[0.0000, 0.8413]], dtype=torch.float64)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from gradcheck_bi.ops import gelu_and_mul
-from gradcheck_bi.ops.shaped import Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    halves_back,
+    halves_rows,
+    halves_sizes,
+)
 
 
 def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -36,10 +45,7 @@ def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
 
 
 def sizes(shape: tuple[int, ...]) -> Sizes:
-    if len(shape) < 2 or shape[-1] % 2:
-        raise ValueError("gelu_and_mul_halves takes --shape as (…rows, 2D), an even last dim")
-    return {"n": math.prod(shape[:-1]), "two": 2, "d": shape[-1] // 2, "lead": len(shape) - 1,
-            **{f"lead{i}": s for i, s in enumerate(shape[:-1])}}
+    return halves_sizes(shape, "gelu_and_mul_halves")
 
 
 def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
@@ -53,28 +59,14 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
                  {"approximate": variant["approximate"]}, {"y": g.to(dtype).to(device)}, s)
 
 
-def halves(t: dict[str, torch.Tensor | None], options: dict[str, Any]
-           ) -> dict[str, torch.Tensor | None]:
-    """``x (…, 2D)`` as ``(n, 2, D)``: a view of the same storage."""
-    x = t["x"]
-    assert x is not None
-    return {"x": x.reshape(-1, 2, x.shape[-1] // 2)}
-
-
-def restore(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
-            ) -> torch.Tensor:
-    rows = part.reshape(part.shape[0], -1)
-    return rows.reshape(*([1] * (like.dim() - 2)), *rows.shape).contiguous()
-
-
 OP = ShapedOp(
     "gelu_and_mul_halves", "y = gelu(x[..., :D]) · x[..., D:] (erf or tanh form)",
     roles=(Role("x", ("n", "two", "d"), names=("x", "input", "hidden_states")),),
     outputs=(Output("y", ("n", "d")),),
     axes=gelu_and_mul.OP.axes,  # the same options and controls as the two-input form
-    reference=reference, canonical=halves, draw=draw, sizes=sizes,
+    reference=reference, canonical=halves_rows, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, 2D)",
     batch_axis=lambda options: "n", column="approximate",
     marks=("gelu",), output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
-    restore=restore,
+    restore=halves_back,
 )

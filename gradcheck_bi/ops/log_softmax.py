@@ -5,18 +5,19 @@ With ``p = softmax(x) = exp(y)`` and ``S = Σ_j g_j`` (the cotangent's row sum):
     dx = g − p · S
 
 A backward that drops ``S`` (``dx = g − p``, right only where every row's cotangent sums to
-1, as for a cross-entropy) or reads ``S`` of another row (invisible where every row shares
-one cotangent) is what the random cotangents catch. No parameter, no option.
-
-**Forward**: ``y_i = x_i − m − log Σ exp(x_j − m)``: the subtraction rounds relative to
-``|x_i| + |lse|`` (:func:`shift`, absolute), the sum of D exponentials as a statistic.
-**Rounding of dx**: ``OPS_DIRECT`` roundings of ``g`` and of ``p S``; ``p`` relative
-(``OPS_EXP``: exp, the division, the sum's own relative error); ``S``'s any-order sum
-(``V(g) + OPS_TERM Σ g²``) times ``p``. **Magnitude**: ``|g| + p Σ|g|``.
+1, as for a cross-entropy) or reads ``S`` of another row (right where every row shares one
+cotangent: the all-ones control) is what the random cotangents catch. Every output element
+of a row depends on every element of it (the axis ``d`` is coupled: one colour per
+column, every row at once). The reference is written as a kernel computes it,
+``y = (x − m) − log Σ exp(x − m)`` with ``m`` the row's maximum (a constant of the
+gradient), so that every rounding — the subtraction's, the sum's, the division's in the
+backward — is derived from it (:mod:`gradcheck_bi.errors`). A kernel's ``dim`` is given
+-1. ``x`` is drawn at the point's input scale (a case's ``input_scales``; 1 by default);
+the step along it is softmax's bend, 1, at any scale. ``--shape`` is ``(…rows, D)``.
 
 >>> import torch
 >>> x = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
->>> OP.reference({"x": x}, {}, {})["y"]
+>>> OP.reference({"x": x}, {})["y"]
 tensor([[-0.6931, -0.6931]], dtype=torch.float64)
 """
 
@@ -26,52 +27,52 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.record import Grads, Op, Point, Sums, Tensors
-
-OPS_EXP = 4.0  # exp (not always correctly rounded), the division by the sum, its log
-
-
-def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
-    return {"y": torch.log_softmax(inputs["x"], dim=-1)}
-
-
-def step_scale(point: Point, name: str) -> torch.Tensor:
-    """Softmax bends over a unit of its logits, whatever their size."""
-    x = point.inputs64["x"]
-    return torch.ones(x.numel() // x.shape[-1], dtype=torch.float64, device=x.device)
-
-
-def shift(point: Point, k: float, sums: Sums) -> float:
-    """``k · max(|x| + |lse|)``: the subtraction's rounding, absolute."""
-    x = point.inputs64["x"]
-    lse = torch.logsumexp(x, dim=-1, keepdim=True)
-    return k * float((x.abs() + lse.abs()).max())
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    last_axis_rows,
+    rows_back,
+    rows_sizes,
+)
 
 
-def _parts(point: Point, sums: Sums) -> tuple[torch.Tensor, ...]:
-    x, g = point.inputs64["x"], point.cotangents["y"].to(torch.float64)
-    p = torch.softmax(x, dim=-1)
-    return g, p, sums.row_sum(g).unsqueeze(-1)
+def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+              ) -> dict[str, torch.Tensor]:
+    x = t["x"]
+    assert x is not None
+    shifted = x - x.amax(-1, keepdim=True).detach()
+    return {"y": shifted - torch.log(torch.exp(shifted).sum(-1, keepdim=True))}
 
 
-def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
-    g, p, s = _parts(point, sums)
-    e = torch.exp(point.inputs64["x"] - point.inputs64["x"].amax(-1, keepdim=True))
-    total = sums.row_sum(e)
-    v_sum = (sums.any_order_var(e) / (total * total)).unsqueeze(-1)
-    v_s = (sums.any_order_var(g) + sums.OPS_TERM * sums.row_sum(g * g)).unsqueeze(-1)
-    ps = p * s
-    return (sums.OPS_DIRECT * (g * g + ps * ps) + (OPS_EXP + v_sum) * ps * ps
-            + p * p * v_s).sqrt()
+def sizes(shape: tuple[int, ...]) -> Sizes:
+    return rows_sizes(shape, "log_softmax")
 
 
-def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
-    g, p, _ = _parts(point, sums)
-    return g.abs() + p * sums.row_sum(g.abs()).unsqueeze(-1)
+def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
+         gen: torch.Generator) -> Drawn:
+    lead = tuple(s[f"lead{i}"] for i in range(s["lead"]))
+    x = torch.randn(*lead, s["d"], generator=gen, dtype=torch.float64)
+    g = (torch.ones(s["n"], s["d"], dtype=torch.float64) if variant["cotangent"] == "ones"
+         else torch.randn(s["n"], s["d"], generator=gen, dtype=torch.float64))
+    return Drawn({"x": x.to(dtype).to(device)}, {"dim": -1}, {"y": g.to(dtype).to(device)},
+                 s)
 
 
-OP = Op(
+OP = ShapedOp(
     "log_softmax", "y = x − log Σ exp(x) over the last axis",
-    inputs=("x",), params=(), options=(), outputs=("y",), reference=reference,
-    step_scale=step_scale, input_rounding=input_rounding, input_magnitude=input_magnitude,
-    needs=("x",), forward_extra=OPS_EXP, statistic="the log-sum-exp", shift=shift)
+    roles=(Role("x", ("n", "d"), names=("x", "input", "logits", "hidden_states")),),
+    outputs=(Output("y", ("n", "d")),),
+    axes=(Axis("cotangent", ("random", "ones"), blind="ones",
+               words="the cotangent of y: random, or all ones (every row's sum alike)"),),
+    reference=reference, canonical=last_axis_rows, draw=draw, sizes=sizes,
+    default_shape=(2, 8, 256), shape_words="(…rows, D)", coupled=("d",),
+    batch_axis=lambda options: "n", column="cotangent", fills={"dim": -1},
+    marks=("log_softmax",), scaled=("x",), bend=lambda role, options: 1.0,
+    output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    restore=rows_back,
+)

@@ -38,8 +38,6 @@ OP_WORDS: tuple[tuple[str, str], ...] = (
     (r"(^|_)gated(_|$)|(^|_)gate_?norm", "rms_norm_gated"),
     (r"(^|_)(fused_)?add_rms|rms_?norm_add|(^|_)skip_rms", "fused_add_rms_norm"),
     (r"layer_?norm", "layer_norm"),
-    (r"log_?softmax", "log_softmax"),
-    (r"silu_?and_?mul", "silu_and_mul"),
     (r"(^|_)rms", "rms_norm"),
 )
 # A name that says one op yet names a wider family, and the op whose output it may compute:

@@ -111,11 +111,7 @@ class Stored:
 
 
 def _whole_row(point: Point, name: str, output: str) -> int:
-    return point.op.out_width(int(point.inputs[name].shape[-1]))
-
-
-def _same_width(d: int) -> int:
-    return d
+    return int(point.inputs[name].shape[-1])
 
 
 def _row_terms(point: Point) -> int:
@@ -148,9 +144,6 @@ class Op:
     marks: tuple[str, ...] = ()
     # Marks that select the op even when the parameter has a default (group_size).
     optional_marks: tuple[str, ...] = ()
-    # Parameter names of the op's own roles (``a``, ``b``), over the shared ones of
-    # :mod:`.names` (where ``b`` is a bias), for a kernel given as this op.
-    names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Inputs not scaled by a point's input_scale (a gate is not a signal).
     unscaled: tuple[str, ...] = ()
     # Which of a point's two further draws an input other than the first takes (0 or 1);
@@ -171,8 +164,6 @@ class Op:
     shift: Callable[[Point, float, Sums], float] | None = None
     shared: Callable[[Point, Sums], torch.Tensor | None] | None = None
     stored: Stored | None = None
-    # The width of the outputs' last axis for inputs of width d (silu_and_mul: d / 2).
-    out_width: Callable[[int], int] = _same_width
     # A kernel returns its extra outputs when asked by a ``prenorm`` flag.
     prenorm: bool = False
     # Options a kernel may fix instead of taking them (the gated norm's group_size: the
@@ -222,9 +213,3 @@ class Op:
     def defaults(self) -> dict[str, Any]:
         """Its own options (:attr:`axes`) at their defaults."""
         return {a.name: a.default for a in self.axes}
-
-    def own_names(self) -> dict[str, str]:
-        """``{parameter name: role}`` of its own roles and options (lower case)."""
-        out = {n: role for role, names in self.names.items() for n in names}
-        out.update({n: a.name for a in self.axes for n in (a.name, *a.names)})
-        return out

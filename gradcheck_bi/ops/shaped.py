@@ -263,3 +263,28 @@ def rows_back(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[s
     """``restore`` for :func:`last_axis_rows`: a few ``(k, D)`` rows with the kernel's
     leading rank (ones before them)."""
     return part.reshape(*([1] * (like.dim() - 2)), *part.shape).contiguous()
+
+
+def halves_sizes(shape: tuple[int, ...], op: str) -> Sizes:
+    """The sizes of an op of one ``(…rows, 2D)`` input split into two halves: ``n`` rows,
+    ``two``, ``d`` (a half's width), and the leading dims one by one (``lead``, ``lead0``…)."""
+    if len(shape) < 2 or shape[-1] % 2:
+        raise ValueError(f"{op} takes --shape as (…rows, 2D), an even last dim")
+    rows = rows_sizes(shape, op)
+    return {"n": rows["n"], "two": 2, **rows, "d": shape[-1] // 2}
+
+
+def halves_rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+                ) -> dict[str, torch.Tensor | None]:
+    """``canonical`` for an op of one ``(…, 2D)`` input ``x``: ``(n, 2, D)``, its halves on
+    the middle axis (a view of the same storage)."""
+    x = t["x"]
+    assert x is not None
+    return {"x": x.reshape(-1, 2, x.shape[-1] // 2)}
+
+
+def halves_back(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
+                ) -> torch.Tensor:
+    """``restore`` for :func:`halves_rows`: a few ``(k, 2, D)`` rows as ``(k, 2D)`` with
+    the kernel's leading rank (ones before them)."""
+    return rows_back(name, part.reshape(part.shape[0], -1), like, options)

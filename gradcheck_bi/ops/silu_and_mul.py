@@ -1,18 +1,24 @@
-"""``silu_and_mul``: ``x (..., 2D) -> silu(x[..., :D]) · x[..., D:]`` (the vLLM / TorchTitan
-form): :mod:`.swiglu` (at its multipliers' 1.0) on the two halves of one input, its output
+"""``silu_and_mul``: ``x (…, 2D) -> silu(x[..., :D]) · x[..., D:]`` (the vLLM / TorchTitan
+form): :mod:`.swiglu` at its multipliers' 1.0 on the two halves of one input, its output
 half as wide.
 
-With ``a = x[..., :D]``, ``b = x[..., D:]``::
+With ``a = x[..., :D]``, ``b = x[..., D:]`` and ``silu'(a) = σ(a) (1 + a (1 − σ(a)))``::
 
     dx[..., :D] = g · b · silu'(a),    dx[..., D:] = g · silu(a)
 
-Every output element depends on two elements of its row (``j`` and ``D + j``): column ``c``
-of x reaches output column ``c mod D`` alone (the finite differences perturb one column of
-every row at once). Rounding and magnitudes: SwiGLU's, on the halves.
+A ``silu'`` without its product term (``σ(a)`` alone) is the classic defect; a backward
+that reads another row's cotangent or stores into another row shows under random
+cotangents and is right under the all-ones one (the blind control). Canonically ``x`` is
+``(n, two, d)`` — its halves on the axis ``two``, which ``y (n, d)`` lacks: an element of
+x reaches the one output element of its row and column, each half one colour. Every
+rounding is derived from the reference (:mod:`gradcheck_bi.errors`). ``x`` is drawn at the
+point's input scale (a case's ``input_scales``; 1 by default); the step along it is silu's
+bend, 1, at any scale (the ``b`` half is linear). ``--shape`` is x's, ``(…rows, 2D)``.
 
 >>> import torch
->>> OP.reference({"x": torch.tensor([[0.0, 1.0, 2.0, 2.0]])}, {}, {})["y"]
-tensor([[0.0000, 1.4621]])
+>>> x = torch.tensor([[0.0, 1.0, 2.0, 2.0]], dtype=torch.float64)
+>>> OP.reference({"x": x.reshape(1, 2, 2)}, {})["y"]
+tensor([[0.0000, 1.4621]], dtype=torch.float64)
 """
 
 from __future__ import annotations
@@ -21,65 +27,50 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.norms import silu_grad_size
-from gradcheck_bi.ops.record import Grads, Op, Point, Sums, Tensors
-
-OPS_SILU = 8.0  # exp (not always correctly rounded), an add, a division, the products
-
-
-def elementwise(point: Point, name: str, output: str) -> int:
-    return 1
-
-
-def one_term(point: Point) -> int:
-    return 1
-
-
-def terms(a: torch.Tensor, b: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The sizes of the terms of the gradient of ``silu(a) · b`` (fp64): ``|g b| S(a)``
-    (``S``: the size of the terms of ``silu'``, :func:`~gradcheck_bi.ops.norms.
-    silu_grad_size`) for ``a``, ``|g silu(a)|`` for ``b``."""
-    return (g * b).abs() * silu_grad_size(a), (g * torch.nn.functional.silu(a)).abs()
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    halves_back,
+    halves_rows,
+    halves_sizes,
+)
 
 
-def _halves(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    d = x.shape[-1]
-    if d % 2:
-        raise ValueError(f"silu_and_mul takes an even last dim, not {d}")
-    return x[..., : d // 2], x[..., d // 2:]
+def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
+              ) -> dict[str, torch.Tensor]:
+    x = t["x"]
+    assert x is not None
+    return {"y": torch.nn.functional.silu(x[:, 0]) * x[:, 1]}
 
 
-def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tensors:
-    a, b = _halves(inputs["x"])
-    return {"y": torch.nn.functional.silu(a) * b}
+def sizes(shape: tuple[int, ...]) -> Sizes:
+    return halves_sizes(shape, "silu_and_mul")
 
 
-def step_scale(point: Point, name: str) -> torch.Tensor:
-    """silu bends over a unit (``b``'s half is linear)."""
-    x = point.inputs64["x"]
-    return torch.ones(x.numel() // x.shape[-1], dtype=torch.float64, device=x.device)
+def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
+         gen: torch.Generator) -> Drawn:
+    lead = tuple(s[f"lead{i}"] for i in range(s["lead"]))
+    x = torch.randn(*lead, 2 * s["d"], generator=gen, dtype=torch.float64)
+    g = (torch.ones(s["n"], s["d"], dtype=torch.float64) if variant["cotangent"] == "ones"
+         else torch.randn(s["n"], s["d"], generator=gen, dtype=torch.float64))
+    return Drawn({"x": x.to(dtype).to(device)}, {}, {"y": g.to(dtype).to(device)}, s)
 
 
-def _terms(point: Point) -> torch.Tensor:
-    a, b = _halves(point.inputs64["x"])
-    return torch.cat(terms(a, b, point.cotangents["y"].to(torch.float64)), dim=-1)
-
-
-def input_rounding(point: Point, name: str, exact: Grads, sums: Sums) -> torch.Tensor:
-    return OPS_SILU**0.5 * _terms(point)
-
-
-def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
-    return _terms(point)
-
-
-def half(d: int) -> int:
-    return d // 2
-
-
-OP = Op(
+OP = ShapedOp(
     "silu_and_mul", "y = silu(x[..., :D]) · x[..., D:] for x of last dim 2D",
-    inputs=("x",), params=(), options=(), outputs=("y",), reference=reference,
-    step_scale=step_scale, input_rounding=input_rounding, input_magnitude=input_magnitude,
-    needs=("x",), reach=elementwise, forward_terms=one_term, forward_extra=OPS_SILU + 1.0,
-    statistic="silu and the product (one term)", out_width=half)
+    roles=(Role("x", ("n", "two", "d"), names=("x", "input", "hidden_states")),),
+    outputs=(Output("y", ("n", "d")),),
+    axes=(Axis("cotangent", ("random", "ones"), blind="ones",
+               words="the cotangent of y: random, or all ones"),),
+    reference=reference, canonical=halves_rows, draw=draw, sizes=sizes,
+    default_shape=(2, 8, 256), shape_words="(…rows, 2D)",
+    batch_axis=lambda options: "n", column="cotangent",
+    marks=("silu_and_mul",), scaled=("x",), bend=lambda role, options: 1.0,
+    output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    restore=halves_back,
+)

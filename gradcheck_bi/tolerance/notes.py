@@ -7,7 +7,7 @@ True
 >>> from gradcheck_bi.ops import DEFAULT_OP
 >>> forward_note(OPS[DEFAULT_OP]) == NOTES["forward"]
 True
->>> "log-sum-exp" in forward_note(OPS["log_softmax"])
+>>> "the mean and the variance" in forward_note(OPS["layer_norm"])
 True
 """
 

@@ -106,10 +106,8 @@ def make_point(cfg: Config) -> OpPoint:
     if op.has("bias") and not (op.param("bias").optional and cfg.bias is None):
         b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
         params["bias"] = b.to(dev, dt)
-    width = op.out_width(cfg.shape[-1])  # an output narrower than x: its first columns
     drawn = [g] + [placed(g_res, None, dt, dev)] * (len(op.outputs) > 1)
-    cots = {n: t if t.shape[-1] == width else t[..., :width].contiguous()
-            for n, t in zip(op.outputs, drawn, strict=False)}
+    cots = dict(zip(op.outputs, drawn, strict=False))
     # γ stored as γ − 1: the point's field for γ's mode (its record's, ops.record.ZCG)
     return OpPoint(op, inputs, params, cots, options_of(cfg), getattr(cfg, ZCG.field))
 

@@ -40,7 +40,6 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.adapting.signature import ctor_slots, fill, role_of
-from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import KernelLoadError, first_line
 
 PROBE_D = 8  # the hidden size a module is built at once on CPU, when loaded
@@ -267,9 +266,7 @@ class Builder:
                 f"kernel {self.name} is not a norm over the last axis: built at D = {PROBE_D}"
                 f", it has parameters that are no (D,) weight or bias ({', '.join(foreign)})")
         shape = _output_shape(module)
-        # as wide as x, or as an op's output is (silu_and_mul's: half)
-        widths = {(2, op.out_width(PROBE_D)) for op in OPS.values()}
-        if shape is not None and shape not in widths:
+        if shape is not None and shape != (2, PROBE_D):
             raise KernelLoadError(
                 f"kernel {self.name} is not a norm over the last axis: for x of (2, {PROBE_D})"
                 f" its forward returns {shape}")
@@ -277,7 +274,7 @@ class Builder:
 
     def _own_eps(self, why: str) -> tuple[tuple[float, str] | None, str]:
         """The eps it fixes and where it was read, else ``None`` and the refusal of an op
-        with an eps (a module without one may compute an op without: silu_and_mul)."""
+        with an eps."""
         what = getattr(self.factory, "__name__", self.name)
         if self.probe is None:
             raise KernelLoadError(f"kernel {self.name} takes no eps and could not be built "

@@ -33,12 +33,11 @@ from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.adapting.recognise import (
     _KEPT,
     Recognition,
-    named_op,
     recognise,
     roles_of,
 )
 from gradcheck_bi.kernels.adapting.signature import Slot, fill, parameters
-from gradcheck_bi.ops import OPS, Op
+from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
 
@@ -231,10 +230,6 @@ def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
     its forward's output."""
     fwd, marks, tensors = probe_module(obj) if kind == "module" else ([], [], None)
     names = _own_names(obj)
-    if forced is None and kind != "module" and named_op(names) is None:
-        own = _by_own_names(obj, kind, name, kernel_args, skip_first)
-        if own is not None:
-            return own
     seen = None if forced else _seen(obj, kind, name, kernel_args, skip_first, (fwd, tensors))
     if kind == "module":
         stub = inspect.Signature(fwd)
@@ -244,59 +239,6 @@ def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,
                          tensors=tensors)
     target = obj.forward if kind == "function" else obj
     return recognise(target, name, forced, skip_first=skip_first, names=names, seen=seen)
-
-
-# Roles that say a norm: a kernel with a parameter of one is read by the norms' names.
-_NORM_ROLES = {"weight", "eps", "residual", "z", "group_size", "norm_before_gate", "zcg",
-               "offset", "shape", "prenorm"}
-
-
-def _own_binding(params: list[inspect.Parameter], op: Op) -> dict[str, str | None] | None:
-    """``op``'s roles and options bound by its own names (any case), its inputs left over
-    by position among the required parameters; ``None`` where they do not fit."""
-    own = op.own_names()
-    roles: dict[str, str | None] = {p.name: own.get(p.name.lower()) for p in params}
-    free = [p.name for p in params if roles[p.name] is None
-            and p.default is inspect.Parameter.empty]
-    unbound = [i for i in op.inputs if i not in roles.values()]
-    if len(free) != len(unbound):
-        return None
-    roles.update(zip(free, unbound, strict=True))
-    return roles
-
-
-def _by_own_names(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
-                  skip_first: bool) -> Recognition | None:
-    """An op of roles of its own (swiglu's ``a, b``), read from what the kernel's forward
-    computes: its parameters bound by the op's names (``A, B``; ``a, b, gate_multiplier,
-    down_multiplier``), else by position, and one call at a small random point against the
-    op's reference decides. ``None`` for a kernel whose parameters say a norm (a weight, an
-    eps, …) or whose output matches no such op."""
-    target = obj.forward if kind == "function" else obj
-    try:
-        params = parameters(target, name)[1 if skip_first else 0:]
-    except KernelLoadError:
-        return None
-    if not params or {ROLE_OF.get(p.name.lower()) for p in params} & _NORM_ROLES:
-        return None
-    for op in (o for o in OPS.values() if o.names):
-        roles = _own_binding(params, op)
-        if roles is None:
-            continue
-        try:
-            slots = _slots(params, roles, op.name, kernel_args, name)
-        except KernelLoadError:
-            continue
-        call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
-        seen = probe(call, frozenset(r for r in roles.values() if r is not None), (op.name,))
-        variant = seen.match(op.name)
-        if variant is None:
-            continue
-        listing = ", ".join(f"{p}→{r}" for p, r in roles.items() if r is not None)
-        return Recognition(op.name, roles, f"recognised {op.name} from its output ({listing}; "
-                           f"{seen.errors[0][0]:.1e} from the reference at a small random "
-                           "fp64 point)", variant, takes=frozenset(), grad=seen.grad)
-    return None
 
 
 def _zcg(slots: list[Slot], override: str | None) -> tuple[frozenset[bool], str]:

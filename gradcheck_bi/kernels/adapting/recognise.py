@@ -77,9 +77,10 @@ def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]
 
 def roles_of(params: list[inspect.Parameter], op: str | None = None
              ) -> dict[str, str | None]:
-    """Each parameter's role by its name (``op``'s own names first); with no parameter
-    named as an input, the first is ``x`` (the RMSNorm convention)."""
-    own = OPS[op].own_names() if op else {}
+    """Each parameter's role by its name (``op``'s own options first: the gated norm's
+    ``activation``); with no parameter named as an input, the first is ``x`` (the RMSNorm
+    convention)."""
+    own = {n: a.name for a in OPS[op].axes for n in (a.name, *a.names)} if op else {}
     roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
                                     for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
@@ -168,12 +169,6 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                            f"op {forced} (given by --op) for {what}{listing}",
                            takes=None if unread else frozenset({"weight", "bias"} & taken))
     by_name = named_op(names or [])
-    if by_name is not None and OPS[by_name[0]].names:  # an op of its own names (swiglu a, b)
-        own = roles_of(params, by_name[0])
-        if set(OPS[by_name[0]].inputs) <= set(own.values()):
-            return Recognition(by_name[0], own, f"recognised {by_name[0]} from its name "
-                               f"({by_name[1]}) and its parameters {listing}",
-                               takes=frozenset())
     chosen, present = _marked(every)
     if len(chosen) > 1:  # the output decides; one without a backward is refused for that
         found = next((v for v in ((seen or Seen()).match(o.name) for o in chosen)

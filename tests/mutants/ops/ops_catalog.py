@@ -7,7 +7,8 @@ make_table.py (which writes the family section of docs/mutants.md).
 the defect is invisible by construction — a γ control (γ = ones hides a defect multiplied
 by γ − 1), an option (group_size = D hides a backward that ignores the groups;
 norm_before_gate = True one that ignores the mode), a shape (a single row hides a backward
-that mixes rows up) or a check the defect does not touch.
+that mixes rows up), a cotangent (all ones: every row's alike hides a backward that reads
+another row's) or a check the defect does not touch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class Point:
     norm_before_gate: bool | None = None
     dtype: str = "fp64"
     shape: tuple[int, ...] = SHAPE
+    # An op of any shape with a cotangent axis (log_softmax, silu_and_mul): the results at
+    # this value alone (None: every variant its sweep runs).
+    cotangent: str | None = None
 
     def label(self) -> str:
         extra = [self.dtype if self.dtype != "fp64" else "",
@@ -39,7 +43,8 @@ class Point:
                  f"β={self.bias}" if self.bias else "",
                  f"group_size={self.group_size}" if self.group_size else "",
                  "" if self.norm_before_gate is None else
-                 f"norm_before_gate={self.norm_before_gate}"]
+                 f"norm_before_gate={self.norm_before_gate}",
+                 f"cotangent={self.cotangent}" if self.cotangent else ""]
         return " ".join([self.check, f"γ={self.weight}", *[e for e in extra if e]])
 
 
@@ -74,6 +79,7 @@ class OpMutant:
 FUSED, LAYER, GATED = "fused_add_rms_norm", "layer_norm", "rms_norm_gated"
 LOG, SWI, SAM = "log_softmax", "swiglu", "silu_and_mul"
 ROW = (1, 32)  # a single row: a backward that mixes rows up is right there
+RANDOM = "random"  # a random cotangent on every row (an op of any shape's default)
 MUTANTS: list[OpMutant] = [
     # A None gradient fails every gradient check (the contract is broken at each call).
     OpMutant("fa01_no_residual_gradient", FUSED, Point("dresidual"), (Point("forward"),)),
@@ -103,24 +109,26 @@ MUTANTS: list[OpMutant] = [
                                                     Point("dz", norm_before_gate=True))),
     OpMutant("gn05_lowp_dw_accumulated_in_input_dtype", GATED, Point("dw", dtype="bf16"),
              (Point("dw"), Point("forward", dtype="bf16"), Point("dx", dtype="bf16"))),
-    # Beyond norms: no parameter, so no γ control; the row mix-ups are blind on one row.
-    OpMutant("ls01_backward_without_row_sum", LOG, Point("dx"), (Point("forward"),), False),
-    OpMutant("ls02_cotangent_of_the_first_row", LOG, Point("dx"),
-             (Point("dx", shape=ROW), Point("forward")), False),
-    OpMutant("ls03_gradient_stored_in_row_zero", LOG, Point("dx"), (Point("dx", shape=ROW),),
-             False),
+    # Beyond norms: no parameter, so no γ control; the row mix-ups are blind on one row, a
+    # misread cotangent under the all-ones one too.
+    OpMutant("ls01_backward_without_row_sum", LOG, Point("dx", cotangent=RANDOM),
+             (Point("forward"),), False),
+    OpMutant("ls02_cotangent_of_the_first_row", LOG, Point("dx", cotangent=RANDOM),
+             (Point("dx", shape=ROW), Point("dx", cotangent="ones"), Point("forward")), False),
+    OpMutant("ls03_gradient_stored_in_row_zero", LOG, Point("dx", cotangent=RANDOM),
+             (Point("dx", shape=ROW),), False),
     OpMutant("sw01_silu_derivative_missing_its_product_term", SWI, Point("da"),
              (Point("db"), Point("forward")), False),
     OpMutant("sw02_gradient_stored_in_row_zero", SWI, Point("da"),
              (Point("da", shape=ROW), Point("db", shape=ROW)), False),
     OpMutant("sw03_cotangent_of_the_first_row", SWI, Point("db"),
              (Point("db", shape=ROW), Point("da", shape=ROW)), False),
-    OpMutant("sm01_silu_derivative_missing_its_product_term", SAM, Point("dx"),
+    OpMutant("sm01_silu_derivative_missing_its_product_term", SAM, Point("dx", cotangent=RANDOM),
              (Point("forward"),), False),
-    OpMutant("sm02_gradient_stored_in_row_zero", SAM, Point("dx"), (Point("dx", shape=ROW),),
-             False),
-    OpMutant("sm03_cotangent_of_the_first_row", SAM, Point("dx"), (Point("dx", shape=ROW),),
-             False),
+    OpMutant("sm02_gradient_stored_in_row_zero", SAM, Point("dx", cotangent=RANDOM),
+             (Point("dx", shape=ROW),), False),
+    OpMutant("sm03_cotangent_of_the_first_row", SAM, Point("dx", cotangent=RANDOM),
+             (Point("dx", shape=ROW), Point("dx", cotangent="ones")), False),
 ]
 BY_STEM = {m.stem: m for m in MUTANTS}
 CORRECT = {FUSED: "tests/kernels/fused_add_rms_norm.py", LAYER: "tests/kernels/layer_norm.py",
@@ -146,7 +154,8 @@ def run_points(ref: str, points: list[Point], device: str = "cpu", op: str | Non
                       group_sizes=[p.group_size] if p.group_size else [None],
                       norm_before_gate=[True if p.norm_before_gate is None
                                         else p.norm_before_gate])
-        results.extend(run(sweep, [spec]))
+        results.extend(r for r in run(sweep, [spec]) if p.cotangent is None
+                       or (r.variant or {}).get("cotangent") == p.cotangent)
     return results
 
 
