@@ -188,6 +188,10 @@ def test_module_constructor_args_from_the_command_line_and_the_case_file(
      "case file)"),
     ([f"{HF}:GemmaRMSNorm", "--kernel-arg", "eps_typo=1"],
      "kernel {HF}:GemmaRMSNorm takes no parameter 'eps_typo' (its parameters: dim, eps)"),
+    (["tests/kernels/entry_points.py:GeluAndMul", "--kernel-arg", "approximate=tanh"],
+     "kernel tests/kernels/entry_points.py:GeluAndMul(x): --kernel-arg approximate not used: "
+     "it is read as gelu_and_mul_halves, an op whose parameters are bound from its forward "
+     "and whose options are swept (`gradcheck-bi ops`); wrap the kernel to fix a value"),
     (["torch:rsqrt"], "kernel rsqrt: its signature cannot be read (a compiled builtin?); "
      "wrap it in a Python function that names its parameters (f(x, weight, eps), f(a, b), "
      "f(logits, target), …)"),

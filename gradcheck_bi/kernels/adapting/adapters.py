@@ -303,6 +303,12 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
         if found is not None and (found.distance <= found.match or forced is not None):
             if found.grad is False:
                 raise KernelLoadError(_no_backward(obj, name, kind, found.kernel.op))
+            if args:  # nothing would read them: say so rather than run without them
+                raise KernelLoadError(
+                    f"kernel {_signature(obj, name, kind)}: --kernel-arg "
+                    f"{', '.join(sorted(args))} not used: it is read as {found.kernel.op}, "
+                    "an op whose parameters are bound from its forward and whose options "
+                    "are swept (`gradcheck-bi ops`); wrap the kernel to fix a value")
             return _shaped_spec(found, name, source, description)
         if forced in SHAPED:
             raise KernelLoadError(f"kernel {name}: its parameters do not bind to {forced}'s "
