@@ -264,3 +264,26 @@ def test_a_loss_that_reads_strided_logits_wrong_runs_its_own_check_and_fails():
         assert "differs from the contiguous call's" in t.details["twin"]["why"]
         assert (t.status, t.max_abs_err) == (a.status, a.max_abs_err)
         assert t.status == "fail"
+
+
+def test_points_of_one_draw_share_its_values_in_tensors_of_their_own():
+    """The points of one variant (its layouts, its checks) reuse the last draw: the same
+    values as a draw of their own, in tensors a kernel may write into unseen by the next."""
+    from dataclasses import replace
+
+    from gradcheck_bi.checks import shaped_point
+    from gradcheck_bi.checks.shaped_point import make_point
+
+    cfg = Config(check="dlogits", op="cross_entropy", shape=(4, 40))
+    first = make_point(cfg)
+    first.drawn.tensors["logits"].add_(1.0)  # a kernel that writes into its logits
+    first.drawn.cotangents["loss"].add_(1.0)
+    kept = make_point(replace(cfg, layout="grad-strided"))
+    shaped_point._kept_draw.clear()
+    fresh = make_point(cfg)
+    for k in ("logits", "target"):
+        assert torch.equal(kept.drawn.tensors[k], fresh.drawn.tensors[k]), k
+        assert kept.drawn.tensors[k].data_ptr() != fresh.drawn.tensors[k].data_ptr(), k
+    assert torch.equal(kept.drawn.cotangents["loss"], fresh.drawn.cotangents["loss"])
+    other = make_point(replace(cfg, seed=1))
+    assert not torch.equal(other.drawn.tensors["logits"], fresh.drawn.tensors["logits"])
