@@ -287,3 +287,26 @@ def test_points_of_one_draw_share_its_values_in_tensors_of_their_own():
     assert torch.equal(kept.drawn.cotangents["loss"], fresh.drawn.cotangents["loss"])
     other = make_point(replace(cfg, seed=1))
     assert not torch.equal(other.drawn.tensors["logits"], fresh.drawn.tensors["logits"])
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, 30.0])  # every element passes; some fail
+def test_truncation_computed_only_where_the_judgement_needs_it(scale):
+    """The level-4h truncation only raises a tolerance: computed for the colours whose
+    ratio without it could still be the worst, the verdict, the worst element and its
+    tolerance are those of every truncation computed."""
+    from gradcheck_bi.checks.shaped import _judge, lazy_truncation
+
+    gen = torch.Generator().manual_seed(3)
+    colours, per = 40, 7
+    err = scale * torch.rand(colours * per, generator=gen, dtype=torch.float64)
+    sigma = torch.rand(colours * per, generator=gen, dtype=torch.float64)
+    trunc = 0.3 * torch.rand(colours * per, generator=gen, dtype=torch.float64)
+    computed = []
+
+    def truncation(c):
+        computed.append(c)
+        return trunc[c * per:(c + 1) * per]
+
+    tr = lazy_truncation(err, lambda part, t: sigma[part] + t, per, truncation)
+    assert _judge(err, sigma + tr) == _judge(err, sigma + trunc)
+    assert 0 < len(computed) < colours, computed
