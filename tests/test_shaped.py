@@ -264,3 +264,49 @@ def test_a_loss_that_reads_strided_logits_wrong_runs_its_own_check_and_fails():
         assert "differs from the contiguous call's" in t.details["twin"]["why"]
         assert (t.status, t.max_abs_err) == (a.status, a.max_abs_err)
         assert t.status == "fail"
+
+
+def test_points_of_one_draw_share_its_values_in_tensors_of_their_own():
+    """The points of one variant (its layouts, its checks) reuse the last draw: the same
+    values as a draw of their own, in tensors a kernel may write into unseen by the next."""
+    from dataclasses import replace
+
+    from gradcheck_bi.checks import shaped_point
+    from gradcheck_bi.checks.shaped_point import make_point
+
+    cfg = Config(check="dlogits", op="cross_entropy", shape=(4, 40))
+    first = make_point(cfg)
+    first.drawn.tensors["logits"].add_(1.0)  # a kernel that writes into its logits
+    first.drawn.cotangents["loss"].add_(1.0)
+    kept = make_point(replace(cfg, layout="grad-strided"))
+    shaped_point._kept_draw.clear()
+    fresh = make_point(cfg)
+    for k in ("logits", "target"):
+        assert torch.equal(kept.drawn.tensors[k], fresh.drawn.tensors[k]), k
+        assert kept.drawn.tensors[k].data_ptr() != fresh.drawn.tensors[k].data_ptr(), k
+    assert torch.equal(kept.drawn.cotangents["loss"], fresh.drawn.cotangents["loss"])
+    other = make_point(replace(cfg, seed=1))
+    assert not torch.equal(other.drawn.tensors["logits"], fresh.drawn.tensors["logits"])
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, 30.0])  # every element passes; some fail
+def test_truncation_computed_only_where_the_judgement_needs_it(scale):
+    """The level-4h truncation only raises a tolerance: computed for the colours whose
+    ratio without it could still be the worst, the verdict, the worst element and its
+    tolerance are those of every truncation computed."""
+    from gradcheck_bi.checks.shaped import _judge, lazy_truncation
+
+    gen = torch.Generator().manual_seed(3)
+    colours, per = 40, 7
+    err = scale * torch.rand(colours * per, generator=gen, dtype=torch.float64)
+    sigma = torch.rand(colours * per, generator=gen, dtype=torch.float64)
+    trunc = 0.3 * torch.rand(colours * per, generator=gen, dtype=torch.float64)
+    computed = []
+
+    def truncation(c):
+        computed.append(c)
+        return trunc[c * per:(c + 1) * per]
+
+    tr = lazy_truncation(err, lambda part, t: sigma[part] + t, per, truncation)
+    assert _judge(err, sigma + tr) == _judge(err, sigma + trunc)
+    assert 0 < len(computed) < colours, computed

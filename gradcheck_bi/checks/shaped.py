@@ -11,7 +11,8 @@ ops.shaped`): forward, every gradient, batch invariance — with layouts and mut
   way (``--mode directional``: the random directions alone). Tolerance per element
   ``K √(σ_FD² + (u σ_grad)²) + K_T · truncation``: the FD noise from the forward's
   derived rounding, the kernel's own rounding of the gradient derived from the reference's
-  autograd backward, Richardson's truncation. In bf16/fp16 a
+  autograd backward, Richardson's truncation (its two extra calls only for the colours and
+  directions whose judgement it can change). In bf16/fp16 a
   difference of the forward cannot resolve a gradient: there the gradient is held to the
   reference's (fp64, at the same inputs) within its fp32 rounding and one ulp.
 * ``batch_invariance``: bitwise, :mod:`gradcheck_bi.checks.shaped_batch`.
@@ -150,12 +151,17 @@ def run_shaped_check(kernel: ShapedKernel, cfg: Config) -> Measurement:
     return check_gradient(kernel, point, role)
 
 
+def _ratio(err: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+    """``err / tol`` per element; ∞ where ``err`` is not finite or exceeds a zero ``tol``."""
+    ratio = torch.where(tol > 0, err / tol, torch.where(err > 0, math.inf, 0.0))
+    return torch.where(~torch.isfinite(err), math.inf, ratio)
+
+
 def _judge(err: torch.Tensor, tol: torch.Tensor) -> tuple[float, float, list[int], bool]:
     """The error and tolerance at the element nearest its tolerance, where it is, and
     whether every element is within."""
     bad = ~torch.isfinite(err)
-    ratio = torch.where(tol > 0, err / tol, torch.where(err > 0, math.inf, 0.0))
-    ratio = torch.where(bad, math.inf, ratio)
+    ratio = _ratio(err, tol)
     flat = int(ratio.reshape(-1).argmax()) if ratio.numel() else 0
     worst = [int(i) for i in torch.unravel_index(torch.tensor(flat), err.shape)] \
         if err.dim() else []
@@ -235,8 +241,7 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
     err = (analytic[at] - fd.value).abs()
-    tol = (K_SIGMA * torch.sqrt(fd.sigma**2 + (u * sig_g[at]) ** 2) + K_TRUNC * fd.trunc
-           + _floor(u))
+    tol = tolerance(fd.sigma, u * sig_g[at], fd.trunc, u)
     extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
              "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
 
@@ -324,9 +329,6 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     colours = plan(s_sizes, c_sizes, risky, gen)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(_reduce(g[k] ** 2 * m.output_sigma[k] ** 2, axes, shared) for k, axes in outs)
-    where: list[tuple[torch.Tensor, ...]] = []
-    per_level: list[list[torch.Tensor]] = [[] for _ in LEVELS]
-    steps: list[list[torch.Tensor]] = [[], []]
     # every (level, sign) displacement of a colour at once: (2·levels, 1, …)
     shifts = torch.tensor([sign * o * h for o in LEVELS for sign in (1, -1)],
                           dtype=torch.float64, device=tp.device)
@@ -334,45 +336,97 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     # memory waits for the GPU's queue, so one per colour kept the host from running ahead
     # of the kernel calls (the GPU idled while the host prepared each colour)
     idxs = [index_of(pick, s_sizes, c_sizes) for pick in colours.picks]
-    sent: list[torch.Tensor] = []
-    for n, idx in enumerate(idxs):
-        if n % SEND_BLOCK == 0:  # this colour and the next ones, each axis stacked
-            sent = [torch.stack(axis).to(tp.device)
-                    for axis in zip(*idxs[n:n + SEND_BLOCK], strict=True)]
-        dev_idx = tuple(axis[n % SEND_BLOCK] for axis in sent)
-        orig = tp[dev_idx].clone()
+    dev_idxs: list[tuple[torch.Tensor, ...]] = []
+    for n in range(0, len(idxs), SEND_BLOCK):  # these colours, each axis stacked
+        sent = [torch.stack(axis).to(tp.device)
+                for axis in zip(*idxs[n:n + SEND_BLOCK], strict=True)]
+        dev_idxs += [tuple(axis[j] for axis in sent) for j in range(len(sent[0]))]
+
+    def levels(c: int, which: slice) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Colour ``c``'s estimate at the levels ``which`` (a slice of the (level, sign)
+        rows) and the displacements taken. The values the kernel gets (rounded to its
+        dtype) and their steps are made once per colour: a call costs one write and the
+        kernel (≈ 180 µs of the H200's 430 µs GEMM call went to per-call temporaries)."""
+        at = dev_idxs[c]
+        orig = tp[at].clone()
         exact = orig.double()
-        # the values the kernel gets (rounded to its dtype) and the steps they take, made
-        # once per colour: a call costs one write and the kernel (≈ 180 µs of the H200's
-        # 430 µs GEMM call went to per-call temporaries before)
-        moved = (exact + shifts.reshape(-1, *[1] * exact.dim())).to(dtype)
+        moved = (exact + shifts[which].reshape(-1, *[1] * exact.dim())).to(dtype)
         taken = moved.double() - exact
         disp = taken[0::2] - taken[1::2]  # per level, on the tensor's device
         try:
-            sums = _level_sums(kernel, point, tp, dev_idx, moved, g, outs, shared)
+            sums = _level_sums(kernel, point, tp, at, moved, g, outs, shared)
         finally:
-            tp[dev_idx] = orig
-        # per element of the colour: each level's estimate, and what its noise needs
-        ratios = [(s / d).reshape(-1) for s, d in zip(sums, disp, strict=True)]
-        for j, r in enumerate(ratios):
-            per_level[j].append(r)
-        steps[0].append(disp[0].reshape(-1))  # every one shaped as the shared axes
-        steps[1].append(disp[1].reshape(-1))
-        where.append(tuple(i.reshape(-1) for i in idx))
-    # every colour's levels combined at once (elementwise: as colour by colour)
-    est, tr = combine([torch.cat(p) for p in per_level])
+            tp[at] = orig
+        return [(s_ / d).reshape(-1) for s_, d in zip(sums, disp, strict=True)], disp
+
+    # Levels h and 2h of every colour: the estimate E4(h) and its noise. Level 4h only
+    # gives the truncation, a term the tolerance adds: a colour whose elements all sit
+    # below it without one cannot fail with one, nor be the element reported as nearest
+    # its tolerance while another colour holds a ratio that high (lazy_truncation).
+    first = [levels(c, slice(0, 4)) for c in range(len(idxs))]
+    e1 = torch.cat([f[0][0] for f in first])
+    e2 = torch.cat([f[0][1] for f in first])
+    est = (4 * e1 - e2) / 3  # combine's E4(h), elementwise
     noises = torch.as_tensor(noise).reshape(-1).repeat(len(idxs))  # the same for every colour
-    sigma = u * torch.sqrt(noises * noise_weight([torch.cat(s) for s in steps]))
+    d1 = torch.cat([f[1][0].reshape(-1) for f in first])  # every one shaped as the shared axes
+    d2 = torch.cat([f[1][1].reshape(-1) for f in first])
+    sigma = u * torch.sqrt(noises * noise_weight([d1, d2]))
     # back from (shared…, colour…) to the role's own axes
-    index = tuple(torch.cat([w[perm.index(j)] for w in where]) for j in range(len(perm)))
+    index = tuple(torch.cat([idx[perm.index(j)].reshape(-1) for idx in idxs])
+                  for j in range(len(perm)))
+    at = tuple(i.to(analytic.device) for i in index)
+    err = (analytic[at] - est).abs()
+    sig_k = u * m.grad_sigma[role][at]
+    per = err.numel() // max(1, len(idxs))  # elements per colour
+
+    def truncation(c: int) -> torch.Tensor:
+        e4 = levels(c, slice(4, 6))[0][0]
+        part = slice(c * per, (c + 1) * per)
+        return combine([e1[part], e2[part], e4])[1]
+
+    tr = lazy_truncation(err, lambda part, tr_: tolerance(sigma[part], sig_k[part], tr_, u),
+                         per, truncation)
     fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}")
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
     return fd
 
 
+def tolerance(sigma: torch.Tensor, sigma_kernel: torch.Tensor, trunc: torch.Tensor, u: float
+              ) -> torch.Tensor:
+    """Per element ``K √(σ_FD² + (u σ_grad)²) + K_T · truncation`` (``sigma_kernel``:
+    ``u σ_grad``), above the floor."""
+    return (K_SIGMA * torch.sqrt(sigma**2 + sigma_kernel**2) + K_TRUNC * trunc
+            + _floor(u))
+
+
+def lazy_truncation(err: torch.Tensor, tol: Any, per: int, truncation: Any) -> torch.Tensor:
+    """The truncation of each colour's ``per`` elements (flat, colour by colour), computed
+    (``truncation(c)``: two more calls) only where the judgement needs it, 0 elsewhere.
+
+    A truncation only raises a tolerance: an element's ratio ``err / tol`` without it
+    bounds the ratio with it. Colours are taken by that bound, highest first, each
+    truncation computed until the highest ratio found exceeds the next colour's bound:
+    every colour left then stays below the worst element, so the verdict, the worst element
+    and its tolerance are what every truncation computed would give (and a failing element
+    always has its own)."""
+    n = err.numel() // max(1, per)
+    tr = torch.zeros_like(err)
+    if n == 0:
+        return tr
+    bound = _ratio(err, tol(slice(None), tr)).reshape(n, per).amax(1).cpu()
+    worst = -math.inf
+    for c in bound.argsort(descending=True, stable=True).tolist():
+        if bound[c] < worst:
+            break
+        part = slice(c * per, (c + 1) * per)
+        tr[part] = truncation(c)
+        worst = max(worst, float(_ratio(err[part], tol(part, tr[part])).max()))
+    return tr
+
+
 SEND_BLOCK = 256  # colours whose indices go to the device in one copy
-STACK_MAX = 2**22  # output elements up to which a colour's six calls are reduced together
+STACK_MAX = 2**22  # output elements up to which a colour's calls are reduced together
 
 
 def _level_sums(kernel: ShapedKernel, point: Point, tp: torch.Tensor,
@@ -381,21 +435,21 @@ def _level_sums(kernel: ShapedKernel, point: Point, tp: torch.Tensor,
                 ) -> list[torch.Tensor]:
     """Per level, ``Σ ⟨g, y₊ − y₋⟩`` over every axis not shared: the kernel called at each
     of ``moved`` (written into ``tp`` at ``at``). Small outputs are stacked and cast to fp64
-    once for the six calls (a GEMM's dA makes 147k calls: each op saved is seconds)."""
+    once for the calls (a GEMM's dA makes 147k calls: each op saved is seconds)."""
     ys = []
     for s in range(len(moved)):
         tp[at] = moved[s]
         ys.append(forward(kernel, point, exact=False))
     sums: list[torch.Tensor] = []
     for k, axes in outs:
-        if ys[0][k].numel() * len(ys) <= STACK_MAX:
+        if ys[0][k].numel() * 2 * len(LEVELS) <= STACK_MAX:
             y = torch.stack([y_[k] for y_ in ys]).to(torch.float64)
             diff = g[k] * (y[0::2] - y[1::2])
-            parts = [_reduce(diff[j], axes, shared) for j in range(len(LEVELS))]
+            parts = [_reduce(diff[j], axes, shared) for j in range(len(ys) // 2)]
         else:
             parts = [_reduce(g[k] * (ys[2 * j][k].to(torch.float64)
                                      - ys[2 * j + 1][k].to(torch.float64)), axes, shared)
-                     for j in range(len(LEVELS))]
+                     for j in range(len(ys) // 2)]
         sums = [a + b for a, b in zip(sums, parts, strict=True)] if sums else parts
     return sums
 
@@ -410,7 +464,8 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     buffer below fp64) and keeps the step it took (``x₊ − x₋``, exact) in another: no
     whole-tensor temporary per call (at (512, 32000) they were a fifth of a check). ``t``
     is drawn in fp32 (a quarter of an fp64 normal draw's time; any random direction
-    serves)."""
+    serves). The truncation (level 4h: two of six calls) is computed for a direction the
+    noise alone does not pass: a passing one's tolerance is given without it."""
     t = point.canonical()[role]
     gen = torch.Generator(device=t.device).manual_seed(seed_of(point.cfg) + 2)
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
@@ -423,36 +478,42 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
                 if t.dtype != torch.float64 else None)
     taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
     out = []
+
+    def level(d: torch.Tensor, o: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Level ``o`` along ``d``: the finite difference's and the analytic gradient's
+        second-order estimates of ``⟨d<role>, t⟩``."""
+        ys = []
+        for sign in (1, -1):
+            if t.dtype == torch.float64:
+                torch.add(exact, d, alpha=sign * o * h, out=t)
+            else:  # rounded to the point's dtype, as the kernel gets it
+                t.copy_(torch.add(exact, d, alpha=sign * o * h, out=moved_to))
+            if sign > 0:
+                taken.copy_(t)
+            else:
+                taken.sub_(t)
+            ys.append(forward(kernel, point))
+        fd = sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g)
+        an = float(torch.dot(flat_grad, taken.reshape(-1)))
+        return (torch.tensor(fd / (2 * o * h), dtype=torch.float64),
+                torch.tensor(an / (2 * o * h), dtype=torch.float64))
+
     try:
         for _ in range(count):
             d = torch.randn(t.shape, generator=gen, dtype=torch.float32,
                             device=t.device).to(torch.float64)
-            fds, ans, disp = [], [], []
-            for o in LEVELS:
-                ys = []
-                for sign in (1, -1):
-                    if t.dtype == torch.float64:
-                        torch.add(exact, d, alpha=sign * o * h, out=t)
-                    else:  # rounded to the point's dtype, as the kernel gets it
-                        t.copy_(torch.add(exact, d, alpha=sign * o * h, out=moved_to))
-                    if sign > 0:
-                        taken.copy_(t)
-                    else:
-                        taken.sub_(t)
-                    ys.append(forward(kernel, point))
-                fds.append(sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g))
-                ans.append(float(torch.dot(flat_grad, taken.reshape(-1))))
-                disp.append(2 * o * h)
-            e_fd, tr = combine([torch.tensor(f / s, dtype=torch.float64)
-                                for f, s in zip(fds, disp, strict=True)])
-            e_an, _ = combine([torch.tensor(a / s, dtype=torch.float64)
-                               for a, s in zip(ans, disp, strict=True)])
-            w = noise_weight([torch.tensor(disp[0], dtype=torch.float64),
-                              torch.tensor(disp[1], dtype=torch.float64)])
+            fds, ans = map(list, zip(*(level(d, o) for o in LEVELS[:2]), strict=True))
+            e_fd, e_an = ((4 * e[0] - e[1]) / 3 for e in (fds, ans))  # combine's E4(h)
+            w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64)
+                              for o in LEVELS[:2]])
             sigma_fd = u * math.sqrt(noise * float(w))
             sigma_k = u * float(torch.linalg.vector_norm(d * sig_g))
-            tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + K_TRUNC * float(tr)
-            out.append((abs(float(e_fd) - float(e_an)), tol))
+            err = abs(float(e_fd) - float(e_an))
+            tol = K_SIGMA * math.hypot(sigma_fd, sigma_k)
+            if not err <= tol:  # only then the truncation, from level 4h (two more calls)
+                fds.append(level(d, LEVELS[2])[0])
+                tol += K_TRUNC * float(combine(fds)[1])
+            out.append((err, tol))
     finally:
         t.copy_(orig)
     return out

@@ -157,12 +157,12 @@ class Propagate(TorchDispatchMode):
             return self._product(func, name, args, kwargs, result)
         if name in MAXIMA:
             return self._maximum(name, args, out)
-        if name in ADDS:
-            moved = self._moves(func, args, kwargs)  # σ of the terms, placed
+        if name in ADDS:  # the terms' σ² placed and added, and the op's own rounding
+            if not self._any_sigma(args, kwargs):
+                return (result**2).sqrt_()
             sq = lambda t: self._sig_or_zero(t) ** 2 if _is_float(t) else t  # noqa: E731
-            var = func(*tree_map(sq, args), **tree_map(sq, kwargs)) if moved is not None \
-                else torch.zeros_like(result)
-            return (var + result**2).sqrt()
+            var = func(*tree_map(sq, args), **tree_map(sq, kwargs))
+            return var.add_(result**2).sqrt_()
         if torch.Tag.pointwise in func.tags:
             return self._pointwise(func, name, args, kwargs, result)
         self.unknown.add(name)

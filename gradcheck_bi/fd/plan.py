@@ -10,15 +10,16 @@ cross-entropy's classes at V = 128k, every element of a scalar loss), a sample o
 holds the risky ones the op names plus :data:`RANDOM_COLOURS` random ones (at least
 :data:`MIN_SAMPLED`, at most :data:`SAMPLED_COLOURS` in all), and random directions over
 the whole tensor check what no colour held (``checks.shaped.directions``). Each colour
-costs six forward calls: at (512, 32000) a cross-entropy's forward is 0.12 CPU s, so a
-colour that only adds one more random element is what a sample leaves out.
+costs four forward calls, six where its truncation is needed (``checks.shaped.
+lazy_truncation``): at (512, 32000) a cross-entropy's forward is 0.12 CPU s, so a colour
+that only adds one more random element is what a sample leaves out.
 
 Per colour the forward runs at ``x ± o·h`` for ``o`` in :data:`LEVELS`; ``h`` is a power of
 two times the tensor's RMS (:func:`step`), and every element's *taken* displacement is
 what divides (``fl(x + o h) - x``, exact in fp64). With ``S_o = Σ_i g_i (y_i(+o) − y_i(−o))``
 over the outputs an element reaches, ``E_o = S_o / D_o`` is a second-order estimate;
 ``E4(h) = (4E_1 − E_2)/3`` the fourth-order one, and Richardson's ``|E4(2h) − E4(h)| / 15``
-its truncation.
+its truncation (level 4 only where a tolerance without it leaves the judgement open).
 
 >>> import torch
 >>> shared_and_colour(("n", "v"), [("n",)], ())

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.ops import shaped
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
 
 IGNORE = -100
@@ -96,10 +97,11 @@ def loss_cotangent(variant: Variant, n: int, gen: torch.Generator) -> torch.Tens
 def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
          gen: torch.Generator) -> Drawn:
     n, v = s["n"], s["v"]
-    z = 2.0 * torch.randn(n, v, generator=gen, dtype=torch.float64)
+    z = 2.0 * shaped.normal((n, v), gen, device)  # on a GPU point, drawn there
     target = torch.randint(0, v, (n,), generator=gen)
     if variant["peaked"]:  # the target's probability ≈ 0.999
-        z[torch.arange(n), target] = z.amax(-1) + math.log(v) + 7.0
+        z[torch.arange(n, device=z.device), target.to(z.device)] = \
+            z.amax(-1) + math.log(v) + 7.0
     if variant["ignore"] == "some":
         target[torch.arange(n) % 3 == 1] = IGNORE
     weight = (0.5 + torch.rand(v, generator=gen, dtype=torch.float64)
@@ -125,10 +127,11 @@ def risky(drawn: Drawn, role: str) -> list[torch.Tensor]:
     z = drawn.tensors["logits"]
     target = drawn.tensors["target"]
     assert z is not None and target is not None
-    z = z.reshape(-1, z.shape[-1]).double().cpu()
+    z = z.reshape(-1, z.shape[-1])
     n, v = z.shape
     t = target.reshape(-1).cpu().clamp(min=0)
-    top = z.topk(min(3, v), dim=-1).indices
+    # on the logits' device: a (4096, 128256) copy to the host and a host topk took seconds
+    top = z.double().topk(min(3, v), dim=-1).indices.cpu()
     edges = [c for b in (128, 1024) for c in (b - 1, b) if c < v]
     cols = [t, *top.unbind(-1), torch.zeros(n, dtype=torch.long),
             torch.full((n,), v - 1), *(torch.full((n,), c) for c in edges)]
