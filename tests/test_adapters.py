@@ -245,5 +245,5 @@ def test_api_takes_the_same_shapes_of_kernel() -> None:
                        layouts=["contiguous"])
         assert report.ok and len(report.results) == 6, (kernel, str(report))
         assert report.not_run and "zcg=on results not run" in report.not_run[0], report.not_run
-    with pytest.raises(TypeError, match="is a int, not a kernel"):
+    with pytest.raises(TypeError, match="is an int, not a kernel"):
         check(3)

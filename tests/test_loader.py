@@ -101,7 +101,7 @@ def test_module_ref_loads_and_declares_nothing(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(("ref", "needle"), [
     ("gradcheck_bi.no_such_module:Fn", "kernel module gradcheck_bi.no_such_module not found"),
     (f"{KERNELS}/user_rmsnorm.py:Corect", "no attribute 'Corect'"),
-    (f"{KERNELS}/user_rmsnorm.py:NOT_A_FUNCTION", "is a int, not a kernel: expected an "
+    (f"{KERNELS}/user_rmsnorm.py:NOT_A_FUNCTION", "is an int, not a kernel: expected an "
      "autograd Function, a function or an nn.Module class (`gradcheck-bi kernels` shows each)"),
     (f"{KERNELS}/nope.py:Fn", "not found"),
     ("user_rmsnorm.py:", "expected PATH.py:ATTR"),

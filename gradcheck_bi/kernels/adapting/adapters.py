@@ -202,6 +202,11 @@ def is_apply_class(obj: Any) -> bool:
             and not _is_module_factory(obj))
 
 
+def _a(noun: str) -> str:
+    """``a Module``, ``an int``."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def _unbound_apply(obj: Any) -> Any:
     """The Function class behind ``SomeFunction.apply`` (libraries export ``f =
     SomeFunction.apply``, whose signature is ``(*args, **kwargs)``): its ``forward`` says
@@ -416,7 +421,7 @@ def _adapt_rms(obj: Any, name: str, source: str, args: dict[str, Any], override:
         call = _Call(obj, slots, args)
     else:
         raise KernelLoadError(
-            f"kernel {name} is a {type(obj).__name__}, not a kernel: expected an autograd "
+            f"kernel {name} is {_a(type(obj).__name__)}, not a kernel: expected an autograd "
             "Function, a function or an nn.Module class (`gradcheck-bi kernels` shows each)")
     _unused(args, slots, name)
     zcg, how = _zcg_mapping(slots, override, call)
