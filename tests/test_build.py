@@ -143,16 +143,21 @@ def test_a_config_that_carries_eps_lets_a_layer_norm_be_read_as_one() -> None:
     assert report.ok and {r.eps for r in report.results} == {1e-3}
 
 
+# What the refusal of a channels-first norm says, true of each kind (BatchNorm: statistics over N
+# and the positions; GroupNorm: over a group of channels and the positions).
+CHANNELS_FIRST = ("axis 1 of (N, C, ...) holds its channels and its statistics do not run "
+                  "over the last axis alone; gradcheck-bi checks norms over the last axis")
+
+
 @pytest.mark.parametrize("ref, message", [
     (f"{BUILT}:MyBatchNorm2d", "kernel {B}:MyBatchNorm2d is a channels-first norm (named "
-     "'BatchNorm'): its statistics run over axis 1 (N, C, ...); gradcheck-bi checks norms over the "
-     "last axis"),
+     f"'BatchNorm'): {CHANNELS_FIRST}"),
     ("torch.nn:BatchNorm2d", "kernel torch.nn:BatchNorm2d is a channels-first norm (a torch "
-     "NormBase): its statistics run over axis 1 (N, C, ...); gradcheck-bi checks norms over "
-     "the last axis"),
+     f"BatchNorm2d): {CHANNELS_FIRST}"),
     ("torch.nn:GroupNorm", "kernel torch.nn:GroupNorm is a channels-first norm (a torch "
-     "GroupNorm): its statistics run over axis 1 (N, C, ...); gradcheck-bi checks norms over "
-     "the last axis"),
+     f"GroupNorm): {CHANNELS_FIRST}"),
+    (f"{BUILT}:ChannelGroups", "kernel {B}:ChannelGroups is a channels-first norm (a torch "
+     f"GroupNorm): {CHANNELS_FIRST}"),
     (f"{BUILT}:AdaNorm", "kernel {B}:AdaNorm is not a norm over the last axis: built at D = "
      "8, it has parameters that are no (D,) weight or bias (shift.weight (8, 8))"),
     (f"{BUILT}:RsqrtOnly", "kernel {B}:RsqrtOnly is not a norm over the last axis: for x of "

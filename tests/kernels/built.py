@@ -9,7 +9,8 @@ in an attribute, ``FixedEpsLayerNorm(hidden_size)`` in its forward (OlmoLayerNor
 ``CountGated(hidden_size, eps, n_groups, norm_before_gate)`` takes a number of groups
 (FalconH1RMSNormGated); ``ConfigRMSNorm(config: TinyConfig)`` takes a config object
 (CpmAntLayerNorm). Refused: ``AdaNorm`` (a norm with a projection, EsmFold2AdaptiveLayerNorm),
-``MyBatchNorm2d`` (channels-first).
+``MyBatchNorm2d`` and ``ChannelGroups`` (channels-first; the latter a torch GroupNorm
+under another name, as timm's are).
 """
 
 from __future__ import annotations
@@ -142,6 +143,10 @@ class MyBatchNorm2d(nn.Module):
         mean = x.mean((0, 2, 3), keepdim=True)
         var = x.var((0, 2, 3), keepdim=True, unbiased=False)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight[:, None, None]
+
+
+class ChannelGroups(nn.GroupNorm):
+    """A torch GroupNorm under a name that says nothing of it."""
 
 
 class RsqrtOnly(nn.Module):

@@ -17,11 +17,11 @@ device, dtype, group size, gate order), its constructor's parameters filled by r
   its one small constant such as ``+ 1e-5``; else the one eps its parts share).
 
 Refused when loaded, each in one line (exit 2): a channels-first norm (BatchNorm,
-InstanceNorm, GroupNorm, ``*2d``: statistics over axis 1, not the last axis), a module
-with a parameter that is not ``(D,)`` (a gate MLP, adaLN's projections: not a norm over
-the last axis), a one-input module whose output is not shaped like its input, a config
-class that cannot be found or has no hidden size, a module whose eps is neither taken nor
-readable.
+InstanceNorm, GroupNorm, ``*2d``: channels on axis 1, statistics not over the last axis
+alone), a module with a parameter that is not ``(D,)`` (a gate MLP, adaLN's projections: not
+a norm over the last axis), a one-input module whose output is not shaped like its input, a
+config class that cannot be found or has no hidden size, a module whose eps is neither taken
+nor readable.
 
 >>> b = Builder(__import__("torch").nn.RMSNorm, "torch.nn:RMSNorm", {})
 >>> b.own_eps, type(b.probe).__name__
@@ -62,19 +62,28 @@ def _class_of(factory: Any) -> type | None:
 
 
 def refuse_channels_first(factory: Any, name: str) -> None:
-    """A :class:`KernelLoadError` for a norm over axis 1 (BatchNorm2d, GroupNorm, ``*2d``)."""
+    """A :class:`KernelLoadError` for a norm with channels on axis 1 (BatchNorm2d, GroupNorm,
+    ``*2d``)."""
     cls = _class_of(factory)
     if cls is None:
         return
-    torch_kind = next((t.__name__ for t in _CHANNELS_FIRST_TYPES if issubclass(cls, t)), None)
     named = _CHANNELS_FIRST_NAME.search(cls.__name__)
-    if torch_kind is None and named is None:
+    if issubclass(cls, _CHANNELS_FIRST_TYPES):
+        # the nearest public torch class it is ("BatchNorm2d"), not a private base ("_NormBase")
+        kind = next((c.__name__ for c in cls.__mro__ if c.__module__.startswith("torch.")
+                     and not c.__name__.startswith("_")
+                     and issubclass(c, _CHANNELS_FIRST_TYPES)), cls.__name__)
+        why = f"a torch {kind}"
+    elif named is not None:
+        why = f"named {named.group(0)!r}"
+    else:
         return
-    why = (f"a torch {torch_kind.lstrip('_')}" if torch_kind
-           else f"named {named.group(0)!r}" if named else "")
+    # True of each kind: BatchNorm's statistics run over N and the positions, GroupNorm's over
+    # a group of channels and the positions, LocalResponseNorm's across neighbouring channels.
     raise KernelLoadError(
-        f"kernel {name} is a channels-first norm ({why}): its statistics run over axis 1 "
-        "(N, C, ...); gradcheck-bi checks norms over the last axis")
+        f"kernel {name} is a channels-first norm ({why}): axis 1 of (N, C, ...) holds its "
+        "channels and its statistics do not run over the last axis alone; gradcheck-bi checks "
+        "norms over the last axis")
 
 
 def config_class(factory: Any, slot: str, name: str) -> type:
