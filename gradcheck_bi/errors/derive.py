@@ -509,10 +509,10 @@ def _sigma_or_zero(mode: Propagate, t: torch.Tensor) -> torch.Tensor:
     return s.detach().clone() if s is not None else torch.zeros_like(t)
 
 
-def _absolute_or_zero(mode: Propagate, t: torch.Tensor) -> torch.Tensor:
-    """``α`` of a result a check compares: where the value itself is ``±inf`` in the
-    range's precision (``α = ∞``), all of it is lost, ``|t|``."""
-    a = mode.absolute.get(t)
+def _absolute_or_zero(a: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor:
+    """``α`` of a result a check compares (outside the mode: nothing of it is the
+    reference's): where the value itself is ``±inf`` in the range's precision (``α = ∞``),
+    all of it is lost, ``|t|``."""
     if a is None:
         return torch.zeros_like(t)
     return torch.where(torch.isfinite(a), a, t.abs()).detach()
@@ -551,7 +551,7 @@ def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
     with propagating(reach) as mode:
         outs = reference(leaves)
         out_sigma = {k: _sigma_or_zero(mode, v) for k, v in outs.items()}
-        out_abs = {k: _absolute_or_zero(mode, v) for k, v in outs.items()}
+        out_abs = {k: (mode.absolute.get(v), v.detach()) for k, v in outs.items()}
         products = bool(mode.ran & PRODUCTS)
         names = [k for k in wrt if isinstance(leaves.get(k), torch.Tensor)]
         pairs = [(outs[k], cotangents[k]) for k in outs
@@ -565,10 +565,11 @@ def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
             values[k] = torch.zeros_like(leaves[k]) if gr is None else gr.detach().clone()
             sigma[k] = (torch.zeros_like(leaves[k]) if gr is None
                         else _sigma_or_zero(mode, gr))
-            absolute[k] = (torch.zeros_like(leaves[k]) if gr is None
-                           else _absolute_or_zero(mode, gr))
+            absolute[k] = (None if gr is None else mode.absolute.get(gr), values[k])
     return Derived({k: v.detach() for k, v in outs.items()}, out_sigma, values, sigma,
-                   set(mode.unknown), products, out_abs, absolute)
+                   set(mode.unknown), products,
+                   {k: _absolute_or_zero(*v) for k, v in out_abs.items()},
+                   {k: _absolute_or_zero(*v) for k, v in absolute.items()})
 
 
 def unit(dtype: torch.dtype) -> float:
