@@ -69,11 +69,14 @@ def model(point: Point, grads: bool = True) -> Derived:
                    reach(point))
 
 
-def reach(point: Point) -> torch.dtype:
-    """The precision whose range a correct kernel's intermediates live in: the dtype's,
-    fp32 inside a bf16/fp16 call (bf16 and TF32 inside an fp32 call on a GPU share fp32's
-    exponent range)."""
-    return LOWP_INSIDE if point.cfg.dtype in HALF_DTYPES else point.dtype
+def reach(point: Point) -> torch.dtype | None:
+    """The precision whose range a correct kernel's intermediates live in: fp32 inside a
+    bf16/fp16 call, an fp32 call's own (bf16 and TF32 inside one on a GPU share its
+    exponent range); none for fp64: the reference computes in fp64, so a value beyond its
+    range is lost there too and nothing is known of it (the channel would be zero)."""
+    if point.cfg.dtype in HALF_DTYPES:
+        return LOWP_INSIDE
+    return point.dtype if point.dtype != torch.float64 else None
 
 
 def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -110,6 +110,8 @@ class Propagate(TorchDispatchMode):
         super().__init__()
         self.sigma: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.reach = Reach(reach) if reach is not None else None
+        self.slopes: dict[int, Any] = {}  # the last pointwise op's, for α too
+        self.span: Any = None  # and its result's smallest and largest magnitude
         self.unknown: set[str] = set()
         self.ran: set[str] = set()  # every aten op's name seen (what precision is plausible)
         self.gen = torch.Generator().manual_seed(0)
@@ -137,11 +139,12 @@ class Propagate(TorchDispatchMode):
             return out
         if not _is_float(result):
             return out
+        self.slopes, self.span = {}, None
         sig = self._rule(func, name, args, kwargs, result, out)
         if sig is not None:
             self.sigma[result] = sig
         if self.reach is not None:
-            self.reach.record(func, name, args, kwargs, result, out)
+            self.reach.record(func, name, args, kwargs, result, out, self.slopes, self.span)
         return out
 
     @property
@@ -184,7 +187,10 @@ class Propagate(TorchDispatchMode):
     def _pointwise(self, func: Any, name: str, args: tuple[Any, ...],
                    kwargs: dict[str, Any], result: torch.Tensor) -> torch.Tensor:
         # in place on one buffer: at (512, 32000) every temporary is a 128 MiB pass
-        var = result.abs().mul_(ROUNDINGS.get(name, 1.0)).square_()
+        mag = result.abs()
+        if self.reach is not None:  # |result|'s range, while the buffer still holds it
+            self.span = torch.aminmax(mag) if mag.numel() else None
+        var = mag.mul_(ROUNDINGS.get(name, 1.0)).square_()
         rule = SLOPES.get(f"{name}.{func._overloadname}")
         for i, a in enumerate(args):
             s = self.of(a) if _is_float(a) else None
@@ -192,6 +198,7 @@ class Propagate(TorchDispatchMode):
                 continue
             slope = rule(args, kwargs, result, i) if rule is not None \
                 else _slope(func, args, kwargs, i)
+            self.slopes[i] = slope
             moved = s if isinstance(slope, float) and slope == 1.0 else slope * s
             var.addcmul_(moved, moved)
         return var.sqrt_()
@@ -320,9 +327,22 @@ class Reach:
         fi = torch.finfo(dtype)
         self.max, self.tiny = float(fi.max), float(fi.tiny)
         self.alpha: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+        self.infinite: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # α holding ∞
 
     def of(self, t: Any) -> torch.Tensor | None:
         return self.alpha.get(t) if _is_float(t) else None
+
+    def _holds_inf(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        found = False
+
+        def look(t: Any) -> Any:
+            nonlocal found
+            a = self.of(t)
+            found = found or (a is not None and a in self.infinite)
+            return t
+
+        tree_map(look, (args, kwargs))
+        return found
 
     def or_zero(self, t: torch.Tensor) -> torch.Tensor:
         a = self.of(t)
@@ -334,7 +354,10 @@ class Reach:
             self.alpha[o] = a
 
     def record(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-               result: torch.Tensor, out: Any) -> None:
+               result: torch.Tensor, out: Any, slopes: dict[int, Any] | None = None,
+               span: Any = None) -> None:
+        """``α`` of ``result`` (``slopes``, ``span``: the pointwise derivatives σ took and
+        ``|result|``'s least and largest, reused)."""
         decomposed = _composite(func)
         if decomposed is not None:  # followed through the core ops a kernel computes
             with _Within(self):
@@ -343,13 +366,21 @@ class Reach:
             if a is not None:
                 self.alpha[result] = a
             return
-        a = self._carried(func, name, args, kwargs, result, out)
-        a = self._own(a, result)
+        a = self._carried(func, name, args, kwargs, result, out, slopes or {})
+        moved = name in MOVES or name in ADDS or name in MAXIMA or func.is_view
+        if a is not None and self._holds_inf(args, kwargs):
+            if moved:  # the values themselves, ±inf in the range's precision, moved
+                self.infinite[a] = True
+            elif torch.Tag.pointwise not in func.tags:  # summed or multiplied: value lost
+                a = torch.where(torch.isfinite(a), a, result.abs())
+        if not moved:  # a moved value's range was seen where it was computed
+            a = self._own(a, result, span)
         if a is not None:
             self.alpha[result] = a
 
     def _carried(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 result: torch.Tensor, out: Any) -> torch.Tensor | None:
+                 result: torch.Tensor, out: Any, slopes: dict[int, Any]
+                 ) -> torch.Tensor | None:
         """The inputs' ``α`` carried to ``result`` (``∞`` where an input was ``±inf`` in
         the range's precision and reaches the result)."""
         if not _any(self.alpha, args, kwargs):
@@ -376,7 +407,7 @@ class Reach:
             a = self.or_zero(args[0])  # at most the largest α of those compared
             return a.amax() if len(args) == 1 else aten.amax.default(a, *args[1:])
         if torch.Tag.pointwise in func.tags:
-            return self._pointwise(func, name, args, kwargs, result)
+            return self._pointwise(func, name, args, kwargs, result, slopes)
         decomposed = _decomposition(func)  # log_softmax, logsumexp: into ops with rules
         if decomposed is None:
             return None  # no rule and no decomposition: only the result's own range
@@ -385,36 +416,50 @@ class Reach:
         return self.of(inner[0] if isinstance(inner, tuple) else inner)
 
     def _pointwise(self, func: Any, name: str, args: tuple[Any, ...],
-                   kwargs: dict[str, Any], result: torch.Tensor) -> torch.Tensor:
+                   kwargs: dict[str, Any], result: torch.Tensor, slopes: dict[int, Any]
+                   ) -> torch.Tensor:
         """``Σ |∂out/∂in|·α_in``; an input ``±inf`` in the range's precision that the
         result depends on leaves the result none of its value (``|out|``)."""
-        mag = result.abs()
-        total = torch.zeros_like(result)
+        total: torch.Tensor | None = None
         rule = SLOPES.get(f"{name}.{func._overloadname}")
         for i, x in enumerate(args):
             a = self.of(x)
             if a is None:
                 continue
-            slope = rule(args, kwargs, result, i) if rule is not None \
-                else _slope(func, args, kwargs, i)
-            slope = torch.as_tensor(slope, dtype=result.dtype, device=result.device)
-            moved = torch.where(torch.isinf(a), mag, (slope * a).abs())
-            total = total + torch.where(slope == 0, 0.0, moved)
-        return total
+            slope = slopes.get(i)
+            if slope is None:
+                slope = rule(args, kwargs, result, i) if rule is not None \
+                    else _slope(func, args, kwargs, i)
+            if a in self.infinite:  # ±inf in the range's precision, where it reaches out
+                slope = torch.as_tensor(slope, dtype=result.dtype, device=result.device)
+                moved = torch.where(slope == 0, 0.0,
+                                    torch.where(torch.isinf(a), result.abs(), (slope * a).abs()))
+            else:
+                moved = a if isinstance(slope, float) and slope == 1.0 \
+                    else (slope * a).abs()
+            total = moved if total is None else total + moved
+        assert total is not None
+        return total.expand(result.shape).clone() if total.shape != result.shape else total
 
-    def _own(self, a: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor | None:
+    def _own(self, a: torch.Tensor | None, result: torch.Tensor, span: Any = None
+             ) -> torch.Tensor | None:
         """The result's own range: ``∞`` above ``max`` (it is ``±inf`` there), ``|out|``
         below ``tiny`` (flushed or a subnormal); a non-finite carried ``α`` (an input's
         ``∞`` times a zero) is the result's magnitude."""
+        if span is None and result.numel():
+            span = torch.aminmax(result.abs())
+        if span is None or (float(span[1]) <= self.max and float(span[0]) >= self.tiny):
+            return a  # every value in range (the usual case: one pass, or none)
         mag = result.abs()
-        if a is not None:
-            a = torch.where(torch.isfinite(a), a, mag)
         over = mag > self.max
         under = (mag < self.tiny) & (mag > 0)
         if not bool(over.any()) and not bool(under.any()):
             return a
         a = a if a is not None else torch.zeros_like(result)
-        return torch.where(over, math.inf, torch.where(under, a + mag, a))
+        a = torch.where(over, math.inf, torch.where(under, a + mag, a))
+        if bool(over.any()):
+            self.infinite[a] = True
+        return a
 
 
 class _Within(TorchDispatchMode):
