@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradcheck_bi.errors import forward_sigma
+from gradcheck_bi.errors import derived, forward_sigma
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.measure import run_point
 from gradcheck_bi.ops import SHAPED
@@ -46,6 +46,31 @@ def test_cancellation_is_derived_not_written():
     y = 1 + torch.erf(a / math.sqrt(2))
     sigma = forward_sigma(lambda t: {"y": 1 + torch.erf(t["a"] / math.sqrt(2))}, {"a": a})["y"]
     assert float(sigma[0] / y[0]) > 100 > float(sigma[1] / y[1])
+
+
+def test_range_loss_is_derived_at_the_working_precision():
+    """silu(t) = t · sigmoid(t) at t = −100: in fp32 sigmoid's exp(100) overflows and the
+    value is lost (torch's own fp32 silu gives −0 where the exact one is −3.7e-42); the
+    absolute allowance α covers that error, in y and in dy/dt, and is zero at every value in
+    fp32's range; with fp64's range no value leaves it and α is zero everywhere."""
+    gen = torch.Generator().manual_seed(7)
+    t = torch.cat([torch.tensor([-100.0], dtype=torch.float64),
+                   torch.randn(7, generator=gen, dtype=torch.float64)])
+    g = torch.randn(8, generator=gen, dtype=torch.float64)
+
+    def silu(x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"y": torch.nn.functional.silu(x["t"])}
+
+    fp32 = derived(silu, {"t": t}, {"y": g}, ["t"], reach=torch.float32)
+    y = fp32.outputs["y"]
+    lost = (torch.nn.functional.silu(t.float()).double() - y).abs()
+    alpha, alpha_grad = fp32.output_absolute["y"], fp32.grad_absolute["t"]
+    assert float(alpha[0]) > 0 and float(alpha_grad[0]) > 0, (alpha, alpha_grad)
+    assert float(lost[0]) > 0 and float(lost[0]) <= float(alpha[0]), (lost, alpha)
+    assert bool((alpha[1:] == 0).all()) and bool((alpha_grad[1:] == 0).all()), alpha
+    fp64 = derived(silu, {"t": t}, {"y": g}, ["t"], reach=torch.float64)
+    assert bool((fp64.output_absolute["y"] == 0).all()), fp64.output_absolute
+    assert bool((fp64.grad_absolute["t"] == 0).all()), fp64.grad_absolute
 
 
 @pytest.mark.parametrize("op,args,kwargs", [

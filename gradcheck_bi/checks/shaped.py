@@ -60,11 +60,23 @@ LOWP_INSIDE = torch.float32  # what a bf16/fp16 kernel computes in, for its tole
 # -- the error model at a point ----------------------------------------------------------
 def model(point: Point, grads: bool = True) -> Derived:
     """The derived rounding at ``point``: its outputs' and (``grads``) its gradients' —
-    a forward check needs no backward (a third of the cost)."""
+    a forward check needs no backward (a third of the cost) — with what leaving the range
+    of the precision the kernel computes in loses (:func:`reach`)."""
     wrt = [r.name for r in point.op.roles if grads and r.differentiable
            and point.drawn.tensors.get(r.name) is not None]
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
-    return derived(lambda t: point.op.reference(t, point.drawn.options), point.exact(), g, wrt)
+    return derived(lambda t: point.op.reference(t, point.drawn.options), point.exact(), g, wrt,
+                   reach(point))
+
+
+def reach(point: Point) -> torch.dtype | None:
+    """The precision whose range a correct kernel's intermediates live in: fp32 inside a
+    bf16/fp16 call, an fp32 call's own (bf16 and TF32 inside one on a GPU share its
+    exponent range); none for fp64: the reference computes in fp64, so a value beyond its
+    range is lost there too and nothing is known of it (the channel would be zero)."""
+    if point.cfg.dtype in HALF_DTYPES:
+        return LOWP_INSIDE
+    return point.dtype if point.dtype != torch.float64 else None
 
 
 def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -186,7 +198,7 @@ def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
     u, note = working_unit(point, errs, m)
     for k, ref in m.outputs.items():
         if k in errs:
-            tols[k] = _forward_tol(point, ref, m.output_sigma[k], u)
+            tols[k] = _forward_tol(point, ref, m.output_sigma[k], u) + m.output_absolute[k]
     return _measured(errs, tols, point, note, what="forward")
 
 
@@ -229,7 +241,8 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     if point.cfg.dtype in HALF_DTYPES:
         ref = m.grads[role]
         err = (analytic - ref).abs()
-        tol = K_SIGMA * unit(LOWP_INSIDE) * sig_g + ulp(ref, point.dtype)
+        tol = K_SIGMA * unit(LOWP_INSIDE) * sig_g + ulp(ref, point.dtype) \
+            + m.grad_absolute[role]
         return _measured({role: err}, {role: tol}, point, None, "gradient",
                          {"against": "the fp64 reference's gradient (bf16/fp16: no finite "
                                      "difference of the forward resolves it)"})
@@ -241,7 +254,8 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
     err = (analytic[at] - fd.value).abs()
-    tol = tolerance(fd.sigma, u * sig_g[at], fd.trunc, u)
+    tol = tolerance(fd.sigma, u * sig_g[at], fd.trunc, u) + fd.absolute \
+        + m.grad_absolute[role][at]
     extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
              "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
 
@@ -294,6 +308,7 @@ class FD:
     directions: list[tuple[float, float]]
     h: float
     colours: str
+    absolute: torch.Tensor | float = 0.0  # the estimate's bound from the forward's α
 
 
 def _reduce(t: torch.Tensor, axes: tuple[str, ...], shared: tuple[str, ...]) -> torch.Tensor:
@@ -371,12 +386,18 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     d1 = torch.cat([f[1][0].reshape(-1) for f in first])  # every one shaped as the shared axes
     d2 = torch.cat([f[1][1].reshape(-1) for f in first])
     sigma = u * torch.sqrt(noises * noise_weight([d1, d2]))
+    # the forward's α: each of y₊, y₋ off by up to α, so level o's estimate by 2 Σ|g|α / dₒ
+    # and E4(h) = (4 E(h) − E(2h)) / 3 by (8/d₁ + 2/d₂)/3 · Σ|g|α
+    lost = sum(_reduce(g[k].abs() * m.output_absolute[k], axes, shared) for k, axes in outs)
+    lost = torch.as_tensor(lost).reshape(-1).repeat(len(idxs))
+    absolute = lost * (8 / d1.abs() + 2 / d2.abs()) / 3 if bool((lost > 0).any()) else 0.0
     # back from (shared…, colour…) to the role's own axes
     index = tuple(torch.cat([idx[perm.index(j)].reshape(-1) for idx in idxs])
                   for j in range(len(perm)))
     at = tuple(i.to(analytic.device) for i in index)
     err = (analytic[at] - est).abs()
     sig_k = u * m.grad_sigma[role][at]
+    abs_k = absolute + m.grad_absolute[role][at]
     per = err.numel() // max(1, len(idxs))  # elements per colour
 
     def truncation(c: int) -> torch.Tensor:
@@ -384,9 +405,10 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
         part = slice(c * per, (c + 1) * per)
         return combine([e1[part], e2[part], e4])[1]
 
-    tr = lazy_truncation(err, lambda part, tr_: tolerance(sigma[part], sig_k[part], tr_, u),
-                         per, truncation)
-    fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}")
+    tr = lazy_truncation(err, lambda part, tr_: tolerance(sigma[part], sig_k[part], tr_, u)
+                         + abs_k[part], per, truncation)
+    fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}",
+            absolute)
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
     return fd
@@ -471,6 +493,11 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
     noise = sum(float((g[k] ** 2 * m.output_sigma[k] ** 2).sum()) for k in g)
     sig_g = m.grad_sigma[role]
+    # the forward's α (y₊, y₋ each off by up to α): level o off by Σ|g|α / (o h), E4(h) by
+    # 1.5 Σ|g|α / h; the kernel's gradient's α projected: Σ|t| α_grad
+    lost = 1.5 * sum(float((g[k].abs() * m.output_absolute[k]).sum()) for k in g) / h
+    abs_g = m.grad_absolute[role]
+    projected = bool((abs_g > 0).any())
     flat_grad = analytic.reshape(-1)
     orig = t.clone()
     exact = orig.to(torch.float64)
@@ -509,7 +536,9 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
             sigma_fd = u * math.sqrt(noise * float(w))
             sigma_k = u * float(torch.linalg.vector_norm(d * sig_g))
             err = abs(float(e_fd) - float(e_an))
-            tol = K_SIGMA * math.hypot(sigma_fd, sigma_k)
+            tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + lost
+            if projected:
+                tol += float((d.abs() * abs_g).sum())
             if not err <= tol:  # only then the truncation, from level 4h (two more calls)
                 fds.append(level(d, LEVELS[2])[0])
                 tol += K_TRUNC * float(combine(fds)[1])
