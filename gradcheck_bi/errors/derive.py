@@ -47,7 +47,6 @@ True
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,43 +57,26 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 from torch.utils.weak import WeakTensorKeyDictionary
 
-aten = torch.ops.aten
+from gradcheck_bi.errors.aten import (
+    _STEP,
+    _TINY,
+    ADDS,
+    MAXIMA,
+    MOVES,
+    PRODUCTS,
+    ROUNDINGS,
+    SLOPES,
+    SUMS,
+    _any,
+    _is_float,
+    _moved,
+    _name,
+    _slope,
+    aten,
+)
+from gradcheck_bi.errors.reach import Reach
 
-# Roundings per result of a pointwise op, in u. Basic arithmetic is correctly rounded (1);
-# a GPU's exp, log, tanh, erf are good to about 2 ulps (4 u); selection is exact (0).
-ROUNDINGS: dict[str, float] = {
-    **dict.fromkeys(("neg", "abs", "where", "masked_fill", "clamp", "clamp_min", "clamp_max",
-                     "relu", "threshold_backward", "sign", "fill", "zeros_like", "ones_like",
-                     "full_like", "maximum", "minimum", "copy", "_to_copy", "scalar_tensor",
-                     "lift_fresh_copy", "lift_fresh", "empty_like", "logical_not"), 0.0),
-    **dict.fromkeys(("exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "erf", "erfc",
-                     "sigmoid", "pow", "rsqrt", "sin", "cos", "atan", "softplus",
-                     "tanh_backward", "sigmoid_backward"), 4.0),
-    **dict.fromkeys(("gelu", "silu", "gelu_backward", "silu_backward", "logit",
-                     "xlogy"), 8.0),
-}
-# Ops that move or select data: σ moves the same way.
-MOVES = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
-         "unsqueeze", "select", "slice", "clone", "contiguous", "detach", "alias", "cat",
-         "stack", "gather", "index_select", "index", "flip", "roll", "repeat", "as_strided",
-         "select_backward", "slice_backward", "diagonal", "narrow", "split", "split_with_sizes",
-         "unbind", "chunk", "_reshape_alias", "expand_copy", "permute_copy", "view_copy",
-         "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "new_zeros",
-         "zeros", "ones", "full", "new_full", "new_ones", "scatter", "index_put",
-         "masked_scatter", "unfold", "movedim", "alias_copy"}
-SUMS = {"sum", "mean", "nansum"}
-PRODUCTS = {"mm", "bmm", "addmm", "dot", "mv", "baddbmm", "addmv"}
-MAXIMA = {"amax", "amin", "max", "min"}
-ADDS = {"scatter_add", "index_add", "index_put_accumulate"}
 _SIGN_DRAWS = 4
-
-
-def _name(func: Any) -> str:
-    return func._schema.name.split("::")[-1].rstrip("_")
-
-
-def _is_float(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
 class Propagate(TorchDispatchMode):
@@ -286,252 +268,6 @@ class Propagate(TorchDispatchMode):
             down = down[0] if isinstance(down, tuple) else down
             acc = acc + ((up - down) / (2 * h)) ** 2
         return (var + acc / _SIGN_DRAWS).sqrt()
-
-
-def _any(table: WeakTensorKeyDictionary, args: tuple[Any, ...],
-         kwargs: dict[str, Any]) -> bool:
-    """Whether a floating tensor among ``args``/``kwargs`` has an entry in ``table``."""
-    found = False
-
-    def look(t: Any) -> Any:
-        nonlocal found
-        if _is_float(t) and table.get(t) is not None:
-            found = True
-        return t
-
-    tree_map(look, (args, kwargs))
-    return found
-
-
-def _moved(table: WeakTensorKeyDictionary, func: Any, args: tuple[Any, ...],
-           kwargs: dict[str, Any]) -> Any:
-    """An op that moves data, applied to each floating input's entry in ``table`` (zero
-    where none); ``None`` where no input has one."""
-    if not _any(table, args, kwargs):
-        return None
-
-    def swap(t: Any) -> Any:
-        if not _is_float(t):
-            return t
-        v = table.get(t)
-        return v if v is not None else torch.zeros_like(t)
-
-    return func(*tree_map(swap, args), **tree_map(swap, kwargs))
-
-
-class Reach:
-    """``α``, what a kernel computing in ``dtype`` loses where a value leaves its range
-    (the module's docstring), kept per tensor in :attr:`alpha`; ``None``: nothing lost."""
-
-    def __init__(self, dtype: torch.dtype) -> None:
-        fi = torch.finfo(dtype)
-        self.max, self.tiny = float(fi.max), float(fi.tiny)
-        self.alpha: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
-        self.infinite: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # α holding ∞
-
-    def of(self, t: Any) -> torch.Tensor | None:
-        return self.alpha.get(t) if _is_float(t) else None
-
-    def _holds_inf(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        found = False
-
-        def look(t: Any) -> Any:
-            nonlocal found
-            a = self.of(t)
-            found = found or (a is not None and a in self.infinite)
-            return t
-
-        tree_map(look, (args, kwargs))
-        return found
-
-    def or_zero(self, t: torch.Tensor) -> torch.Tensor:
-        a = self.of(t)
-        return a if a is not None else torch.zeros_like(t)
-
-    def split(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-              out: Any) -> None:
-        for o, a in zip(out, _moved(self.alpha, func, args, kwargs) or [], strict=False):
-            self.alpha[o] = a
-
-    def record(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-               result: torch.Tensor, out: Any, slopes: dict[int, Any] | None = None,
-               span: Any = None) -> None:
-        """``α`` of ``result`` (``slopes``, ``span``: the pointwise derivatives σ took and
-        ``|result|``'s least and largest, reused)."""
-        decomposed = _composite(func)
-        if decomposed is not None:  # followed through the core ops a kernel computes
-            with _Within(self):
-                inner = decomposed(*args, **kwargs)
-            a = self.of(inner)
-            if a is not None:
-                self.alpha[result] = a
-            return
-        a = self._carried(func, name, args, kwargs, result, out, slopes or {})
-        moved = name in MOVES or name in ADDS or name in MAXIMA or func.is_view
-        if a is not None and self._holds_inf(args, kwargs):
-            if moved:  # the values themselves, ±inf in the range's precision, moved
-                self.infinite[a] = True
-            elif torch.Tag.pointwise not in func.tags:  # summed or multiplied: value lost
-                a = torch.where(torch.isfinite(a), a, result.abs())
-        if not moved:  # a moved value's range was seen where it was computed
-            a = self._own(a, result, span)
-        if a is not None:
-            self.alpha[result] = a
-
-    def _carried(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 result: torch.Tensor, out: Any, slopes: dict[int, Any]
-                 ) -> torch.Tensor | None:
-        """The inputs' ``α`` carried to ``result`` (``∞`` where an input was ``±inf`` in
-        the range's precision and reaches the result)."""
-        if not _any(self.alpha, args, kwargs):
-            return None
-        if name in MOVES or name in ADDS or func.is_view:  # ADDS: the terms' α added
-            return _moved(self.alpha, func, args, kwargs)
-        if name in SUMS:
-            rest = args[1:]
-            kw = {k: v for k, v in kwargs.items() if k != "dtype"}
-            f = aten.sum.dim_IntList if rest or "dim" in kw else aten.sum.default
-            a = f(self.or_zero(args[0]), *rest, **kw)
-            n = max(1, args[0].numel() // max(1, result.numel()))
-            return a / n if name == "mean" else a
-        if name in PRODUCTS:
-            bias = args[0] if name in ("addmm", "baddbmm", "addmv") else None
-            x, y = args[1:3] if bias is not None else args[:2]
-            op = {"addmm": aten.mm.default, "baddbmm": aten.bmm.default,
-                  "addmv": aten.mv.default}.get(name, func)
-            a = op(self.or_zero(x), y.abs()) + op(x.abs(), self.or_zero(y))
-            a = a * abs(float(kwargs.get("alpha", 1)))
-            ab = self.of(bias) if bias is not None else None
-            return a + abs(float(kwargs.get("beta", 1))) * ab if ab is not None else a
-        if name in MAXIMA:
-            a = self.or_zero(args[0])  # at most the largest α of those compared
-            return a.amax() if len(args) == 1 else aten.amax.default(a, *args[1:])
-        if torch.Tag.pointwise in func.tags:
-            return self._pointwise(func, name, args, kwargs, result, slopes)
-        decomposed = _decomposition(func)  # log_softmax, logsumexp: into ops with rules
-        if decomposed is None:
-            return None  # no rule and no decomposition: only the result's own range
-        with _Within(self):
-            inner = decomposed(*args, **kwargs)
-        return self.of(inner[0] if isinstance(inner, tuple) else inner)
-
-    def _pointwise(self, func: Any, name: str, args: tuple[Any, ...],
-                   kwargs: dict[str, Any], result: torch.Tensor, slopes: dict[int, Any]
-                   ) -> torch.Tensor:
-        """``Σ |∂out/∂in|·α_in``; an input ``±inf`` in the range's precision that the
-        result depends on leaves the result none of its value (``|out|``)."""
-        total: torch.Tensor | None = None
-        rule = SLOPES.get(f"{name}.{func._overloadname}")
-        for i, x in enumerate(args):
-            a = self.of(x)
-            if a is None:
-                continue
-            slope = slopes.get(i)
-            if slope is None:
-                slope = rule(args, kwargs, result, i) if rule is not None \
-                    else _slope(func, args, kwargs, i)
-            if a in self.infinite:  # ±inf in the range's precision, where it reaches out
-                slope = torch.as_tensor(slope, dtype=result.dtype, device=result.device)
-                moved = torch.where(slope == 0, 0.0,
-                                    torch.where(torch.isinf(a), result.abs(), (slope * a).abs()))
-            else:
-                moved = a if isinstance(slope, float) and slope == 1.0 \
-                    else (slope * a).abs()
-            total = moved if total is None else total + moved
-        assert total is not None
-        return total.expand(result.shape).clone() if total.shape != result.shape else total
-
-    def _own(self, a: torch.Tensor | None, result: torch.Tensor, span: Any = None
-             ) -> torch.Tensor | None:
-        """The result's own range: ``∞`` above ``max`` (it is ``±inf`` there), ``|out|``
-        below ``tiny`` (flushed or a subnormal); a non-finite carried ``α`` (an input's
-        ``∞`` times a zero) is the result's magnitude."""
-        if span is None and result.numel():
-            span = torch.aminmax(result.abs())
-        if span is None or (float(span[1]) <= self.max and float(span[0]) >= self.tiny):
-            return a  # every value in range (the usual case: one pass, or none)
-        mag = result.abs()
-        over = mag > self.max
-        under = (mag < self.tiny) & (mag > 0)
-        if not bool(over.any()) and not bool(under.any()):
-            return a
-        a = a if a is not None else torch.zeros_like(result)
-        a = torch.where(over, math.inf, torch.where(under, a + mag, a))
-        if bool(over.any()):
-            self.infinite[a] = True
-        return a
-
-
-class _Within(TorchDispatchMode):
-    """A composite op's decomposition, run with only :class:`Reach`'s channel."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False
-
-    def __init__(self, reach: Reach) -> None:
-        super().__init__()
-        self.reach = reach
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        decomposed = _composite(func)
-        if decomposed is not None:
-            with self:
-                return decomposed(*args, **kwargs)
-        out = func(*args, **kwargs)
-        if _is_float(out):
-            self.reach.record(func, _name(func), args, kwargs, out, out)
-        return out
-
-
-def _composite(func: Any) -> Callable[..., Any] | None:
-    """A pointwise op outside the core ATen set: its decomposition into core ops."""
-    if torch.Tag.pointwise in func.tags and torch.Tag.core not in func.tags:
-        return _decomposition(func)
-    return None
-
-
-def _decomposition(func: Any) -> Callable[..., Any] | None:
-    from torch._decomp import decomposition_table  # only where a composite op is met
-
-    return decomposition_table.get(func)
-
-
-def _magnitude(v: Any) -> Any:
-    return v.abs() if isinstance(v, torch.Tensor) else abs(v)
-
-
-Slope = Callable[[tuple[Any, ...], dict[str, Any], torch.Tensor, int], Any]
-# ``|∂out/∂args[i]|`` in closed form (a tensor or a number that broadcasts to the output)
-# for the pointwise ops a loss or a norm is made of: exact, and a fraction of the cost of
-# :func:`_slope`'s two extra evaluations of the op over the whole tensor.
-SLOPES: dict[str, Slope] = {
-    **dict.fromkeys(("add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar"),
-                    lambda a, kw, out, i: _magnitude(kw.get("alpha", 1)) if i == 1 else 1.0),
-    "neg.default": lambda a, kw, out, i: 1.0,
-    **dict.fromkeys(("mul.Tensor", "mul.Scalar"), lambda a, kw, out, i: _magnitude(a[1 - i])),
-    **dict.fromkeys(("div.Tensor", "div.Scalar"),
-                    lambda a, kw, out, i: (1 / _magnitude(a[1]) if i == 0
-                                           else (out / a[1]).abs())),
-    "exp.default": lambda a, kw, out, i: out.abs(),
-    "log.default": lambda a, kw, out, i: 1 / a[0].abs(),
-    "where.self": lambda a, kw, out, i: a[0] if i == 1 else ~a[0],
-}
-_STEP = 2.0**-20  # relative step of a pointwise op's own derivative (fp64: ~1e-10 exact)
-_TINY = 2.0**-60
-
-
-def _slope(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], i: int) -> torch.Tensor:
-    """``∂out/∂args[i]`` of a pointwise op, per element of the output, by a central
-    difference of the op itself at a relative step (exact to ~1e-10 in fp64, which is
-    all an error model needs; no autograd below the dispatcher)."""
-    a = args[i]
-    h = _STEP * a.abs().clamp(min=_STEP)
-    plus = func(*args[:i], a + h, *args[i + 1:], **kwargs)
-    minus = func(*args[:i], a - h, *args[i + 1:], **kwargs)
-    return (plus - minus) / (2 * h)
 
 
 @contextmanager
