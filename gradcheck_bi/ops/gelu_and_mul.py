@@ -32,6 +32,7 @@ from gradcheck_bi.ops.shaped import (
     ShapedOp,
     Sizes,
     Variant,
+    cotangent,
     last_axis_rows,
     rows_back,
     rows_sizes,
@@ -62,8 +63,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
         t = scale * torch.randn(*lead, s["d"], generator=gen, dtype=torch.float64)
         return t.to(dtype).to(device)
 
-    g = (torch.ones(s["n"], s["d"], dtype=torch.float64) if variant["cotangent"] == "ones"
-         else torch.randn(s["n"], s["d"], generator=gen, dtype=torch.float64))
+    g = cotangent(variant, s["n"], s["d"], gen)
     return Drawn({"a": randn(3.0), "b": randn()}, {"approximate": variant["approximate"]},
                  {"y": g.to(dtype).to(device)}, s)
 

@@ -31,6 +31,7 @@ from gradcheck_bi.ops.shaped import (
     ShapedOp,
     Sizes,
     Variant,
+    cotangent,
     halves_back,
     halves_rows,
     halves_sizes,
@@ -53,8 +54,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
     lead = tuple(s[f"lead{i}"] for i in range(s["lead"]))
     a = 3.0 * torch.randn(*lead, s["d"], generator=gen, dtype=torch.float64)
     b = torch.randn(*lead, s["d"], generator=gen, dtype=torch.float64)
-    g = (torch.ones(s["n"], s["d"], dtype=torch.float64) if variant["cotangent"] == "ones"
-         else torch.randn(s["n"], s["d"], generator=gen, dtype=torch.float64))
+    g = cotangent(variant, s["n"], s["d"], gen)
     return Drawn({"x": torch.cat([a, b], -1).to(dtype).to(device)},
                  {"approximate": variant["approximate"]}, {"y": g.to(dtype).to(device)}, s)
 

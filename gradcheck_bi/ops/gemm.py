@@ -30,7 +30,16 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    cotangent,
+)
 
 LAYOUTS = ("TN", "NN", "NT")
 
@@ -88,8 +97,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
     A = randn(s["o"], s["k"]) if layout[0] == "T" else randn(s["k"], s["o"])
     B = randn(s["k"], s["n"]) if layout[1] == "T" else randn(*_lead(s, rank), s["k"])
     bias = randn(s["o"]) if variant["bias"] else None
-    g = (torch.ones(s["n"], s["o"], dtype=torch.float64) if variant["cotangent"] == "ones"
-         else torch.randn(s["n"], s["o"], generator=gen, dtype=torch.float64))
+    g = cotangent(variant, s["n"], s["o"], gen)
     return Drawn({"A": A, "B": B, "bias": bias}, {"layout": layout, "out_dtype": None},
                  {"Y": g.to(dtype).to(device)}, s)
 

@@ -256,6 +256,14 @@ def normal(shape: tuple[int, ...], gen: torch.Generator, device: str) -> torch.T
     return torch.randn(shape, generator=on, dtype=torch.float64, device=device)
 
 
+def cotangent(variant: Variant, rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
+    """An output's cotangent (fp64, ``(rows, cols)``) under a ``cotangent`` axis: all ones
+    (the blind control), else drawn from ``gen``."""
+    if variant["cotangent"] == "ones":
+        return torch.ones(rows, cols, dtype=torch.float64)
+    return torch.randn(rows, cols, generator=gen, dtype=torch.float64)
+
+
 def rows_sizes(shape: tuple[int, ...], op: str) -> Sizes:
     """The sizes of an op of ``(…rows, D)`` tensors: ``n`` rows, ``d``, and the leading
     dims one by one (``lead``, ``lead0``…), for drawing in the kernel's own rank."""

@@ -35,6 +35,7 @@ from gradcheck_bi.ops.shaped import (
     ShapedOp,
     Sizes,
     Variant,
+    cotangent,
     halves_back,
     halves_rows,
     halves_sizes,
@@ -56,8 +57,7 @@ def draw(s: Sizes, variant: Variant, dtype: torch.dtype, device: str,
          gen: torch.Generator) -> Drawn:
     lead = tuple(s[f"lead{i}"] for i in range(s["lead"]))
     x = torch.randn(*lead, 2 * s["d"], generator=gen, dtype=torch.float64)
-    g = (torch.ones(s["n"], s["d"], dtype=torch.float64) if variant["cotangent"] == "ones"
-         else torch.randn(s["n"], s["d"], generator=gen, dtype=torch.float64))
+    g = cotangent(variant, s["n"], s["d"], gen)
     return Drawn({"x": x.to(dtype).to(device)}, {}, {"y": g.to(dtype).to(device)}, s)
 
 
