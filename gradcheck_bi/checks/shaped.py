@@ -23,6 +23,7 @@ A point and the calls of its kernel (what it wrote into watched):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from gradcheck_bi.fd.plan import (
     shared_and_colour,
     step,
 )
+from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel, snapshot, unchanged
 from gradcheck_bi.kernels.calling.writes import allowed_mutations
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
@@ -249,9 +251,13 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
     got = forward(kernel, point)
     errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
     u, note = working_unit(point, errs, m)
-    if point.cfg.mode == "directional":
-        return _directional(kernel, point, role, m, u, analytic, note)
-    fd = finite_differences(kernel, point, role, m, u, analytic)
+    # the kernel's calls on CPU: torch's threads by the tensor's size, one thread while one
+    # proves faster (fd.threads: the FD's verdict is the same, the kernel's own reductions
+    # may round differently on another thread count, inside the noise the tolerance holds)
+    with cpu_threads(analytic.device, analytic.numel()):
+        if point.cfg.mode == "directional":
+            return _directional(kernel, point, role, m, u, analytic, note)
+        fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
     err = (analytic[at] - fd.value).abs()
     tol = tolerance(fd.sigma, u * sig_g[at], fd.trunc, u) + fd.absolute \
@@ -378,7 +384,12 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     # gives the truncation, a term the tolerance adds: a colour whose elements all sit
     # below it without one cannot fail with one, nor be the element reported as nearest
     # its tolerance while another colour holds a ratio that high (lazy_truncation).
-    first = [levels(c, slice(0, 4)) for c in range(len(idxs))]
+    first: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+
+    def first_levels(c: int) -> None:
+        first.append(levels(c, slice(0, 4)))
+
+    run_steps([functools.partial(first_levels, c) for c in range(len(idxs))], tp.device)
     e1 = torch.cat([f[0][0] for f in first])
     e2 = torch.cat([f[0][1] for f in first])
     est = (4 * e1 - e2) / 3  # combine's E4(h), elementwise
@@ -525,24 +536,27 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
         return (torch.tensor(fd / (2 * o * h), dtype=torch.float64),
                 torch.tensor(an / (2 * o * h), dtype=torch.float64))
 
+    def one() -> None:
+        """One random direction: its error and tolerance, appended to ``out``."""
+        d = torch.randn(t.shape, generator=gen, dtype=torch.float32,
+                        device=t.device).to(torch.float64)
+        fds, ans = map(list, zip(*(level(d, o) for o in LEVELS[:2]), strict=True))
+        e_fd, e_an = ((4 * e[0] - e[1]) / 3 for e in (fds, ans))  # combine's E4(h)
+        w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64)
+                          for o in LEVELS[:2]])
+        sigma_fd = u * math.sqrt(noise * float(w))
+        sigma_k = u * float(torch.linalg.vector_norm(d * sig_g))
+        err = abs(float(e_fd) - float(e_an))
+        tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + lost
+        if projected:
+            tol += float((d.abs() * abs_g).sum())
+        if not err <= tol:  # only then the truncation, from level 4h (two more calls)
+            fds.append(level(d, LEVELS[2])[0])
+            tol += K_TRUNC * float(combine(fds)[1])
+        out.append((err, tol))
+
     try:
-        for _ in range(count):
-            d = torch.randn(t.shape, generator=gen, dtype=torch.float32,
-                            device=t.device).to(torch.float64)
-            fds, ans = map(list, zip(*(level(d, o) for o in LEVELS[:2]), strict=True))
-            e_fd, e_an = ((4 * e[0] - e[1]) / 3 for e in (fds, ans))  # combine's E4(h)
-            w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64)
-                              for o in LEVELS[:2]])
-            sigma_fd = u * math.sqrt(noise * float(w))
-            sigma_k = u * float(torch.linalg.vector_norm(d * sig_g))
-            err = abs(float(e_fd) - float(e_an))
-            tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + lost
-            if projected:
-                tol += float((d.abs() * abs_g).sum())
-            if not err <= tol:  # only then the truncation, from level 4h (two more calls)
-                fds.append(level(d, LEVELS[2])[0])
-                tol += K_TRUNC * float(combine(fds)[1])
-            out.append((err, tol))
+        run_steps([one] * count, t.device)
     finally:
         t.copy_(orig)
     return out
