@@ -26,6 +26,7 @@ from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.kernels.adapting.loader import Crashed, crashed, normal_ref
 from gradcheck_bi.measure import PointMeasurer
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.sweep import Sweep, grid
 from gradcheck_bi.upfront import preload_cpu_sums
 from gradcheck_bi.vocab import (
@@ -74,17 +75,48 @@ def run_points(
     if devices is None:
         devices = visible_gpus(points)
     preload_cpu_sums(points)  # here: a forked worker inherits what was loaded
+    order = execution_order(points)
+    ordered = [points[i] for i in order]
     if isolated():
         start = "fork" if sys.platform.startswith("linux") else "spawn"
-        return workers.measure(points, on_result, devices or None, cpu_start=start)
-    fd_threads.apply_policy(fd_threads.fixed_threads())
-    measure = PointMeasurer()
-    results = []
-    for i, (spec, cfg, sweep) in enumerate(points):
-        results.append(measure(spec, cfg, sweep))
-        if on_result is not None:
-            on_result(results[-1], i + 1, len(points))
-    return results
+        done = workers.measure(ordered, on_result, devices or None, cpu_start=start)
+    else:
+        fd_threads.apply_policy(fd_threads.fixed_threads())
+        measure = PointMeasurer()
+        done = []
+        for n, (spec, cfg, sweep) in enumerate(ordered):
+            done.append(measure(spec, cfg, sweep))
+            if on_result is not None:
+                on_result(done[-1], n + 1, len(points))
+    results: list[Result | None] = [None] * len(points)
+    for i, result in zip(order, done, strict=True):
+        results[i] = result
+    return [r for r in results if r is not None]
+
+
+# The order an op of any shape's checks of one draw run in: a gradient check derives the
+# error model with its backward, which the forward check then reuses (checks.shaped.model).
+_CHECK_RANK = {"forward": 1, "batch_invariance": 2}
+
+
+def execution_order(points: list[tuple[KernelSpec, Config, Sweep]]) -> list[int]:
+    """The order to measure ``points`` in (indices): the points of an op of any shape that
+    share one draw (kernel, device, dtype, shape, seed, variant, input scale — any check,
+    any layout) one after another, at the first one's place, gradient checks first, each
+    group and every other point in the given order. They share the draw and its error
+    model (:mod:`gradcheck_bi.checks.shaped_point`, :func:`gradcheck_bi.checks.shaped.model`)
+    instead of each drawing and deriving its own; every point's result is what it was
+    alone."""
+    first: dict[Any, int] = {}
+    keys = []
+    for i, (spec, cfg, _) in enumerate(points):
+        if cfg.op not in SHAPED:  # a norm's point: where it is
+            keys.append((i, 0, i))
+            continue
+        group = (id(spec), cfg.device, cfg.dtype, cfg.shape, cfg.seed, cfg.variant,
+                 cfg.input_scale)
+        keys.append((first.setdefault(group, i), _CHECK_RANK.get(cfg.check, 0), i))
+    return sorted(range(len(points)), key=keys.__getitem__)
 
 
 def isolated() -> bool:

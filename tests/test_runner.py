@@ -99,3 +99,40 @@ def test_a_fresh_worker_loads_the_kernel_with_its_own_arguments() -> None:
     results = workers.measure(points, cpu_start="spawn")
     assert {r.check for r in results} == {"forward", "dx"}
     assert all(r.status == "pass" for r in results), [(r.status, r.message) for r in results]
+
+
+def test_an_op_of_any_shape_runs_by_draw_gradients_first_and_reports_in_grid_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks of one draw (any check, any layout) run one after another, gradient checks
+    first, so that they share the draw and its error model; the results come back in the
+    grid's order, each the one its point gives measured alone."""
+    from gradcheck_bi.checks import shaped
+    from gradcheck_bi.runner import execution_order
+
+    sweep = Sweep(kernels=["tests/kernels/log_softmax.py:LogSoftmax"],
+                  targets=[("cpu", "fp64")], shapes=[(3, 40)])
+    spec = resolve(sweep.kernels[0])
+    points = [(spec, cfg, sweep) for spec, cfg in grid(sweep, [spec])]
+    order = execution_order(points)
+    assert sorted(order) == list(range(len(points))) and order != list(range(len(points)))
+    ran = [points[i][1] for i in order]
+    draws = [(c.variant, c.seed, c.shape) for c in ran]
+    for n in range(1, len(ran)):  # a draw's points are consecutive
+        if draws[n] != draws[n - 1]:
+            assert draws[n] not in draws[:n]
+    for n in range(1, len(ran)):  # within one draw: gradients, then forward, then batch
+        if draws[n] == draws[n - 1]:
+            rank = {"forward": 1, "batch_invariance": 2}
+            assert rank.get(ran[n - 1].check, 0) <= rank.get(ran[n].check, 0)
+    derived: list[int] = []
+    real = shaped.derived
+    monkeypatch.setattr(shaped, "derived", lambda *a, **k: derived.append(1) or real(*a, **k))
+    together = _json(_here(points, monkeypatch))
+    shared, derived[:] = len(derived), []
+    shaped._kept_model.clear()
+    from gradcheck_bi import runner  # the grid's order: the checks of one draw apart
+
+    monkeypatch.setattr(runner, "execution_order", lambda ps: list(range(len(ps))))
+    apart = _json(_here(points, monkeypatch))
+    assert together == apart, _first_difference(together, apart)
+    assert shared < len(derived)  # fewer models derived

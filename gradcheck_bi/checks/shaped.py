@@ -33,6 +33,7 @@ import torch
 from gradcheck_bi.checks.shaped_batch import check_batch
 from gradcheck_bi.checks.shaped_point import (
     Point,
+    draw_key,
     forward,
     make_point,
     seed_of,
@@ -60,15 +61,29 @@ LOWP_INSIDE = torch.float32  # what a bf16/fp16 kernel computes in, for its tole
 
 
 # -- the error model at a point ----------------------------------------------------------
+# The last model derived, with its draw's key: the checks of one draw run one after
+# another, gradient checks first (runner.execution_order), and the forward check takes the
+# outputs' part of theirs. One entry: one model's memory more, never more.
+_kept_model: list[tuple[Any, Derived, bool]] = []
+
+
 def model(point: Point, grads: bool = True) -> Derived:
     """The derived rounding at ``point``: its outputs' and (``grads``) its gradients' —
     a forward check needs no backward (a third of the cost) — with what leaving the range
-    of the precision the kernel computes in loses (:func:`reach`)."""
+    of the precision the kernel computes in loses (:func:`reach`). The model kept from the
+    point before when it was derived at the same draw (the same values, however laid out)
+    with what this one needs."""
+    key = (draw_key(point.cfg, point.op), point.cfg.input_scale, reach(point))
+    if _kept_model and _kept_model[0][0] == key and (_kept_model[0][2] or not grads):
+        return _kept_model[0][1]
     wrt = [r.name for r in point.op.roles if grads and r.differentiable
            and point.drawn.tensors.get(r.name) is not None]
     g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
-    return derived(lambda t: point.op.reference(t, point.drawn.options), point.exact(), g, wrt,
-                   reach(point))
+    _kept_model.clear()  # its memory free before the next one is derived
+    m = derived(lambda t: point.op.reference(t, point.drawn.options), point.exact(), g, wrt,
+                reach(point))
+    _kept_model.append((key, m, grads))
+    return m
 
 
 def reach(point: Point) -> torch.dtype | None:

@@ -71,11 +71,16 @@ def make_point(cfg: Config, op: ShapedOp | None = None) -> Point:
 _kept_draw: list[tuple[Any, Drawn]] = []
 
 
+def draw_key(cfg: Config, op: ShapedOp) -> tuple[Any, ...]:
+    """What a point's draw depends on: points with one key draw the same values."""
+    return (op.name, seed_of(cfg), cfg.variant, cfg.shape, cfg.dtype, cfg.device)
+
+
 def _draw(cfg: Config, op: ShapedOp, variant: Variant) -> Drawn:
     """The point's draw, before its layout: its op's ``draw`` from the point's seed, or a
     copy of the same draw kept from the point before (a kernel may write into what it
     gets: every point gets tensors of its own)."""
-    key = (op.name, seed_of(cfg), cfg.variant, cfg.shape, cfg.dtype, cfg.device)
+    key = draw_key(cfg, op)
     if not (_kept_draw and _kept_draw[0][0] == key):
         gen = torch.Generator().manual_seed(seed_of(cfg))
         drawn = op.draw(op.sizes(cfg.shape), variant, cfg.torch_dtype, cfg.device, gen)
