@@ -12,7 +12,6 @@ set -u
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-git log -1 --format='commit %h %s' 2>/dev/null || true
 step() {  # a limit in seconds, then the command
   local limit=$1; shift
   echo "=== $*"
