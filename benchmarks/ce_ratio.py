@@ -7,22 +7,22 @@ warms up), where ``ce`` is ``torch.nn.functional.cross_entropy`` behind a functi
 signature that counts its calls by their arguments' shapes, strides and options. The
 **forward floor** is the calls a sampled check cannot avoid — the ones it made: Σ calls ×
 each signature's median time alone (20 reps, after 3), on inputs of that signature. The
-check runs in this process (``GRADCHECK_BI_ISOLATE=0``) so that its calls can be counted. Prints
-the check's wall time, the floor and their ratio, and the calls per signature.
+loop: ``benchmarks/floor_ratio.py``. Prints the check's wall time, the floor and their ratio,
+and the calls per signature.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import functools
-import os
-import statistics
-import time
-from typing import Any
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# before gradcheck_bi: it sets GRADCHECK_BI_ISOLATE=0 (the calls counted here)
+from floor_ratio import Counted, floor, syncer, timed_runs
 
 import gradcheck_bi
 
@@ -35,66 +35,35 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs", type=int, default=2, help="the last one is timed")
     a = ap.parse_args()
-    os.environ["GRADCHECK_BI_ISOLATE"] = "0"  # count the calls in this process
     shape = tuple(int(s) for s in a.shape.split(","))
-    calls: collections.Counter[tuple[Any, ...]] = collections.Counter()
-    args_of: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-    def sync() -> None:
-        if a.device == "cuda":
-            torch.cuda.synchronize()
+    counted, sync = Counted(), syncer(a.device)
 
     def cross_entropy(input: torch.Tensor, target: torch.Tensor,
                       weight: torch.Tensor | None = None, ignore_index: int = -100,
                       reduction: str = "mean", label_smoothing: float = 0.0) -> torch.Tensor:
-        key = (tuple(input.shape), input.stride(), input.dtype, input.device.type,
-               weight is not None, ignore_index, reduction, label_smoothing)
-        calls[key] += 1
-        if key not in args_of:
-            args_of[key] = (input.detach().clone(), target.clone(),
-                            None if weight is None else weight.detach().clone())
+        counted.add((tuple(input.shape), input.stride(), weight is not None, ignore_index,
+                     reduction, label_smoothing),
+                    (input, target, weight, ignore_index, reduction, label_smoothing))
         return F.cross_entropy(input, target, weight=weight, ignore_index=ignore_index,
                                reduction=reduction, label_smoothing=label_smoothing)
 
-    walls = []
-    for rep in range(a.runs):
-        calls.clear()
-        sync()
-        t0 = time.perf_counter()
-        report = gradcheck_bi.check(cross_entropy, checks=[a.check], shapes=[shape],
-                                    device=a.device, dtype=a.dtype, raise_on_failure=False)
-        sync()
-        walls.append(time.perf_counter() - t0)
-        print(f"run {rep}: {walls[-1]:.2f} s, {sum(calls.values())} forward calls, "
-              f"{len(report.results)} results, passed "
-              f"{sum(1 for r in report.results if r.status == 'pass')}", flush=True)
-    floor = 0.0
-    for key, n in calls.items():
-        x, target, weight = args_of[key]
-        if x.device.type != a.device:  # a load-time probe on the host, not the check's
-            print(f"  {n:6d} calls on {x.device.type} (load-time probes): not timed")
-            continue
-        ignore_index, reduction, smoothing = key[5:]
-        once = functools.partial(F.cross_entropy, x, target, weight=weight,
-                                 ignore_index=ignore_index, reduction=reduction,
-                                 label_smoothing=smoothing)
-        with torch.no_grad():
-            for _ in range(3):
-                once()
-            ts = []
-            for _ in range(20):
-                sync()
-                t0 = time.perf_counter()
-                once()
-                sync()
-                ts.append(time.perf_counter() - t0)
-        t = statistics.median(ts)
-        floor += n * t
-        print(f"  {n:6d} calls × {t * 1e6:9.1f} µs  {key[0]} stride {key[1]} weight={key[4]} "
-              f"ignore_index={ignore_index} reduction={reduction} smoothing={smoothing}")
+    wall = timed_runs(lambda: gradcheck_bi.check(
+        cross_entropy, checks=[a.check], shapes=[shape], device=a.device, dtype=a.dtype,
+        raise_on_failure=False), counted, a.runs, sync)
+
+    def once(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+             ignore_index: int, reduction: str, label_smoothing: float) -> None:
+        F.cross_entropy(x, target, weight=weight, ignore_index=ignore_index,
+                        reduction=reduction, label_smoothing=label_smoothing)
+
+    def describe(key: tuple) -> str:
+        return (f"{key[0]} stride {key[1]} weight={key[2]} ignore_index={key[3]} "
+                f"reduction={key[4]} smoothing={key[5]}")
+
+    total = floor(counted, a.device, once, describe, sync)
     print(f"cross_entropy --check {a.check} --shape {a.shape} --dtype {a.dtype} on "
-          f"{a.device}: check {walls[-1]:.2f} s, forward floor {floor:.2f} s, ratio "
-          f"{walls[-1] / floor:.2f}")
+          f"{a.device}: check {wall:.2f} s, forward floor {total:.2f} s, ratio "
+          f"{wall / total:.2f}")
     return 0
 
 
