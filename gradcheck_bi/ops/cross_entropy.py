@@ -37,7 +37,16 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops import shaped
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    cotangent_axis,
+)
 
 IGNORE = -100
 
@@ -150,8 +159,7 @@ OP = ShapedOp(
     outputs=(Output("loss", ()),),
     axes=(Axis("reduction", ("mean", "none", "sum"), passed=True, names=("reduction",),
                words="the reduction"),
-          Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the loss's cotangent: random (a scalar ≠ 1; per row), or 1.0"),
+          cotangent_axis("the loss's cotangent: random (a scalar ≠ 1; per row), or 1.0"),
           Axis("ignore", ("some", "none"), blind="none",
                words="targets equal to ignore_index: every third row, or none"),
           Axis("label_smoothing", (0.0, 0.1), passed=True, blind=0.0,

@@ -47,7 +47,16 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops import cross_entropy
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    cotangent_axis,
+)
 
 IGNORE = cross_entropy.IGNORE
 
@@ -183,8 +192,7 @@ OP = ShapedOp(
     outputs=(Output("loss", ()),),
     axes=(Axis("reduction", ("mean", "none", "sum"), passed=True, names=("reduction",),
                words="the reduction"),
-          Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the loss's cotangent: random (a scalar ≠ 1; per row), or 1.0"),
+          cotangent_axis("the loss's cotangent: random (a scalar ≠ 1; per row), or 1.0"),
           Axis("ignore", ("some", "none"), blind="none",
                words="targets equal to ignore_index: every third row, or none"),
           Axis("bias", (True, False), words="a bias given (on) or None"),

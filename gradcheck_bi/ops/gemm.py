@@ -39,6 +39,7 @@ from gradcheck_bi.ops.shaped import (
     Sizes,
     Variant,
     cotangent,
+    cotangent_axis,
 )
 
 LAYOUTS = ("TN", "NN", "NT")
@@ -122,8 +123,7 @@ OP = ShapedOp(
                words="TE's layout flags: T = stored transposed (A, B)"),
           Axis("bias", (True, False), words="a bias given (on) or None"),
           Axis("b_rank", (3, 2), blind=2, words="B's rank: 3 (leading dims flattened) or 2"),
-          Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the cotangent of Y: random, or all ones")),
+          cotangent_axis("the cotangent of Y: random, or all ones")),
     reference=reference, canonical=canonical, draw=draw, sizes=sizes,
     default_shape=(2, 8, 64, 48), shape_words="(…leading, K, O)",
     batch_axis=lambda options: "n", column="layout",

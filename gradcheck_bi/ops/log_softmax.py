@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.shaped import (
-    Axis,
     Drawn,
     Output,
     Role,
@@ -36,6 +35,7 @@ from gradcheck_bi.ops.shaped import (
     Sizes,
     Variant,
     cotangent,
+    cotangent_axis,
     last_axis_rows,
     rows_back,
     rows_sizes,
@@ -67,8 +67,7 @@ OP = ShapedOp(
     "log_softmax", "y = x − log Σ exp(x) over the last axis",
     roles=(Role("x", ("n", "d"), names=("x", "input", "logits", "hidden_states")),),
     outputs=(Output("y", ("n", "d")),),
-    axes=(Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the cotangent of y: random, or all ones (every row's sum alike)"),),
+    axes=(cotangent_axis("the cotangent of y: random, or all ones (every row's sum alike)"),),
     reference=reference, canonical=last_axis_rows, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, D)", coupled=("d",),
     batch_axis=lambda options: "n", column="cotangent", fills={"dim": -1},

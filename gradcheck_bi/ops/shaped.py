@@ -256,6 +256,12 @@ def normal(shape: tuple[int, ...], gen: torch.Generator, device: str) -> torch.T
     return torch.randn(shape, generator=on, dtype=torch.float64, device=device)
 
 
+def cotangent_axis(words: str) -> Axis:
+    """The ``cotangent`` axis every op sweeps: drawn, or all ones — the blind control of a
+    backward that ignores its cotangent (``words``: what it is the cotangent of)."""
+    return Axis("cotangent", ("random", "ones"), blind="ones", words=words)
+
+
 def cotangent(variant: Variant, rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
     """An output's cotangent (fp64, ``(rows, cols)``) under a ``cotangent`` axis: all ones
     (the blind control), else drawn from ``gen``."""

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.shaped import (
-    Axis,
     Drawn,
     Output,
     Role,
@@ -36,6 +35,7 @@ from gradcheck_bi.ops.shaped import (
     Sizes,
     Variant,
     cotangent,
+    cotangent_axis,
     halves_back,
     halves_rows,
     halves_sizes,
@@ -65,8 +65,7 @@ OP = ShapedOp(
     "silu_and_mul", "y = silu(x[..., :D]) · x[..., D:] for x of last dim 2D",
     roles=(Role("x", ("n", "two", "d"), names=("x", "input", "hidden_states")),),
     outputs=(Output("y", ("n", "d")),),
-    axes=(Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the cotangent of y: random, or all ones"),),
+    axes=(cotangent_axis("the cotangent of y: random, or all ones"),),
     reference=reference, canonical=halves_rows, draw=draw, sizes=sizes,
     default_shape=(2, 8, 256), shape_words="(…rows, 2D)",
     batch_axis=lambda options: "n", column="cotangent",

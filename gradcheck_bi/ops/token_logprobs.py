@@ -37,7 +37,16 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops import cross_entropy
-from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
+from gradcheck_bi.ops.shaped import (
+    Axis,
+    Drawn,
+    Output,
+    Role,
+    ShapedOp,
+    Sizes,
+    Variant,
+    cotangent_axis,
+)
 
 
 def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -111,8 +120,7 @@ OP = ShapedOp(
                 names=("target", "targets", "labels", "label", "index", "input_ids", "ids",
                        "sequences", "tokens", "y"))),
     outputs=(Output("logprobs", ("n",)),),
-    axes=(Axis("cotangent", ("random", "ones"), blind="ones",
-               words="the per-token cotangent: random, or all ones"),
+    axes=(cotangent_axis("the per-token cotangent: random, or all ones"),
           Axis("temperature", (0.7, 1.0), passed=True, blind=1.0,
                names=("temperature", "temp", "tau"), words="the sampling temperature τ"),
           # "none" first: a kernel that takes no ignore_index is probed at it whatever
