@@ -86,9 +86,11 @@ def test_bounds_between_derived_sigma_and_its_tolerance(opts: dict, gamma: str, 
         #   at most sqrt(OPS_ADD) where that add decides;
         # - a layer norm's forward: its mean's error is one shift per point, K_SIGMA·max|γ|·
         #   max over rows (Op.shift), on every element — looser where |γ_i| < max|γ|;
-        # - dz: the derived silu_backward / sigmoid_backward rounds relative to act'(z),
-        #   which cancels to 0 (test_derived_dz_blind_to_cancellation).
-        if (opts["op"] == "layer_norm" and q == "y") or q == "dz":
+        # - a sigmoid gate's dz: the hand model rounds σ'(z) = σ (1 − σ) as one op at its
+        #   terms' size, the derived one propagates σ's rounding through 1 − σ (up to 8 %
+        #   apart at these points); the bound from below still holds.
+        sigmoid = dict(opts.get("variant", ())).get("activation") == "sigmoid"
+        if (opts["op"] == "layer_norm" and q == "y") or (q == "dz" and sigmoid):
             continue
         top = math.sqrt(OPS_ADD) if opts["op"] == "fused_add_rms_norm" and q != "y" else 1.0
         high = r > top
@@ -129,13 +131,12 @@ def test_gated_beta_before_the_gate_undercounted() -> None:
     assert float(torch.nanmedian(_ratio(got, "y"))) < 1 / K_SIGMA
 
 
-def test_derived_dz_blind_to_cancellation() -> None:
-    """A finding on the derived side: it rounds ``silu_backward`` at ``8·|silu'(z)|``,
-    relative to a result that cancels to 0 at z ≈ −1.28; the hand model rounds relative to
-    the size of its terms (``silu_grad_size``: held relative to silu', a correct bf16
-    kernel failed dz). Near that zero the derived σ of dz is more than K_SIGMA times
-    smaller than the hand's — the derived model, used for every op of any shape, would
-    hold a correct kernel's dz there to less than its rounding."""
+def test_derived_dz_rounds_silu_grad_by_its_terms() -> None:
+    """``silu'(z) = σ(z) (1 + z (1 − σ(z)))`` cancels to 0 at z ≈ −1.28. The derived model
+    once rounded ``silu_backward`` at ``8·|silu'(z)|`` there — K_SIGMA times below the hand
+    model's σ, which holds it relative to the size of its terms (``silu_grad_size``: a
+    correct bf16 kernel failed dz before that). It now rounds it by its terms too
+    (``errors.aten.TERMS``): at most as tight as the hand model, all over the row."""
     got = _at({"op": "rms_norm_gated", "norm_before_gate": True}, "ones", False, (4, 96),
               seed=7)
-    assert float(_ratio(got, "dz").max()) > K_SIGMA
+    assert float(_ratio(got, "dz").max()) <= 1.0

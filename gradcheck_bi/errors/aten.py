@@ -27,6 +27,38 @@ ROUNDINGS: dict[str, float] = {
     **dict.fromkeys(("gelu", "silu", "gelu_backward", "silu_backward", "logit",
                      "xlogy"), 8.0),
 }
+
+
+# A fused op whose result is a sum of terms that cancel: its own rounding is relative to
+# the terms' size, not to the result's (a kernel computes the terms and adds them). The
+# magnitude its ROUNDINGS multiply, from its arguments (fp64).
+def _silu_backward_terms(args: tuple[Any, ...]) -> torch.Tensor:
+    g, x = args[0], args[1]  # silu'(x) = σ(x) (1 + x (1 − σ(x))): 0 at x ≈ −1.28
+    s = torch.sigmoid(x)
+    return (g * s).abs() * (1 + (x * (1 - s)).abs())
+
+
+def _gelu_backward_terms(args: tuple[Any, ...]) -> torch.Tensor:
+    g, x = args[0], args[1]  # gelu'(x) = Φ(x) + x φ(x): 0 at x ≈ −0.75 (either form)
+    cdf = 0.5 * (1 + torch.erf(x * 0.5**0.5))
+    pdf = torch.exp(-0.5 * x * x) * (2 * torch.pi) ** -0.5
+    return g.abs() * (cdf.abs() + (x * pdf).abs())
+
+
+def _gelu_terms(args: tuple[Any, ...]) -> torch.Tensor:
+    x = args[0]  # x Φ(x) with Φ = (1 + erf(x/√2)) / 2: 1 + erf cancels for x ≪ 0
+    return 0.5 * x.abs() * (1 + torch.erf(x * 0.5**0.5).abs())
+
+
+def _tanh_backward_terms(args: tuple[Any, ...]) -> torch.Tensor:
+    g, y = args[0], args[1]  # g (1 − y²): cancels where |y| → 1
+    return g.abs() * (1 + y * y)
+
+
+TERMS: dict[str, Callable[[tuple[Any, ...]], torch.Tensor]] = {
+    "silu_backward": _silu_backward_terms, "gelu_backward": _gelu_backward_terms,
+    "gelu": _gelu_terms, "tanh_backward": _tanh_backward_terms,
+}
 # Ops that move or select data: σ moves the same way.
 MOVES = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "squeeze",
          "unsqueeze", "select", "slice", "clone", "contiguous", "detach", "alias", "cat",

@@ -67,6 +67,7 @@ from gradcheck_bi.errors.aten import (
     ROUNDINGS,
     SLOPES,
     SUMS,
+    TERMS,
     _any,
     _is_float,
     _moved,
@@ -172,6 +173,8 @@ class Propagate(TorchDispatchMode):
         mag = result.abs()
         if self.reach is not None:  # |result|'s range, while the buffer still holds it
             self.span = torch.aminmax(mag) if mag.numel() else None
+        if name in TERMS:  # rounded relative to terms that cancel in the result
+            mag = TERMS[name](args).abs().to(result.dtype)
         var = mag.mul_(ROUNDINGS.get(name, 1.0)).square_()
         rule = SLOPES.get(f"{name}.{func._overloadname}")
         for i, a in enumerate(args):
