@@ -28,7 +28,9 @@ the verdicts of unchanged outcomes and every "out of scope" verdict; the rest be
 
 Records are cached in build/scoreboard/results.json with a fingerprint of the tool's source,
 the libraries' versions and the run's options: an interrupted run resumes where it stopped,
-and a run after any change to gradcheck_bi/ runs every class again.
+and a run after any change to gradcheck_bi/ runs every class again. ``--deadline SECONDS``
+ends a call within that budget (benchmarks/gpu_scoreboard.sh runs the board so, in calls of a
+few minutes on a lent machine's CPU cores).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,12 +64,13 @@ STAND_IN = REPO / "benchmarks" / "scoreboard_stand_in"
 EXPECTED = REPO / "benchmarks" / "scoreboard_expected.toml"
 DOC = REPO / "docs" / "scoreboard.md"
 RESULTS = REPO / "build" / "scoreboard" / "results.json"
-LIBRARIES = ("torch", "torch-ops", "liger", "transformers", "timm")
+LIBRARIES = ("torch", "torch-ops", "liger", "transformers", "transformers-ops", "timm")
 SHAPE: str | None = None  # the tool's default, (2, 8, 256): what a user runs
 TIMEOUT_S = 180.0
 NEEDS_CUDA = "needs CUDA"
 # Exit codes of `gradcheck-bi run` (docs/cli.md) → the outcome recorded.
 OUTCOMES = {0: "pass", 2: "refused", 3: "not checked", 4: "internal error", 130: "interrupted"}
+UNFINISHED = 3  # the exit status of a call that stopped at its --deadline with classes left
 CATEGORIES = ("true defect", "out of scope", "our false alarm", "our refusal", "broken")
 BEGIN, END = "<!-- scoreboard:begin -->", "<!-- scoreboard:end -->"
 
@@ -338,7 +341,8 @@ def markdown(records: list[dict[str, Any]], expected: dict[str, dict[str, str]],
            f"device {meta['device']}, dtype {meta['dtype']}, shape ({meta['shape']}), every "
            f"other option at its default; time limit {meta['timeout']:g} s per class; "
            f"{meta['jobs']} job(s); {meta['ran']} classes run in {meta['wall']:.0f} s wall "
-           f"({meta['cached']} from the cache); sum of per-class times {meta['cpu']:.0f} s.",
+           f"over {meta['calls']} call(s) ({meta['cached']} from an older cache); sum of "
+           f"per-class times {meta['cpu']:.0f} s.",
            "",
            "| classes | count |", "|---|---:|",
            f"| enumerated | {total['enumerated']} |",
@@ -420,18 +424,38 @@ def fingerprint(options: dict[str, Any]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _load_cache(path: Path, key: str) -> dict[str, dict[str, Any]]:
+def _load_cache(path: Path, key: str) -> tuple[dict[str, dict[str, Any]], list[dict[str, float]]]:
+    """The records of a cache with this fingerprint, and the calls that made them."""
     if not path.exists():
-        return {}
+        return {}, []
     cache = json.loads(path.read_text())
-    return cache["records"] if cache.get("fingerprint") == key else {}
+    if cache.get("fingerprint") != key:
+        return {}, []
+    return cache["records"], cache.get("calls", [])
 
 
-def _save_cache(path: Path, key: str, records: dict[str, dict[str, Any]]) -> None:
+def _save_cache(path: Path, key: str, records: dict[str, dict[str, Any]],
+                calls: list[dict[str, float]]) -> None:
+    """Written whole and then renamed: a call killed at any moment leaves the last one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fingerprint": key, "records": records}, indent=1))
+    tmp.write_text(json.dumps({"fingerprint": key, "records": records, "calls": calls},
+                              indent=1))
     tmp.replace(path)
+
+
+def _command(argv: list[str]) -> str:
+    """This call's command line without the options that change no result (where the records
+    and the page go, the budget, the Python): the docs must not carry a machine's paths."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--results", "--doc", "--deadline", "--python"):
+            skip = True
+        elif not arg.startswith(("--results=", "--doc=", "--deadline=", "--python=")):
+            kept.append(arg)
+    return " ".join(["benchmarks/scoreboard.py", *kept])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -456,6 +480,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=RESULTS, help="the record cache (JSON)")
     p.add_argument("--doc", type=Path, default=DOC, help="the page the totals go to")
     p.add_argument("--python", default=sys.executable, help="the Python that runs the tool")
+    p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock budget of this call: no class starts after it, a class "
+                        "still running then is killed and left for the next call (not "
+                        "recorded); the totals are written once every class has a record; "
+                        f"exit {UNFINISHED} while classes are left")
     return p.parse_args(argv)
 
 
@@ -464,6 +493,7 @@ def _selected(ident: str, patterns: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
     args = parse_args(argv)
     libraries = args.library or list(LIBRARIES)
     stand_in = _torchvision_missing(args.python)
@@ -473,30 +503,47 @@ def main(argv: list[str] | None = None) -> int:
     options = {"shape": args.shape, "device": args.device, "dtype": args.dtype,
                "timeout": args.timeout}
     key = fingerprint(options)
-    cache = {} if args.fresh else _load_cache(args.results, key)
+    cache, calls = ({}, []) if args.fresh else _load_cache(args.results, key)
+    calls.append({"ran": 0, "wall": 0.0})
     todo = [t for t in targets if t["id"] not in cache]
     print(f"scoreboard: {len(targets)} classes ({len(targets) - len(todo)} cached); "
           f"torchvision {'stand-in' if stand_in else 'real'} for timm", file=sys.stderr)
     start = time.perf_counter()
+    stop_at = None if args.deadline is None else started + args.deadline
 
-    def one(target: dict[str, Any]) -> dict[str, Any]:
-        return run_target(target, python=args.python, shape=args.shape, timeout=args.timeout,
-                          device=args.device, dtype=args.dtype, stand_in=stand_in,
-                          threads=threads)
+    def one(target: dict[str, Any]) -> dict[str, Any] | None:
+        """The class's record; None where the deadline came first (left for the next call)."""
+        limit = args.timeout
+        if stop_at is not None:
+            limit = min(limit, stop_at - time.perf_counter())
+            if limit <= 0:
+                return None
+        rec = run_target(target, python=args.python, shape=args.shape, timeout=limit,
+                         device=args.device, dtype=args.dtype, stand_in=stand_in,
+                         threads=threads)
+        return None if rec["outcome"] == "timeout" and limit < args.timeout else rec
 
+    ran = 0
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for done, rec in enumerate(pool.map(one, todo), 1):
+        # Each record is kept as soon as its class ends: a call cut short loses only its own.
+        for future in as_completed([pool.submit(one, t) for t in todo]):
+            rec = future.result()
+            if rec is None:
+                continue
+            ran += 1
             cache[rec["id"]] = rec
-            _save_cache(args.results, key, cache)
-            print(f"[{done}/{len(todo)}] {rec['id']}: {rec['outcome']} ({rec['seconds']:g} s)",
+            calls[-1] = {"ran": ran, "wall": round(time.perf_counter() - start, 1)}
+            _save_cache(args.results, key, cache, calls)
+            print(f"[{ran}/{len(todo)}] {rec['id']}: {rec['outcome']} ({rec['seconds']:g} s)",
                   file=sys.stderr)
     wall = time.perf_counter() - start
-    records = [cache[t["id"]] for t in targets]
+    left = len(todo) - ran
+    records = [cache[t["id"]] for t in targets if t["id"] in cache]
     expected = load_expected()
     changes = compare(records, expected)
     for line in changes:
         print(line)
-    full = not args.only and not args.library
+    full = not args.only and not args.library and not left
     if full:
         absent = sorted(set(expected) - {r["id"] for r in records})
         if absent:
@@ -507,14 +554,16 @@ def main(argv: list[str] | None = None) -> int:
         write_expected(expected)
         print(f"wrote {EXPECTED.relative_to(REPO)} ({len(records)} classes of this run)")
     if full:
+        calls = calls[:-1] + ([{"ran": ran, "wall": wall}] if ran else [])
         meta = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "command": " ".join(["benchmarks/scoreboard.py",
-                                     *(sys.argv[1:] if argv is None else argv)]),
+                "command": _command(sys.argv[1:] if argv is None else argv),
                 "versions": _versions(), "device": args.device,
                 "dtype": args.dtype or "the tool's default (fp64 on cpu)",
                 "shape": args.shape or "the tool's default, 2,8,256",
-                "timeout": args.timeout, "jobs": args.jobs, "wall": wall, "ran": len(todo),
-                "cached": len(targets) - len(todo),
+                "timeout": args.timeout, "jobs": args.jobs,
+                "wall": sum(c["wall"] for c in calls),
+                "ran": sum(c["ran"] for c in calls), "calls": len(calls),
+                "cached": len(targets) - sum(c["ran"] for c in calls),
                 "cpu": sum(r["seconds"] for r in records)}
         write_doc(markdown(records, expected, skipped, meta), args.doc)
         print(f"wrote {args.doc}")
@@ -524,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{total['our refusal']} refusals, {total['broken']} broken, "
           f"{total[NEEDS_CUDA]} need CUDA, {total['unclassified']} unclassified; "
           f"{len(changes)} changed from the kept file")
+    if left:
+        print(f"deadline: {left} of {len(targets)} classes left; run the same command again "
+              f"to resume", file=sys.stderr)
+        return UNFINISHED
     return 1 if changes and not args.update_expected else 0
 
 

@@ -1,7 +1,7 @@
 """The scoreboard's subjects: every norm class and function of torch, Liger, transformers, timm,
 and torch's entry points of the tool's other ops.
 
-    python benchmarks/scoreboard_targets.py torch|torch-ops|liger|transformers|timm
+    python benchmarks/scoreboard_targets.py torch|torch-ops|liger|transformers|transformers-ops|timm
 
 prints a JSON object ``{"targets": [...], "skipped": [...]}`` on stdout. Each target is
 ``{"id", "library", "kernel", "kernel_args"}``: ``kernel`` is the ``--kernel`` value a new
@@ -17,7 +17,8 @@ Which classes: those whose name contains "Norm", that are ``torch.nn.Module`` su
 are defined in the module they are found in (a copy of LlamaRMSNorm in another model's module
 counts again: it is another class a user may point the tool at). torch's functions: those of
 ``torch.nn.functional`` whose name contains "norm". ``torch-ops``: the ``torch.nn`` and
-``torch.nn.functional`` entry points of the tool's ops beyond norms (``TORCH_OPS``).
+``torch.nn.functional`` entry points of the tool's ops beyond norms (``TORCH_OPS``);
+``transformers-ops``: transformers' own (``TRANSFORMERS_OPS``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ TORCH_VARIANTS: list[tuple[str, list[str]]] = [
 TORCH_OPS = ["torch.nn.functional:cross_entropy", "torch.nn:CrossEntropyLoss",
              "torch.nn.functional:log_softmax", "torch.nn:LogSoftmax",
              "torch.nn.functional:linear", "torch.nn:Linear"]
+# transformers' entry points of those ops: its cross-entropy over logits with a target
+# (fixed_cross_entropy; ForMaskedLMLoss, the same over flattened tokens) and GPT-2's Conv1D
+# (y = x @ W + b). Not listed: ForCausalLMLoss scores row i against label i + 1 (a shifted
+# target, no op of the tool); ForTokenClassification and ForSequenceClassificationLoss need
+# a config object; transformers.activations computes no gated product (gelu or silu alone).
+TRANSFORMERS_OPS = ["transformers.loss.loss_utils:fixed_cross_entropy",
+                    "transformers.loss.loss_utils:ForMaskedLMLoss",
+                    "transformers.pytorch_utils:Conv1D"]
 
 
 def target(library: str, kernel: str, kernel_args: list[str] | None = None) -> dict[str, Any]:
@@ -98,6 +107,12 @@ def torch_op_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     return [target("torch-ops", kernel) for kernel in TORCH_OPS], []
 
 
+def transformers_op_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    for module in sorted({kernel.partition(":")[0] for kernel in TRANSFORMERS_OPS}):
+        importlib.import_module(module)  # a missing one: the library is skipped, with why
+    return [target("transformers-ops", kernel) for kernel in TRANSFORMERS_OPS], []
+
+
 def liger_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     try:
         importlib.import_module("liger_kernel.transformers")
@@ -125,7 +140,8 @@ def timm_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
 
 
 LIBRARIES = {"torch": torch_targets, "torch-ops": torch_op_targets, "liger": liger_targets,
-             "transformers": transformers_targets, "timm": timm_targets}
+             "transformers": transformers_targets, "transformers-ops": transformers_op_targets,
+             "timm": timm_targets}
 
 
 def main(argv: list[str]) -> int:

@@ -101,3 +101,34 @@ def test_update_keeps_unchanged_and_out_of_scope_verdicts_only() -> None:
     counts = scoreboard.tally(records, new)["all"]
     assert (counts["checked right"], counts["our false alarm"], counts["unclassified"],
             counts["out of scope"]) == (1, 1, 1, 1), counts
+
+
+def test_a_call_cut_by_its_deadline_resumes(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """--deadline: a class still running then is killed and not recorded, the page waits, exit
+    UNFINISHED; the next call with the same cache runs only what is left, then writes it."""
+    needs = {"fast": 0.0, "slow": 2.0}  # seconds each class takes
+
+    def fake_run(target: dict, *, timeout: float, **_: object) -> dict:
+        seconds = min(needs[target["id"]], timeout)
+        outcome = "timeout" if needs[target["id"]] > timeout else "pass"
+        return {**_record(target["id"], outcome), "exit": 0, "op": "rms_norm", "variant": "",
+                "working_precision": "", "statuses": {"pass": 1}, "seconds": seconds}
+
+    fake_targets = [targets.target("torch", name) for name in needs]
+    monkeypatch.setattr(scoreboard, "run_target", fake_run)
+    monkeypatch.setattr(scoreboard, "enumerate_targets", lambda *_: (fake_targets, []))
+    monkeypatch.setattr(scoreboard, "_torchvision_missing", lambda _: True)
+    results, doc = tmp_path / "results.json", tmp_path / "page.md"
+    argv = ["--results", str(results), "--doc", str(doc), "--jobs", "2"]
+
+    assert scoreboard.main([*argv, "--deadline", "1"]) == scoreboard.UNFINISHED
+    first = scoreboard.json.loads(results.read_text())
+    assert list(first["records"]) == ["fast"] and not doc.exists()
+    scoreboard.main([*argv, "--deadline", "100"])
+    second = scoreboard.json.loads(results.read_text())
+    assert sorted(second["records"]) == ["fast", "slow"]
+    assert [c["ran"] for c in second["calls"]] == [1, 1]
+    page = doc.read_text()
+    assert "2 classes run in" in page and "over 2 call(s)" in page
+    assert str(tmp_path) not in page, "the page carries a machine's path"
