@@ -318,8 +318,10 @@ def tally(records: list[dict[str, Any]], expected: dict[str, dict[str, str]]
             bucket = counts.setdefault(key, Counter())
             bucket["enumerated"] += 1
             bucket[category] += 1
-            if category in CATEGORIES:
-                bucket[f"reason:{category}:{reason_of(verdict)}"] += 1
+            if category in CATEGORIES or verdict.startswith("true defect"):  # the latter
+                # counts as checked right, and keeps its reason for its own table
+                kind = category if category in CATEGORIES else "true defect"
+                bucket[f"reason:{kind}:{reason_of(verdict)}"] += 1
     return counts
 
 
