@@ -44,6 +44,18 @@ def test_recognised_from_its_forward(ref, op):
     assert spec.op == op and "recognised" in spec.recognised
 
 
+def test_a_tensor_after_the_target_that_is_not_class_weights_is_left_alone():
+    """transformers' ``fixed_cross_entropy(source, target, num_items_in_batch, …)``: the
+    optional class weights bound by position are probed present, the loss divided by them
+    differs, so ``num_items_in_batch`` stays at its default and the weights are absent —
+    where it used to be given class weights and fail at ``weight=on``."""
+    spec = resolve(str(KERNELS / "entry_points.py:fixed_cross_entropy"))
+    assert spec.op == "cross_entropy" and ("weight", False) in spec.fixed
+    assert "num_items_in_batch is not" in spec.recognised
+    assert _status("entry_points.py:fixed_cross_entropy", "dlogits")[0] == "pass"
+    assert _status("entry_points.py:fixed_cross_entropy", "forward")[0] == "pass"
+
+
 def test_plain_fused_kernel_has_no_bias_axis():
     spec = resolve(str(KERNELS / f"{FLCE}:FusedLinearCrossEntropy"))
     assert ("bias", False) in spec.fixed

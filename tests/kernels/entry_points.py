@@ -409,3 +409,15 @@ def gated_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, bias: tor
                activation: str = "silu") -> torch.Tensor:
     """Every option of ``rms_norm_gated`` at once (the false-alarm runs' kernel)."""
     return _gated(x, z, weight, bias, eps, group_size, norm_before_gate, activation)
+
+
+def fixed_cross_entropy(source: torch.Tensor, target: torch.Tensor,
+                        num_items_in_batch: torch.Tensor | None = None, ignore_index: int = -100,
+                        **kwargs: Any) -> torch.Tensor:
+    """A loss helper in the style of transformers' ``loss_utils``: a summed loss divided by
+    ``num_items_in_batch`` when given (gradient accumulation), else the mean. A tensor
+    argument by position after the target that is not the class weights."""
+    reduction = "sum" if num_items_in_batch is not None else "mean"
+    loss = torch.nn.functional.cross_entropy(source, target, ignore_index=ignore_index,
+                                             reduction=reduction)
+    return loss / num_items_in_batch if num_items_in_batch is not None else loss

@@ -222,6 +222,39 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
     raise why
 
 
+def _present_or_unbound(op: ShapedOp, obj: Any, kind: str, ctor: Binding, found: Found
+                        ) -> Found:
+    """``found`` matched with its optional roles absent (their axis at its default); each
+    one it binds to a parameter is probed present too. A parameter that is something else
+    (transformers' ``fixed_cross_entropy(source, target, num_items_in_batch)``: read as
+    class weights by position, it divides the loss) is left at its default and the role
+    fixed absent, as for a kernel that does not take it."""
+    fixed = dict(found.fixed)
+    for role in op.roles:
+        bound = [p for p, what in found.kernel.binding if what == role.name]
+        if not role.optional or not bound or role.name in fixed \
+                or not any(a.name == role.name for a in op.axes):
+            continue
+        variant = Variant(tuple((a.name, True if a.name == role.name
+                                 else fixed.get(a.name, a.default)) for a in op.axes))
+        try:
+            distance, match, _ = _probe(op, found.kernel, variant, [None])
+        except Exception:
+            distance, match = float("inf"), 0.0
+        if distance <= match:
+            continue
+        binding = tuple((p, KEEP if what == role.name else what)
+                        for p, what in found.kernel.binding)
+        kernel = ShapedKernel(obj, op.name, binding, kind, ctor)
+        fixed[role.name] = False
+        note = found.note.replace(found.kernel.words, kernel.words).replace(
+            "; max relative error", f"; {role.name} absent ({bound[0]} is not: given "
+                                    f"{role.name}, its output differs); max relative error", 1)
+        found = replace(found, kernel=kernel, note=note,
+                        fixed=(*found.fixed, (role.name, False)))
+    return found
+
+
 def _one_at_a_time(axes: list[Any]) -> list[tuple[Any, ...]]:
     """The options' defaults, then each other value alone: what a kernel that takes none
     of them may compute (a softcap it applies inside, say)."""
@@ -290,7 +323,7 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                 if distance == 0.0:
                     break
             if closest is not None and closest.distance <= closest.match:
-                return closest
+                return _present_or_unbound(op, obj, kind, ctor, closest)
             if closest is not None and (
                     best is None or closest.distance / closest.match < best.distance / best.match):
                 best = closest
