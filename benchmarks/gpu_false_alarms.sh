@@ -7,8 +7,11 @@
 # and its progress in the .log beside it; then the merged table (benchmarks/merge_false_alarms.py,
 # exit 1 on any false alarm). A process draws no configuration past DEADLINE seconds from its
 # start (the smallest defect, measured first, included), and its row counts the ones it
-# completed. Environment:
+# completed; the smallest defect stops at a quarter of DEADLINE and says so. Environment:
 #   N=200                  configurations per op and dtype
+#   ROWS="op:dtype …"      the CUDA rows to run (default: every op × fp64 fp32 bf16); to run
+#                          a row again (more shards, a longer deadline), give it alone with a
+#                          new OUT: the merge refuses the same shard twice
 #   SHARDS="op:dtype:K …"  split a row's N configurations over K processes (--shard I/K;
 #                          files <op>-<dtype>-s<I>.json); the default splits the fused linear
 #                          cross-entropy, whose correct kernel walks the rows in Python
@@ -47,11 +50,12 @@ start() {  # device op dtype: one process per shard, in the background
     pids+=($!)
   done
 }
+if [[ -z ${ROWS:-} ]]; then
+  ROWS=$(for op in $OPS; do printf '%s ' "$op:fp64" "$op:fp32" "$op:bf16"; done)
+fi
 t0=$SECONDS
-for op in $OPS; do
-  for dtype in fp64 fp32 bf16; do
-    start cuda "$op" "$dtype"
-  done
+for row in $ROWS; do
+  start cuda "${row%%:*}" "${row##*:}"
 done
 for row in $CPU_OPS; do
   start cpu "${row%%:*}" "${row##*:}"

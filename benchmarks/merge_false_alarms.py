@@ -25,6 +25,8 @@ def _defect(r: dict[str, Any]) -> str:
     if not r.get("power_measured"):
         return "—"
     p = r.get("smallest_defect")
+    if not r.get("power_complete", True):  # stopped by the deadline: an upper bound or none
+        return "stopped" if p is None else f"≤ {p:.0e} (stopped)"
     return "> 1e-1" if p is None else f"≤ {p:.0e}" if p <= 1e-12 else f"{p:.1e}"
 
 
@@ -93,11 +95,19 @@ def main(argv: list[str]) -> int:
     for name in argv:
         try:
             data = json.loads(Path(name).read_text())
-            rows.extend(data["rows"])
+            rows.extend({**r, "_file": name} for r in data["rows"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"{name}: not a shaped_false_alarms.py --json file ({e})", file=sys.stderr)
             return 2
         commits.add(str(data.get("commit")))
+    seen: dict[tuple[Any, ...], str] = {}
+    for r in rows:  # the same shard twice would count its configurations twice
+        key = (r["op"], r["dtype"], r["device"], r.get("seed"), tuple(r.get("shard") or ()))
+        if key in seen:
+            print(f"{r['op']} {r['dtype']} {r['device']} shard {r.get('shard')}: in two files "
+                  f"({seen[key]} and another): merge one run's files", file=sys.stderr)
+            return 2
+        seen[key] = r.get("_file", "")
     rows = joined(rows)
     print(f"{len(rows)} rows from {len(argv)} files, commit {', '.join(sorted(commits))}")
     print(markdown(rows))

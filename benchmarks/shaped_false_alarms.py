@@ -303,10 +303,12 @@ def caught(op: ShapedOp, kernel: ShapedKernel, cfgs: list[Config], delta: float)
     return any(not run_shaped_check(bad, cfg).passed for cfg in cfgs)  # type: ignore[arg-type]
 
 
-def smallest_caught(op_name: str, dtype: str, steps: int = 4, device: str = "cpu"
-                    ) -> float | None:
+def smallest_caught(op_name: str, dtype: str, steps: int = 4, device: str = "cpu",
+                    until: float | None = None) -> tuple[float | None, bool]:
     """The smallest relative defect δ ∈ [1e-12, 1e-1] a gradient check of the op's default
-    point catches (None: not even 1e-1)."""
+    point catches (None: not even 1e-1), and whether the search ran to its end: past
+    ``until`` (a ``time.perf_counter()``) it stops, with the smallest δ caught so far (an
+    upper bound on the answer; None where none was tried)."""
     spec = resolve(str(ROOT / KERNELS[op_name]))
     op = SHAPED[op_name]
     variant = op.variants({k: [v] for k, v in spec.fixed})[0]
@@ -314,40 +316,52 @@ def smallest_caught(op_name: str, dtype: str, steps: int = 4, device: str = "cpu
                    op=op_name, variant=variant.values)
             for c in op.gradient_checks if _variant_has(op, variant, c)]
     assert all(run_shaped_check(spec.fn, cfg).passed for cfg in cfgs), "correct kernel fails"
-    hit, miss = None, None
+    hit: float | None = None
+    miss: float | None = None
+
+    def stopped() -> bool:
+        return until is not None and time.perf_counter() >= until
+
+    def so_far(complete: bool) -> tuple[float | None, bool]:
+        return (None if hit is None else 10.0**-hit), complete
+
     for e in range(1, 13):
+        if stopped():
+            return so_far(False)
         if caught(op, spec.fn, cfgs, 10.0**-e):
             hit = float(e)
         else:
             miss = float(e)
             break
-    if hit is None:
-        return None
-    if miss is None:
-        return 10.0**-hit
+    if hit is None or miss is None:
+        return so_far(True)
     for _ in range(steps):  # hit < miss in decades: bisect log10 δ
+        if stopped():
+            return so_far(False)
         mid = (hit + miss) / 2
         if caught(op, spec.fn, cfgs, 10.0**-mid):
             hit = mid
         else:
             miss = mid
-    return 10.0**-hit
+    return so_far(True)
 
 
 # -- the table -----------------------------------------------------------------------------
 def row(op_name: str, dtype: str, device: str, t: Tally | None, power: float | None = None,
-        power_measured: bool = False, n: int | None = None, shard: tuple[int, int] = (0, 1)
-        ) -> dict[str, Any]:
+        power_measured: bool = False, n: int | None = None, shard: tuple[int, int] = (0, 1),
+        power_complete: bool = True, seed: int | None = None) -> dict[str, Any]:
     """One row of the table as JSON-ready data (``t`` None: the op has no correct kernel);
     ``n``: the configurations asked of all the shards together."""
     out: dict[str, Any] = {"op": op_name, "dtype": dtype, "device": device,
-                           "kernel": KERNELS.get(op_name), "n": n, "shard": list(shard)}
+                           "kernel": KERNELS.get(op_name), "n": n, "seed": seed,
+                           "shard": list(shard)}
     if t is None:
         return out
     return {**out, "asked": t.asked, "configurations": t.configs, "results": t.results,
             "false_alarms": len(t.alarms), "worst_err_tol": t.worst, "seconds": t.seconds,
             "s_per_configuration": t.seconds / t.configs if t.configs else None,
-            "power_measured": power_measured, "smallest_defect": power,
+            "power_measured": power_measured, "power_complete": power_complete,
+            "smallest_defect": power,
             "by_check": t.by_check, "alarms": t.alarm_configs}
 
 
@@ -405,19 +419,24 @@ def main(argv: list[str] | None = None) -> int:
     for op_name in ops:
         for dtype in dtypes:
             if op_name not in KERNELS:
-                rows.append(row(op_name, dtype, args.device, None, n=args.n))
+                rows.append(row(op_name, dtype, args.device, None, n=args.n, seed=args.seed))
                 continue
-            power, measured = None, False
-            # the smallest defect first: its cost is bounded, the configurations' is not
+            power, measured, complete = None, False, True
+            # the smallest defect first, under a deadline within its first quarter (past it
+            # the search stops and says so): the configurations are the table's count
             if not args.no_power and mine == 0 and dtype in POWER_DTYPES:
-                power, measured = smallest_caught(op_name, dtype, device=args.device), True
-                log(f"{op_name} {dtype}: smallest defect caught {power}")
+                quarter = None if until is None else started + args.deadline / 4
+                power, complete = smallest_caught(op_name, dtype, device=args.device,
+                                                  until=quarter)
+                measured = True
+                log(f"{op_name} {dtype}: smallest defect caught {power}"
+                    + ("" if complete else " (stopped at a quarter of the deadline)"))
             t = false_alarms(op_name, dtype, args.n, args.seed, log, device=args.device,
                              until=until, shard=(mine, of))
             log(f"{op_name} {dtype}: {t.configs} configurations, {t.results} results, "
                 f"{len(t.alarms)} false alarms, {t.seconds:.0f} s")
             rows.append(row(op_name, dtype, args.device, t, power, measured, args.n,
-                            (mine, of)))
+                            (mine, of), complete, args.seed))
     elapsed = time.perf_counter() - started
     head = (f"{args.n} random configurations asked per op and dtype (seed {args.seed}), "
             f"{args.device}"
