@@ -40,13 +40,16 @@ first missed.
 
 ``--device cuda`` runs the same configurations (the same draws, in the same order) with the
 kernel's tensors on the GPU, the smallest defect too. ``--deadline`` bounds a process: the
-smallest defect first, then configurations until that many seconds from the start; a row
-counts the configurations it completed, never the ``--n`` asked for. ``--shard I/K`` runs
-configuration ``i`` of the ``--n`` only where ``i % K == I`` (every shard draws all of them,
-so K processes run the same ``--n`` configurations between them; shard 0 alone measures the
-smallest defect). ``--json`` writes the
-rows (and every false alarm's Config) for :mod:`merge_false_alarms`, which joins the rows of
-several processes into one table (benchmarks/gpu_false_alarms.sh).
+smallest defect first (stopped, and said so, at a quarter of the deadline), then
+configurations until that many seconds from the start; a row counts the configurations it
+completed, never the ``--n`` asked for. ``--shard I/K`` runs configuration ``i`` of the
+``--n`` only where ``i % K == I`` (every shard draws all of them, so K processes run the same
+``--n`` configurations between them; shard 0 alone measures the smallest defect). ``--json``
+writes the rows (and every false alarm's Config) for :mod:`merge_false_alarms`, which joins
+the rows of several processes into one table (benchmarks/gpu_false_alarms.sh).
+
+"s per configuration" holds the first configuration's one-off costs (the working-precision
+probe, the first calls): at a small ``--n`` it overstates the cost of many.
 """
 
 from __future__ import annotations
