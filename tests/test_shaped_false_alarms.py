@@ -1,6 +1,7 @@
 """The generic false-alarm harness of the ops of any shape (benchmarks/shaped_false_alarms.py):
-its correct kernels pass every check at random configurations, every op in SHAPED is either
-run or named as having no correct kernel, and a relative gradient defect is caught.
+its correct kernels pass every check at random configurations, every op in SHAPED has one
+(an op without is named in the table, never dropped), a relative gradient defect is caught,
+and its rows (--deadline, --shard, --json) join into one table (benchmarks/merge_false_alarms.py).
 
 The fast test runs 2 configurations per op in fp64 (shapes of at most 10 colours a check);
 the slow one 10 per op and dtype; the full run (200 per dtype) is recorded in docs/false_alarms.md.
@@ -9,8 +10,10 @@ the slow one 10 per op and dtype; the full run (200 per dtype) is recorded in do
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -33,6 +36,7 @@ def _load() -> ModuleType:
 
 
 harness = _load()
+merge = sys.modules["merge_false_alarms"]  # imported by the harness from benchmarks/
 
 
 def _kernel(op: str) -> str:
@@ -40,10 +44,11 @@ def _kernel(op: str) -> str:
 
 
 def test_every_op_has_a_correct_kernel_or_is_named() -> None:
-    """An op added without a correct kernel shows as such in the table, never dropped."""
-    assert set(harness.KERNELS) <= set(SHAPED)
+    """Every op of SHAPED has a correct kernel here; one added without shows as such in the
+    table, never dropped."""
+    assert set(harness.KERNELS) == set(SHAPED), set(SHAPED) ^ set(harness.KERNELS)
     rows = harness.table({("new_op", "fp64"): None}, {})
-    assert "| new_op | fp64 | no correct kernel |" in rows
+    assert "| new_op | fp64 | cpu | no correct kernel |" in rows
 
 
 def test_draws_are_valid_and_vary() -> None:
@@ -92,3 +97,47 @@ def test_ten_random_configurations(op: str, dtype: str) -> None:
     tally = harness.false_alarms(op, dtype, 10, seed=2026)
     assert tally.configs == 10
     assert not tally.alarms, "false alarms:\n" + "\n".join(tally.alarms)
+
+
+def test_a_deadline_counts_the_configurations_completed() -> None:
+    tally = harness.false_alarms("log_softmax", "fp64", 5, seed=7, until=time.perf_counter())
+    assert (tally.asked, tally.configs, tally.results) == (5, 0, 0)
+    row = harness.row("log_softmax", "fp64", "cpu", tally, n=5)
+    assert "| log_softmax | fp64 | cpu | 0 of 5 | 0 | 0 |" in merge.markdown([row])
+
+
+def test_shards_split_the_same_draws_and_join_into_one_row() -> None:
+    op = SHAPED["token_logprobs"]
+    spec = resolve(_kernel("token_logprobs"))
+    whole = list(harness.configs(op, spec, "fp64", 5, seed=3, device="cuda"))
+    assert all(c.device == "cuda" for cfgs in whole for c in cfgs)  # drawn, never run here
+    asked = [harness.false_alarms("token_logprobs", "fp64", 5, seed=3, shard=(i, 2),
+                                  until=time.perf_counter()).asked for i in (0, 1)]
+    assert asked == [3, 2]
+    rows = []
+    for i, (done, worst) in enumerate([(3, 0.2), (2, 0.4)]):
+        t = harness.Tally(asked=asked[i], configs=done, results=3 * done, worst=worst,
+                          seconds=float(done))
+        rows.append(harness.row("token_logprobs", "fp64", "cuda", t, 1e-11 if i == 0 else None,
+                                i == 0, 5, (i, 2), seed=3))
+    (joined,) = merge.joined(rows)
+    assert (joined["configurations"], joined["results"], joined["worst_err_tol"]) == (5, 15, 0.4)
+    assert "| token_logprobs | fp64 | cuda | 5 | 15 | 0 | 0.40 | 1.00 | 1.0e-11 |" in \
+        merge.markdown([joined])
+
+
+def test_merge_reads_json_rows_and_refuses_a_shard_twice(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    t = harness.Tally(asked=2, configs=2, results=6, seconds=1.0)
+    t.alarms.append("line")
+    t.alarm_configs.append({"configuration": 1, "check": "dx", "status": "fail",
+                            "message": "dx off", "reproduce": "run_shaped_check(...)"})
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({"rows": [harness.row("log_softmax", "bf16", "cuda", t, n=2)]}))
+    assert merge.main([str(path)]) == 1  # a false alarm
+    out = capsys.readouterr().out
+    assert "| log_softmax | bf16 | cuda | 2 | 6 | 1 |" in out
+    assert "FALSE ALARM: log_softmax bf16 cuda #1 dx fail: dx off" in out
+    assert merge.main([str(path), str(path)]) == 2
+    assert "in two files" in capsys.readouterr().err
