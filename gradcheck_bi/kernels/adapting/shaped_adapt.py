@@ -225,16 +225,20 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
 def _present_or_unbound(op: ShapedOp, obj: Any, kind: str, ctor: Binding, found: Found
                         ) -> Found:
     """``found`` matched with its optional roles absent (their axis at its default); each
-    one it binds to a parameter is probed present too. A parameter that is something else
-    (transformers' ``fixed_cross_entropy(source, target, num_items_in_batch)``: read as
-    class weights by position, it divides the loss) is left at its default and the role
-    fixed absent, as for a kernel that does not take it."""
+    one it binds by position (a parameter not named as the role) is probed present too. A
+    parameter that is something else (transformers' ``fixed_cross_entropy(source, target,
+    num_items_in_batch)``: read as class weights by position, it divides the loss) is left
+    at its default and the role fixed absent, as for a kernel that does not take it; the
+    note says so. One named as the role stays bound: its output given the role is the
+    kernel's to answer for."""
     fixed = dict(found.fixed)
     for role in op.roles:
         bound = [p for p, what in found.kernel.binding if what == role.name]
         if not role.optional or not bound or role.name in fixed \
                 or not any(a.name == role.name for a in op.axes):
             continue
+        if bound[0].lower() == role.name.lower() or bound[0].lower() in role.names:
+            continue  # named so: a wrong output given it is the kernel's defect to show
         variant = Variant(tuple((a.name, True if a.name == role.name
                                  else fixed.get(a.name, a.default)) for a in op.axes))
         try:
