@@ -46,7 +46,10 @@ def _kernel(op: str) -> str:
 def test_every_op_has_a_correct_kernel_or_is_named() -> None:
     """Every op of SHAPED has a correct kernel here; one added without shows as such in the
     table, never dropped."""
-    assert set(harness.KERNELS) == set(SHAPED), set(SHAPED) ^ set(harness.KERNELS)
+    # the ops modules define (a generic check registers its "generic:" op in SHAPED when it
+    # runs: one that ran earlier in this process is no op of the package)
+    ops = {name for name in SHAPED if not name.startswith("generic:")}
+    assert set(harness.KERNELS) == ops, ops ^ set(harness.KERNELS)
     rows = harness.table({("new_op", "fp64"): None}, {})
     assert "| new_op | fp64 | cpu | no correct kernel |" in rows
 
