@@ -95,7 +95,7 @@ def floor(fn: Any, cfg: Config) -> Callable[[], None]:
 
 
 def side_by_side(op: str, ref: str, shape: tuple[int, ...], dtype: str, device: str,
-                 reps: int, profile: int = 0) -> dict[str, float]:
+                 reps: int, profile: int = 0, timeline: bool = False) -> dict[str, float]:
     spec = resolve(ref, {"op": op})
     fn = as_op_kernel(spec.fn)
     extra: dict[str, Any] = {"group_size": shape[-1] // 4 if op == "rms_norm_gated" else None,
@@ -117,6 +117,9 @@ def side_by_side(op: str, ref: str, shape: tuple[int, ...], dtype: str, device: 
     c, f = statistics.median(checks), statistics.median(floors)
     if profile:
         _profile(run_checks, device, reps, profile)
+    if timeline and device == "cuda":
+        for cfg in cfgs:
+            _timeline(functools.partial(run_op_check, fn, cfg), cfg.check)
     return {"check_s": c, "floor_s": f, "ratio": c / f}
 
 
@@ -153,6 +156,47 @@ def _profile(run_checks: Callable[[], None], device: str, reps: int, top: int) -
         print(f"  {n:5d}  {line}")
 
 
+def _timeline(run: Callable[[], None], name: str) -> None:
+    """One run under torch.profiler: its wall time split into the GPU's busy time (the union
+    of kernel and copy intervals), the head before the first GPU work, the tail after the
+    last, and the idle gaps between; then the GPU time by kernel name."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    gpu = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                 if e.device_type == torch.autograd.DeviceType.CUDA)
+    host = [e.time_range for e in prof.events() if e.device_type != torch.autograd.DeviceType.CUDA]
+    start = min(r.start for r in host)
+    end = max(max(r.end for r in host), gpu[-1][1] if gpu else 0)
+    busy, gaps, cur = 0.0, [], None
+    for a, b in gpu:
+        if cur is None or a > cur[1]:
+            if cur is not None:
+                gaps.append(a - cur[1])
+            cur = [a, b]
+            busy += b - a
+        elif b > cur[1]:
+            busy += b - cur[1]
+            cur[1] = b
+    by: collections.Counter[str] = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by[e.name[:60]] += e.time_range.end - e.time_range.start
+    head = (gpu[0][0] - start) if gpu else 0
+    tail = (end - gpu[-1][1]) if gpu else 0
+    big = sorted(gaps, reverse=True)[:5]
+    ms = [round(g / 1e3, 2) for g in big]
+    print(f"-- timeline {name}: wall {wall * 1e3:.1f} ms (span {(end - start) / 1e3:.1f}), "
+          f"GPU busy {busy / 1e3:.1f}, head {head / 1e3:.1f}, tail {tail / 1e3:.1f}, "
+          f"gaps {sum(gaps) / 1e3:.1f} in {len(gaps)} (largest {ms}); {len(gpu)} GPU events")
+    for k, us in by.most_common(8):
+        print(f"     {us / 1e3:8.2f} ms  {k}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -163,6 +207,9 @@ def main() -> int:
     ap.add_argument("--kernel", help="with one --op: this kernel instead of tests/kernels'")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then print the top N functions of a cProfile, and the syncs")
+    ap.add_argument("--timeline", action="store_true",
+                    help="on CUDA: each check once under torch.profiler, its wall split into "
+                         "GPU busy, head, tail and gaps")
     args = ap.parse_args()
     if args.kernel and len(args.op or []) != 1:
         ap.error("--kernel needs exactly one --op")
@@ -171,7 +218,7 @@ def main() -> int:
     print("| --- | --- | --- | ---: | ---: | ---: |")
     for op in args.op or list(KERNELS):
         r = side_by_side(op, args.kernel or KERNELS[op], shape, args.dtype, args.device, args.reps,
-                         args.profile)
+                         args.profile, args.timeline)
         name = f"{op} ({args.kernel})" if args.kernel else op
         print(f"| {name} | {args.shape} | {args.device}/{args.dtype} | {r['check_s']:.2f} | "
               f"{r['floor_s']:.2f} | {r['ratio']:.2f}× |", flush=True)

@@ -14,7 +14,10 @@ at the tool's default shape, as a user runs it (``--shape`` only where this scri
 one; only torch's constructor flags get a ``--kernel-arg``), with a time limit per class, and
 records the exit code, the op the tool recognised, the working precision it measured, the
 count of each result status, the seconds and the first line saying what failed or was refused.
-Liger's Triton kernels need CUDA: on a CPU run they are recorded as "needs CUDA", not run.
+Liger's and fla's Triton kernels need CUDA: on a CPU run they are recorded as "needs CUDA", not
+run, and their kept outcomes are those of a CUDA run (``--device cuda --library liger --library
+liger-ops --library fla``, benchmarks/gpu_scoreboard_cuda.sh), whose totals go to their own block
+of the page.
 
 The outcome of each class (pass, fail, error, refused, not checked, internal error, timeout)
 is compared with benchmarks/scoreboard_expected.toml, where every non-pass carries one hand
@@ -64,7 +67,12 @@ STAND_IN = REPO / "benchmarks" / "scoreboard_stand_in"
 EXPECTED = REPO / "benchmarks" / "scoreboard_expected.toml"
 DOC = REPO / "docs" / "scoreboard.md"
 RESULTS = REPO / "build" / "scoreboard" / "results.json"
-LIBRARIES = ("torch", "torch-ops", "liger", "transformers", "transformers-ops", "timm")
+LIBRARIES = ("torch", "torch-ops", "liger", "liger-ops", "fla", "transformers",
+             "transformers-ops", "timm")
+# Triton libraries: run on a CUDA device only (`--device cuda`); a CPU run records their classes
+# as "needs CUDA" and leaves their kept outcomes (a CUDA run's) as they are. A CUDA run of all
+# three writes its totals to their own block of the page (BEGIN_CUDA … END_CUDA).
+CUDA_LIBRARIES = ("liger", "liger-ops", "fla")
 SHAPE: str | None = None  # the tool's default, (2, 8, 256): what a user runs
 TIMEOUT_S = 180.0
 NEEDS_CUDA = "needs CUDA"
@@ -73,6 +81,7 @@ OUTCOMES = {0: "pass", 2: "refused", 3: "not checked", 4: "internal error", 130:
 UNFINISHED = 3  # the exit status of a call that stopped at its --deadline with classes left
 CATEGORIES = ("true defect", "out of scope", "our false alarm", "our refusal", "broken")
 BEGIN, END = "<!-- scoreboard:begin -->", "<!-- scoreboard:end -->"
+BEGIN_CUDA, END_CUDA = "<!-- scoreboard-cuda:begin -->", "<!-- scoreboard-cuda:end -->"
 
 
 # ---------------------------------------------------------------- the classes and their runs
@@ -192,9 +201,9 @@ def run_target(target: dict[str, Any], *, python: str = sys.executable,
                timeout: float = TIMEOUT_S, device: str = "cpu", dtype: str | None = None,
                stand_in: bool = True, threads: int | None = None) -> dict[str, Any]:
     """Run ``gradcheck-bi run`` on one class as a new user would and return its record."""
-    if target["library"] == "liger" and device != "cuda":
+    if target["library"] in CUDA_LIBRARIES and device != "cuda":
         return {**record_of(target, 0, "", "", None, 0.0), "exit": None, "outcome": NEEDS_CUDA,
-                "first_line": "Liger's Triton kernels need a CUDA device (not run on cpu)"}
+                "first_line": "its Triton kernels need a CUDA device (not run on cpu)"}
     env = library_env(target["library"], stand_in)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -257,6 +266,8 @@ def compare(records: list[dict[str, Any]], expected: dict[str, dict[str, str]]) 
     lines = []
     for rec in records:
         kept = expected.get(rec["id"])
+        if kept is not None and rec["outcome"] == NEEDS_CUDA:
+            continue  # not run here: the kept outcome is a CUDA run's
         if kept is None:
             lines.append(f"NEW {rec['id']}: {rec['outcome']} — {rec['first_line'][:160]}")
         elif kept["outcome"] != rec["outcome"]:
@@ -276,6 +287,8 @@ def updated_expected(records: list[dict[str, Any]], expected: dict[str, dict[str
     new = dict(expected)
     for rec in records:
         kept = expected.get(rec["id"], {})
+        if kept and rec["outcome"] == NEEDS_CUDA:
+            continue  # not run here: the kept outcome is a CUDA run's
         verdict = kept.get("verdict", "")
         entry = {"outcome": rec["outcome"]}
         if verdict and (kept.get("outcome") == rec["outcome"]
@@ -396,12 +409,15 @@ def markdown(records: list[dict[str, Any]], expected: dict[str, dict[str, str]],
     return "\n".join(out)
 
 
-def write_doc(text: str, path: Path = DOC) -> None:
-    """Replace the text between the markers of ``path`` (the rest of the page is kept)."""
-    page = path.read_text() if path.exists() else f"# Scoreboard\n\n{BEGIN}\n{END}\n"
-    head, _, rest = page.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+def write_doc(text: str, path: Path = DOC, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the text between the markers ``begin`` and ``end`` of ``path`` (the rest of the
+    page is kept; markers it lacks are added at its end)."""
+    page = path.read_text() if path.exists() else "# Scoreboard\n\n"
+    if begin not in page:
+        page = f"{page.rstrip()}\n\n{begin}\n{end}\n"
+    head, _, rest = page.partition(begin)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 # ---------------------------------------------------------------- the command
@@ -414,7 +430,7 @@ def _versions() -> str:
             return "not installed"
 
     return ", ".join(f"{d} {version(d)}" for d in ("torch", "transformers", "timm",
-                                                    "liger-kernel"))
+                                                    "liger-kernel", "fla-core"))
 
 
 def fingerprint(options: dict[str, Any]) -> str:
@@ -545,8 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     changes = compare(records, expected)
     for line in changes:
         print(line)
-    full = not args.only and not args.library and not left
-    if full:
+    cuda_board = args.device == "cuda" and set(libraries) == set(CUDA_LIBRARIES)
+    full = not args.only and not left and (not args.library or cuda_board)
+    if full and not cuda_board:
         absent = sorted(set(expected) - {r["id"] for r in records})
         if absent:
             print(f"note: {len(absent)} kept classes not enumerated here (library not "
@@ -560,14 +577,16 @@ def main(argv: list[str] | None = None) -> int:
         meta = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "command": _command(sys.argv[1:] if argv is None else argv),
                 "versions": _versions(), "device": args.device,
-                "dtype": args.dtype or "the tool's default (fp64 on cpu)",
+                "dtype": args.dtype or ("the tool's default (fp32 on cuda)" if args.device == "cuda"
+                                        else "the tool's default (fp64 on cpu)"),
                 "shape": args.shape or "the tool's default, 2,8,256",
                 "timeout": args.timeout, "jobs": args.jobs,
                 "wall": sum(c["wall"] for c in calls),
                 "ran": sum(c["ran"] for c in calls), "calls": len(calls),
                 "cached": len(targets) - sum(c["ran"] for c in calls),
                 "cpu": sum(r["seconds"] for r in records)}
-        write_doc(markdown(records, expected, skipped, meta), args.doc)
+        write_doc(markdown(records, expected, skipped, meta), args.doc,
+                  *((BEGIN_CUDA, END_CUDA) if cuda_board else (BEGIN, END)))
         print(f"wrote {args.doc}")
     total = tally(records, expected)["all"]
     print(f"{len(records)} classes: {total['checked right']} checked right, "

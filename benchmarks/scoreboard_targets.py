@@ -1,7 +1,8 @@
 """The scoreboard's subjects: every norm class and function of torch, Liger, transformers, timm,
 and torch's entry points of the tool's other ops.
 
-    python benchmarks/scoreboard_targets.py torch|torch-ops|liger|transformers|transformers-ops|timm
+    python benchmarks/scoreboard_targets.py LIBRARY    # torch, torch-ops, liger, liger-ops, fla,
+                                                      # transformers, transformers-ops, timm
 
 prints a JSON object ``{"targets": [...], "skipped": [...]}`` on stdout. Each target is
 ``{"id", "library", "kernel", "kernel_args"}``: ``kernel`` is the ``--kernel`` value a new
@@ -18,7 +19,10 @@ are defined in the module they are found in (a copy of LlamaRMSNorm in another m
 counts again: it is another class a user may point the tool at). torch's functions: those of
 ``torch.nn.functional`` whose name contains "norm". ``torch-ops``: the ``torch.nn`` and
 ``torch.nn.functional`` entry points of the tool's ops beyond norms (``TORCH_OPS``);
-``transformers-ops``: transformers' own (``TRANSFORMERS_OPS``).
+``transformers-ops``: transformers' own (``TRANSFORMERS_OPS``). ``liger-ops`` and ``fla``:
+every op with a hand-written backward — each ``torch.autograd.Function`` subclass with a public
+name defined in a module of ``liger_kernel.ops`` (one level), of ``fla.modules.activations`` or
+of ``fla.modules.norm`` (Ascend/NPU variants left out: they do not run on CUDA).
 """
 
 from __future__ import annotations
@@ -70,8 +74,20 @@ def norm_classes(module: Any) -> list[str]:
                   and issubclass(obj, torch.nn.Module) and obj.__module__ == module.__name__)
 
 
-def _walk(package: str, keep: Any) -> tuple[list[tuple[str, list[str]]], list[dict[str, str]]]:
-    """(module, its norm classes) for every submodule of ``package`` that ``keep`` accepts."""
+def functions_with_backward(module: Any) -> list[str]:
+    """Names of the public ``torch.autograd.Function`` subclasses defined in ``module``."""
+    import torch
+
+    return sorted(name for name, obj in vars(module).items()
+                  if inspect.isclass(obj) and issubclass(obj, torch.autograd.Function)
+                  and obj.__module__ == module.__name__ and not name.startswith("_")
+                  and not name.endswith("NPU"))
+
+
+def _walk(package: str, keep: Any, classes: Any = norm_classes
+          ) -> tuple[list[tuple[str, list[str]]], list[dict[str, str]]]:
+    """(module, its classes) for every submodule of ``package`` that ``keep`` accepts:
+    ``classes`` names them (norm classes by default)."""
     found, skipped = [], []
     root = importlib.import_module(package)
     for info in pkgutil.walk_packages(root.__path__, prefix=package + "."):
@@ -83,7 +99,7 @@ def _walk(package: str, keep: Any) -> tuple[list[tuple[str, list[str]]], list[di
             skipped.append({"module": info.name,
                             "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"})
             continue
-        found.append((info.name, norm_classes(module)))
+        found.append((info.name, classes(module)))
     return found, skipped
 
 
@@ -123,6 +139,25 @@ def liger_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
             skipped)
 
 
+def liger_op_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    found, skipped = _walk("liger_kernel.ops", lambda name: name.count(".") == 2,
+                           functions_with_backward)
+    return ([target("liger-ops", f"{module}:{name}") for module, names in found
+             for name in names], skipped)
+
+
+def fla_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    targets: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for package in ("fla.modules.activations", "fla.modules.norm"):
+        found, missed = _walk(package, lambda name: "ascend" not in name,
+                              functions_with_backward)
+        targets += [target("fla", f"{module}:{name}") for module, names in found
+                    for name in names]
+        skipped += missed
+    return targets, skipped
+
+
 def transformers_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     def is_modeling(name: str) -> bool:
         parts = name.split(".")
@@ -140,6 +175,7 @@ def timm_targets() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
 
 
 LIBRARIES = {"torch": torch_targets, "torch-ops": torch_op_targets, "liger": liger_targets,
+             "liger-ops": liger_op_targets, "fla": fla_targets,
              "transformers": transformers_targets, "transformers-ops": transformers_op_targets,
              "timm": timm_targets}
 

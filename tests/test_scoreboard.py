@@ -132,3 +132,27 @@ def test_a_call_cut_by_its_deadline_resumes(tmp_path: Path,
     page = doc.read_text()
     assert "2 classes run in" in page and "over 2 call(s)" in page
     assert str(tmp_path) not in page, "the page carries a machine's path"
+
+
+def test_a_cpu_run_leaves_the_kept_outcomes_of_a_cuda_run() -> None:
+    """A Triton library's class is "needs CUDA" on CPU: its kept outcome (a CUDA run's) is
+    neither reported as changed nor overwritten; a class never kept is still NEW."""
+    kept = {"liger.a": {"outcome": "fail", "verdict": "true defect: in place"},
+            "fla.b": {"outcome": "pass"}}
+    records = [_record("liger.a", scoreboard.NEEDS_CUDA), _record("fla.b", scoreboard.NEEDS_CUDA),
+               _record("fla.c", scoreboard.NEEDS_CUDA)]
+    assert [line.split()[0] for line in scoreboard.compare(records, kept)] == ["NEW"]
+    new = scoreboard.updated_expected(records, kept)
+    assert new["liger.a"] == kept["liger.a"] and new["fla.b"] == kept["fla.b"]
+    assert new["fla.c"] == {"outcome": scoreboard.NEEDS_CUDA}
+    assert scoreboard.tally(records, new)["all"][scoreboard.NEEDS_CUDA] == 3
+
+
+def test_the_cuda_block_is_added_and_replaced_apart_from_the_cpu_one(tmp_path: Path) -> None:
+    page = tmp_path / "board.md"
+    page.write_text(f"# B\n\n{scoreboard.BEGIN}\ncpu totals\n{scoreboard.END}\n\ntail\n")
+    for text in ("cuda one", "cuda two"):
+        scoreboard.write_doc(text, page, scoreboard.BEGIN_CUDA, scoreboard.END_CUDA)
+    body = page.read_text()
+    assert "cpu totals" in body and "tail" in body and "cuda one" not in body
+    assert body.count(scoreboard.BEGIN_CUDA) == 1 and "cuda two" in body
