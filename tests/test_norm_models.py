@@ -133,7 +133,8 @@ def test_gated_beta_before_the_gate_rounded_by_the_gate(gamma: str, activation: 
     """Before the gate β's part of ``y`` is ``β·act(z)``: the gate's roundings act on it as
     on the rest of ``y``. ``compute_bound`` once gave it one rounding (``|β|``, as if added
     last): at γ = 0 the hand bound fell to 0.031 of the derived ``K·σ``, below the derived
-    σ itself. It now charges it the op's every rounding (``factor``): never below σ."""
+    σ itself. It now charges it the op's roundings per element (``forward_factor(0,
+    extra)``: the gate's, not the statistic's): never below σ."""
     got = _at({"op": "rms_norm_gated", "norm_before_gate": True, "bias": "randn",
                "variant": (("activation", activation),)}, gamma, False, shape)
     for q in ("y", "y (judged)"):

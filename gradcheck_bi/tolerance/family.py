@@ -89,8 +89,9 @@ def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> tor
     output dtype — :func:`forward_tolerances`'s model per element: ``u_c (factor |y − β| +
     |β|)`` (β: its part of ``y``, :func:`bias_part`; the statistic, the op's extra
     roundings; β added last, so an element where ``n γ`` and β nearly cancel is not held to
-    the ulp of its tiny value; ``u_c factor (|y − β| + |β|)`` where β's part is rounded
-    after the add too: a gate after it), the op's shared rounding, and for an added output
+    the ulp of its tiny value; where β's part is rounded after the add too, a gate after it,
+    ``|β|`` counts the op's roundings per element, ``forward_factor(0, extra)``), the op's
+    shared rounding, and for an added output
     one addition ``u_c |s|``. The bf16/fp16 forward adds it to each element's ulp
     threshold."""
     op = point.op
@@ -99,8 +100,9 @@ def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> tor
     beta, rounded_after = bias_part(point)
     factor = forward_factor(op.forward_terms(point), op.forward_extra)
     # β added last: its add's one rounding; β's part rounded further (a gate after it): the
-    # op's every rounding, as the rest of y
-    beta_factor = factor if rounded_after else 1.0
+    # op's roundings per element (its own, OPS_RSQRT and OPS_SCALE covering the add), not
+    # the statistic's
+    beta_factor = forward_factor(0, op.forward_extra) if rounded_after else 1.0
     bound = u_c * (factor * (ref - beta).abs() + beta_factor * beta.abs()
                    + _offset_moves(point, name, u_c))
     if op.shift is not None:
