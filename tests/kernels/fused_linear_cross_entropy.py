@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tests.kernels.log_softmax import tree_sum
+
 CHUNK = 4  # rows per chunk: the default shape's 10 rows are three chunks
 
 
@@ -48,18 +50,6 @@ class Options:
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
-
-
-def tree_sum(t: torch.Tensor) -> torch.Tensor:
-    """Σ over the last dim by pairwise halving: the order depends on its length only."""
-    d = t.shape[-1]
-    width = 1 << max(0, (d - 1).bit_length())
-    if width != d:
-        t = torch.nn.functional.pad(t, (0, width - d))
-    while t.shape[-1] > 1:
-        half = t.shape[-1] // 2
-        t = t[..., :half] + t[..., half:]
-    return t[..., 0]
 
 
 def _mv_rows(m: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
