@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from gradcheck_bi.checks.shaped import run_shaped_check
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.measure import run_point
 from gradcheck_bi.ops import SHAPED
@@ -85,6 +86,23 @@ def test_token_logprobs_mutant_and_its_blind_control(mutant, shows, blind):
 ])
 def test_chunked_fused_correct(check, axes):
     assert _status(f"{FLCE}:ChunkedFusedLinearCrossEntropy", check, **axes)[0] == "pass"
+
+
+@pytest.mark.parametrize("dtype,hidden", [("fp64", 19), ("fp32", 67)])
+def test_chunked_fused_batch_invariant_where_a_row_moves_in_its_buffer(dtype, hidden):
+    """One class (V = 1: the z-loss ``s·lse²`` shows the logit's bits), H = 19 in fp64 and 67
+    in fp32: a ``gemv`` of the row where it sat in the batch's buffer gave row 7 of 8 other
+    bits than the row alone, at some of these seeds in each dtype; each row's product is of
+    a fresh copy now."""
+    fn = resolve(str(KERNELS / f"{FLCE}:ChunkedFusedLinearCrossEntropy")).fn
+    variant = {a.name: a.values[0] for a in SHAPED["fused_linear_cross_entropy"].axes}
+    variant.update(reduction="none", cotangent="ones", ignore="none", lse_square_scale=1e-2,
+                   class_weight=True)
+    for seed in (0, 1, 2):
+        m = run_shaped_check(fn, Config(check="batch_invariance", dtype=dtype, seed=seed,
+                                        shape=(8, hidden, 1), op="fused_linear_cross_entropy",
+                                        variant=tuple(variant.items())))
+        assert m.passed, f"seed {seed}: {m.message}"
 
 
 def test_dweight_is_sampled_with_directions():

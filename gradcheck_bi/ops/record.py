@@ -175,8 +175,9 @@ class Op:
     # alone; the values ride in ``Config.variant``), each with its blind value. One the
     # kernel does not take is fixed at the value its forward matches (``fixable``).
     axes: tuple[Axis, ...] = ()
-    # β's part of the output, fp64 (``None``: β itself, added last; a gated norm gates it).
-    bias_term: Callable[[Point], torch.Tensor] | None = None
+    # β's part of the output, fp64, where the op rounds it further after adding it (a gated
+    # norm's β·act(z) before the gate); ``None`` (or returning it): β itself, added last.
+    bias_term: Callable[[Point], torch.Tensor | None] | None = None
     # Options that are fields of the point (Config, top-level keys of the JSON: the gated
     # norm's group size and order), each with how a sweep crosses it (PointAxis.swept).
     point_options: tuple[PointAxis, ...] = ()

@@ -88,12 +88,13 @@ def reference(inputs: Tensors, params: Tensors, options: dict[str, Any]) -> Tens
     return {"y": n * params["weight"] + beta}
 
 
-def bias_term(point: Point) -> torch.Tensor:
-    """β's part of ``y``: ``β · act(z)`` before the gate, ``β`` after it."""
+def bias_term(point: Point) -> torch.Tensor | None:
+    """β's part of ``y`` before the gate, ``β · act(z)``, rounded by the gate too; after it
+    ``None``: β itself, added last."""
+    if not point.options["norm_before_gate"]:
+        return None
     beta = point.effective.get("bias", torch.zeros((), dtype=torch.float64))
-    if point.options["norm_before_gate"]:
-        return beta * gate_of(point.options).fn(point.inputs64["z"])
-    return beta
+    return beta * gate_of(point.options).fn(point.inputs64["z"])
 
 
 def step_scale(point: Point, name: str) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """What each measured error is held to: every tolerance formula and constant, in one place.
 
 * forward: the output's rounding plus the compute dtype's rounding in any summation order,
-  ``max|ref| · (u_out + u_c · forward_factor(n))`` over the statistic's ``n`` terms
-  (:mod:`.family`, :mod:`.summation`);
+  ``max|ref| · (u_out + u_c · forward_factor(n))`` over the statistic's ``n`` terms, with
+  ``|ref − β| + |β|`` for ``|ref|`` where a β is added (:mod:`.family`, :mod:`.summation`);
 * dx, dw (and every ``d<input>``, ``d<parameter>``): per element, ``K_SIGMA`` × (the measured
   rounding noise of that element's finite difference (:mod:`.noise`, from the forward alone)
   and the kernel's own rounding in any summation order (:mod:`.summation`, :mod:`.family`,

@@ -6,10 +6,11 @@ backward under test. What differs between ops — the statistic's terms, the fur
 per element, a rounding every element of a row shares, the rounding of each gradient — is
 the op's (:mod:`gradcheck_bi.ops`), written with the primitives of :mod:`.summation`.
 
-**Forward** (:func:`forward_tolerances`): each output is held to ``max|ref| · (u_out + u_c ·
-factor)``, RMSNorm's :func:`~.summation.forward_factor` over the statistic's ``n`` terms
-with the op's extra roundings per element inside the root (``Op.forward_extra``), plus the
-op's shared rounding (``Op.shift``: a layer norm's mean). An output that is one addition of
+**Forward** (:func:`forward_tolerances`): each output is held to ``max(|ref − β| + |β|) ·
+(u_out + u_c · factor)`` (β: its part of the output; ``max|ref|`` without β), RMSNorm's
+:func:`~.summation.forward_factor` over the statistic's ``n`` terms with the op's extra
+roundings per element inside the root (``Op.forward_extra``), plus the op's shared rounding
+(``Op.shift``: a layer norm's mean). An output that is one addition of
 inputs (``Op.added``: ``residual_out``) is ``max|ref| · (u_out + u_c)``.
 
 **The kernel's own rounding** (:func:`kernel_sigma`): per element of a gradient, the RMS of
@@ -46,6 +47,19 @@ def shared_sigma(point: Point) -> torch.Tensor | None:
     return None if shared is None else shared(point, summation)
 
 
+def bias_part(point: Point) -> tuple[torch.Tensor, bool]:
+    """β's part of the outputs (fp64; 0 without β) and whether the op rounds it further
+    after adding it (``Op.bias_term``: a gated norm's ``β·act(z)`` before the gate)."""
+    gated = None if point.op.bias_term is None else point.op.bias_term(point)
+    if gated is not None:
+        return gated, True
+    return point.effective.get("bias", torch.zeros((), dtype=torch.float64)), False
+
+
+def _largest(t: torch.Tensor) -> float:
+    return float(t.max()) if t.numel() else 0.0
+
+
 def _shift(point: Point, k: float) -> float:
     return 0.0 if point.op.shift is None else point.op.shift(point, k, summation)
 
@@ -55,13 +69,15 @@ def forward_tolerances(point: Point, ref: Tensors, u_out: float, u_c: float
     """The absolute tolerance of each output in ``ref`` (output dtype's ``u_out``, compute
     dtype's ``u_c``)."""
     op, out = point.op, {}
+    beta, _ = bias_part(point)
     for name, r in ref.items():
-        scale = float(r.abs().max()) if r.numel() else 0.0
         if name in op.added:
-            out[name] = scale * (u_out + u_c)
+            out[name] = _largest(r.abs()) * (u_out + u_c)
             continue
-        out[name] = scale * (u_out + u_c * forward_factor(op.forward_terms(point),
-                                                          op.forward_extra))
+        # The size of the terms y is made of, |y − β| + |β|: where β cancels n γ, a correct
+        # kernel still rounds n γ and the add relative to them, not to the tiny y.
+        out[name] = _largest((r - beta).abs() + beta.abs()) * (
+            u_out + u_c * forward_factor(op.forward_terms(point), op.forward_extra))
         if op.shift is not None:
             out[name] += _shift(point, K_SIGMA * u_c)
     return out
@@ -71,18 +87,24 @@ def compute_bound(point: Point, name: str, ref: torch.Tensor, u_c: float) -> tor
     """Per element of output ``name`` (fp64, absolute): how far a correct kernel's value in
     the compute dtype (``u_c``) may be from the exact one before its one rounding to the
     output dtype — :func:`forward_tolerances`'s model per element: ``u_c (factor |y − β| +
-    |β|)`` (β: its part of ``y``, ``Op.bias_term``; the statistic, the op's extra
-    roundings; β added last, so an element where
-    ``n γ`` and β nearly cancel is not held to the ulp of its tiny value), the op's shared
-    rounding, and for an added output one addition ``u_c |s|``. The bf16/fp16 forward adds
-    it to each element's ulp threshold."""
+    |β|)`` (β: its part of ``y``, :func:`bias_part`; the statistic, the op's extra
+    roundings; β added last, so an element where ``n γ`` and β nearly cancel is not held to
+    the ulp of its tiny value; where β's part is rounded after the add too, a gate after it,
+    ``|β|`` counts the op's roundings per element, ``forward_factor(0, extra)``), the op's
+    shared rounding, and for an added output
+    one addition ``u_c |s|``. The bf16/fp16 forward adds it to each element's ulp
+    threshold."""
     op = point.op
     if name in op.added:
         return u_c * ref.abs()
-    beta = (point.effective.get("bias", torch.zeros((), dtype=torch.float64))
-            if op.bias_term is None else op.bias_term(point))
+    beta, rounded_after = bias_part(point)
     factor = forward_factor(op.forward_terms(point), op.forward_extra)
-    bound = u_c * (factor * (ref - beta).abs() + beta.abs() + _offset_moves(point, name, u_c))
+    # β added last: its add's one rounding; β's part rounded further (a gate after it): the
+    # op's roundings per element (its own, OPS_RSQRT and OPS_SCALE covering the add), not
+    # the statistic's
+    beta_factor = forward_factor(0, op.forward_extra) if rounded_after else 1.0
+    bound = u_c * (factor * (ref - beta).abs() + beta_factor * beta.abs()
+                   + _offset_moves(point, name, u_c))
     if op.shift is not None:
         bound = bound + _shift(point, K_SIGMA * u_c)
     return bound

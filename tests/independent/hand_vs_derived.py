@@ -8,7 +8,8 @@ every output and every gradient, two numbers in units of the compute dtype's ``u
   / u`` (:func:`gradcheck_bi.tolerance.family.compute_bound`: the output's own rounding plus
   the compute dtype's, ``K_SIGMA`` already inside ``forward_factor``), and ``judged``: the
   one number the fp32/fp64 forward check holds every element to
-  (:func:`~gradcheck_bi.tolerance.family.forward_tolerances`, ``max|y|``-scaled). A
+  (:func:`~gradcheck_bi.tolerance.family.forward_tolerances`, scaled by ``max(|y − β| +
+  |β|)``). A
   gradient: the σ of the kernel's rounding, ``kernel_sigma`` for an input, ``dw_sigma`` of
   the terms ``g·∂y/∂p`` for a parameter (the check's ``FDEstimate.terms``, here exact).
 * **derived**: :func:`gradcheck_bi.errors.derived` on the op's own fp64 reference
@@ -93,7 +94,11 @@ def _param_terms(point: OpPoint, name: str) -> torch.Tensor:
 def compare(cfg: Config) -> dict[str, Pair]:
     """Per quantity (output name, ``y (judged)``, ``d<input>``, ``dw``, ``dbias``) at the
     point ``cfg`` (fp64 or fp32): the hand-written and the derived model (module doc)."""
-    point = make_point(cfg)
+    return compare_at(make_point(cfg))
+
+
+def compare_at(point: OpPoint) -> dict[str, Pair]:
+    """:func:`compare` at a point given by its tensors."""
     op, u = point.op, unit_roundoff(point.lead.dtype)
     ref = reference(point)
     m = _derive(point)

@@ -1,6 +1,6 @@
 """Fused linear + cross-entropy Functions with hand-written backwards: a plain one,
-``forward(ctx, hidden, weight, target, ignore_index, reduction)``, that walks the rows one
-at a time; one with Liger 0.8.5's signature (``_input, weight, target, bias=None,
+``forward(ctx, hidden, weight, target, ignore_index, reduction)``, that adds ``dW`` row by
+row; one with Liger 0.8.5's signature (``_input, weight, target, bias=None,
 ce_weight=None, ignore_index=-100, lse_square_scale=0.0, label_smoothing=0.0,
 reduction="mean", softcap=None, return_z_loss=False, …``, returning ``(loss, z_loss,
 token_accuracy, predicted_tokens)``) that takes every option, walks the rows in chunks of
@@ -16,16 +16,24 @@ the z-loss scale ``s``::
 each through ``1 − tanh²`` under a softcap. ``mean`` divides the ``ce`` terms by the
 targets' weights and the z-loss by the rows (both over the rows not ignored).
 
-fp32 inside (fp64 stays fp64), rounded once. A row's logits, loss and ``dh`` come from
-calls of one fixed shape per row (``mv`` of ``W`` with that row), so its bits never depend
-on how many rows the batch holds.
+fp32 inside (fp64 stays fp64), rounded once. Every row at once but its two products with
+``W``, and a row's bits never depend on how many rows the batch holds or where the row sits
+in it: its logits and ``dh`` are one ``mv`` each of a fresh copy of the row
+(:func:`_mv_rows`), its sums over V pairwise trees (:func:`tree_sum`, an order fixed by the
+length alone), its ``exp`` and ``tanh`` built from +, −, ×, ÷ and exact scalings
+(:func:`_reduced`: torch's CPU ``exp``/``tanh`` take a vector or a scalar path by position,
+one ulp apart), its ``log`` one Python ``math.log``. ``dW`` and ``db`` add each chunk's
+share.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+from tests.kernels.log_softmax import tree_sum
 
 CHUNK = 4  # rows per chunk: the default shape's 10 rows are three chunks
 
@@ -44,36 +52,73 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
-def _row(h, w, b, t, o, chain=True, z_grad=True):
-    """One row's ``ce`` and ``zl`` and their gradients with respect to its logits (``chain``:
-    through the softcap's ``1 − tanh²``; ``z_grad``: the z-loss's term in it)."""
-    z = torch.mv(w, h)
+def _mv_rows(m: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """``m @ a_i`` for each row ``a_i`` of ``a``: one ``mv`` per row, of a fresh copy of the
+    row (BLAS's ``gemv`` rounds by where its vector starts: a row at another position in
+    its buffer gave other bits, a fresh copy starts aligned alike wherever its row sits)."""
+    rows = [torch.mv(m, r.clone(memory_format=torch.contiguous_format)) for r in a]
+    return torch.stack(rows) if rows else a.new_zeros(0, m.shape[0])
+
+
+def _reduced(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, k)`` with ``exp(t) = 2^k (1 + q)`` (fp64), from +, −, ×, ÷ only: ``t = k ln2 +
+    r``, ``|r| ≤ ln2 / 2``, ``q = exp(r) − 1 = r (1 + r/2 (1 + r/3 (…)))`` by Horner to
+    degree 17."""
+    t = t.to(torch.float64).clamp(-745.0, 709.0)
+    k = torch.round(t * 1.4426950408889634)
+    r = (t - k * 0.693145751953125) - k * 1.4286068203094173e-06
+    q = torch.ones_like(r)
+    for n in range(17, 1, -1):
+        q = 1.0 + q * r / n
+    return q * r, k
+
+
+def _exp(t: torch.Tensor) -> torch.Tensor:
+    """``exp t`` in fp64, rounded to ``t``'s dtype (:func:`_reduced`)."""
+    q, k = _reduced(t)
+    return torch.ldexp(1.0 + q, k).to(t.dtype)
+
+
+def _tanh(x: torch.Tensor) -> torch.Tensor:
+    """``tanh x = sign(x) e / (e + 2)``, ``e = expm1(2|x|) = 2^k q + (2^k − 1)`` (fp64,
+    :func:`_reduced`; ``tanh = ±1`` past 40), rounded to ``x``'s dtype."""
+    q, k = _reduced(2.0 * x.to(torch.float64).abs().clamp(max=40.0))
+    e = torch.ldexp(q, k) + (torch.ldexp(torch.ones_like(k), k) - 1.0)
+    return (torch.sign(x) * e / (e + 2.0)).to(x.dtype)
+
+
+def _rows(h, w, b, t, o, chain=True, z_grad=True):
+    """Each row's ``ce`` and ``zl`` and their gradients with respect to its logits (``chain``:
+    through the softcap's ``1 − tanh²``; ``z_grad``: the z-loss's term in it); ``t``: each
+    row's target (any class of an ignored row)."""
+    z = _mv_rows(w, h)
     if b is not None:
         z = z + b
     if o.softcap:
-        th = torch.tanh(z / o.softcap)
+        th = _tanh(z / o.softcap)
         z = o.softcap * th
-    m = z.max()
-    e = torch.exp(z - m)
-    s = e.sum()
-    lse = m + torch.log(s)
-    p = e / s
-    v = z.numel()
+    m = z.max(-1, keepdim=True).values
+    e = _exp(z - m)
+    s = tree_sum(e)
+    log_s = torch.tensor([math.log(v) for v in s.tolist()], dtype=torch.float64)
+    lse = m[:, 0] + log_s.to(s.device, s.dtype)
+    p = e / s[:, None]
+    v = z.shape[-1]
     cw = o.class_weight
-    wt = cw[t] if cw is not None else 1.0
+    wt = cw[t] if cw is not None else torch.ones_like(lse)
     eps = o.label_smoothing
-    ce = (1 - eps) * wt * (lse - z[t])
-    dce = (1 - eps) * wt * p
-    dce[t] -= (1 - eps) * wt
+    at_t = (1 - eps) * wt
+    ce = at_t * (lse - z.gather(1, t[:, None])[:, 0])
+    dce = at_t[:, None] * p - at_t[:, None] * torch.nn.functional.one_hot(t, v).to(p.dtype)
     if eps:
         if cw is not None:
-            ce = ce + eps * (cw * (lse - z)).sum() / v
+            ce = ce + eps * tree_sum(cw * (lse[:, None] - z)) / v
             dce = dce + eps * (cw.sum() * p - cw) / v
         else:
-            ce = ce + eps * (lse - z.mean())
+            ce = ce + eps * (lse - tree_sum(z) / v)
             dce = dce + eps * (p - 1.0 / v)
     zl = o.lse_square_scale * lse * lse
-    dzl = 2 * o.lse_square_scale * lse * p if z_grad else torch.zeros_like(p)
+    dzl = (2 * o.lse_square_scale * lse)[:, None] * p if z_grad else torch.zeros_like(p)
     if o.softcap and chain:
         slope = 1 - th * th
         dce, dzl = dce * slope, dzl * slope
@@ -90,14 +135,11 @@ def _weights(t, o, dtype):
 
 
 def _losses(h2, w, b, t, o):
-    """Each row's ``ce`` and ``zl`` (0 for an ignored row), one row at a time."""
-    ce = torch.zeros(h2.shape[0], dtype=h2.dtype, device=h2.device)
-    zl = torch.zeros_like(ce)
-    for i in range(h2.shape[0]):
-        ti = int(t[i])
-        if ti != o.ignore_index:
-            ce[i], zl[i], _, _ = _row(h2[i], w, b, ti, o)
-    return ce, zl
+    """Each row's ``ce`` and ``zl`` (0 for an ignored row)."""
+    valid = t != o.ignore_index
+    ce, zl, _, _ = _rows(h2, w, b, torch.where(valid, t, 0), o)
+    zero = torch.zeros_like(ce)
+    return torch.where(valid, ce, zero), torch.where(valid, zl, zero)
 
 
 def _reduce(ce, zl, t, o):
@@ -124,24 +166,16 @@ def _shares(grad, t, o, dtype, count_all):
 
 
 def _chunks(h2, w, b, t, o, shares, chunk, kept_in=None, **row):
-    """``dh`` (row by row) and each chunk's share of ``dW`` and ``db`` (``kept_in``: the
-    logits' gradient rounded to that dtype before the products that use it)."""
-    n = h2.shape[0]
-    dh = torch.zeros_like(h2)
-    parts = []
-    for start in range(0, n, chunk):
-        rows = range(start, min(start + chunk, n))
-        d = torch.zeros(len(rows), w.shape[0], dtype=h2.dtype, device=h2.device)
-        for j, i in enumerate(rows):
-            ti = int(t[i])
-            if ti == o.ignore_index:
-                continue
-            _, _, dce, dzl = _row(h2[i], w, b, ti, o, **row)
-            d[j] = dce * shares[0][i] + dzl * shares[1][i]
-            if kept_in is not None:
-                d[j] = d[j].to(kept_in).to(d.dtype)
-            dh[i] = torch.mv(w.t(), d[j])
-        parts.append((d.t() @ h2[start:start + len(rows)], d.sum(0)))
+    """``dh`` and each chunk's share of ``dW`` and ``db`` (``kept_in``: the logits' gradient
+    rounded to that dtype before the products that use it)."""
+    valid = t != o.ignore_index
+    _, _, dce, dzl = _rows(h2, w, b, torch.where(valid, t, 0), o, **row)
+    d = torch.where(valid[:, None], dce * shares[0][:, None] + dzl * shares[1][:, None], 0.0)
+    if kept_in is not None:
+        d = d.to(kept_in).to(d.dtype)
+    dh = _mv_rows(w.t(), d)
+    parts = [(d[i:i + chunk].t() @ h2[i:i + chunk], d[i:i + chunk].sum(0))
+             for i in range(0, h2.shape[0], chunk)]
     return dh, parts
 
 
