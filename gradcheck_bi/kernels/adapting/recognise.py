@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradcheck_bi.kernels.adapting.behaviour import Seen, Variant
+from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
 from gradcheck_bi.ops.names import GENERIC_NAMES, OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError
@@ -68,7 +69,7 @@ class Recognition:
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
     try:
-        sig = inspect.signature(fn)
+        sig = signature(fn)
     except (TypeError, ValueError):
         return []
     params = [p for p in sig.parameters.values() if p.kind not in _VARIADIC]

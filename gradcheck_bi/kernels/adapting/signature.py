@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.vocab import KernelLoadError
 
 _CALL_NAMES = {
@@ -77,7 +78,7 @@ class Slot:
 def parameters(fn: Callable[..., Any], what: str) -> list[inspect.Parameter]:
     """The parameters of ``fn`` (``*args``/``**kwargs`` dropped); a clear error if unreadable."""
     try:
-        sig = inspect.signature(fn)
+        sig = signature(fn)
     except (TypeError, ValueError):
         raise KernelLoadError(
             f"kernel {what}: its signature cannot be read (a compiled builtin?); wrap it in "
@@ -172,7 +173,7 @@ def role_of(slots: list[Slot], role: str) -> Slot | None:
 def is_factory(fn: Callable[..., Any]) -> bool:
     """A callable whose first parameter is a hidden size builds modules; it is not a norm."""
     try:
-        params = list(inspect.signature(fn).parameters)
+        params = list(signature(fn).parameters)
     except (TypeError, ValueError):
         return False
     return bool(params) and params[0] in _SIZE_NAMES
