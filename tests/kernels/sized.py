@@ -36,7 +36,7 @@ class Conv1D(torch.nn.Module):
         torch.nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        size_out = x.size()[:-1] + (self.nf,)
+        size_out = (*x.size()[:-1], self.nf)
         x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
         return x.view(size_out)
 
@@ -62,7 +62,7 @@ class Conv1DNoBiasGrad(Conv1D):
         return y.view(*x.shape[:-1], self.nf)
 
 
-def ForMaskedLMLoss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,  # noqa: N802
+def ForMaskedLMLoss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
                     num_items_in_batch: torch.Tensor | None = None, ignore_index: int = -100,
                     **kwargs: Any) -> torch.Tensor:
     """transformers' masked-LM loss: the logits flattened to ``(-1, vocab_size)`` in fp32."""

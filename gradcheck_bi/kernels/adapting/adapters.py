@@ -326,6 +326,12 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     skip = kind == "function" and _own_forward_has_ctx(obj)
     builder = Builder(obj, name, args) if kind == "module" else None
     rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
+    if rec.raised:  # a forward that only raises, and no name or parameter saying the op
+        raise KernelLoadError(
+            f"kernel {_signature(obj, name, kind)}: its forward raised {rec.raised} at a small "
+            f"random point (fp64 and fp32 on cpu{', fp32 on cuda' if gpu.present() else ''}), "
+            "and neither its name nor its parameters say which op it is; fix it, or give the "
+            "op with --op NAME (`gradcheck-bi ops`)")
     if rec.grad is False:
         raise KernelLoadError(_no_backward(obj, name, kind, None if rec.mismatch else rec.op))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()

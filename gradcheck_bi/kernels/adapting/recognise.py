@@ -65,6 +65,10 @@ class Recognition:
     unmatched: str = ""
     # Whether the probe's output required grad (:attr:`.behaviour.Seen.grad`).
     grad: bool | None = None
+    # What its forward raised at the probe, where it ran nowhere (:attr:`.behaviour.Seen.raised`)
+    # and neither its names nor its parameters say the op (a mark, Megatron's own call): the
+    # op would be a guess.
+    raised: str = ""
 
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
@@ -206,7 +210,15 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
                        None if unread else frozenset(({"weight"} & taken)
                                                      | ({"bias"} & taken & used)),
-                       unmatched, seen.grad)
+                       unmatched, seen.grad,
+                       "" if by_name is not None or chosen or _native(params, roles)
+                       else seen.raised)
+
+
+def _native(params: list[inspect.Parameter], roles: dict[str, str | None]) -> bool:
+    """Megatron's ``apply(x, weight, eps, zero_centered_gamma)``, the RMSNorm call this tool
+    was written for: its parameters say the op."""
+    return [roles[p.name] for p in params] == ["x", "weight", "eps", "zcg"]
 
 
 def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,
