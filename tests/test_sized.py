@@ -7,11 +7,14 @@ transformers' ``ForMaskedLMLoss(logits, labels, vocab_size, …)`` — each chec
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.measure import run_point
@@ -116,3 +119,33 @@ def test_a_loss_takes_its_vocabulary_size_from_the_logits() -> None:
 def test_a_norm_needing_a_size_no_op_has_is_still_refused_by_name() -> None:
     with pytest.raises(KernelLoadError, match="needs 'num_heads'"):
         resolve(f"{SIZED}:PerHeadLayerNorm")
+
+
+def _norm_status(ref: str, check: str, tmp_path: Path) -> set[str]:
+    """The statuses of every result of ``check`` in the kernel's run with no flag but the
+    check and a small shape (fp64 on CPU)."""
+    out = tmp_path / "r.json"
+    cli.main(["run", "--kernel", ref, "--check", check, "--shape", "2,3,32", "--device", "cpu",
+              "--format", "json", "--output", str(out), "--no-progress"])
+    return {r["status"] for r in json.loads(out.read_text())["results"]}
+
+
+def test_a_hidden_size_the_constructor_reads_as_a_shape_is_given_as_one(tmp_path: Path
+                                                                        ) -> None:
+    """Chameleon's ``hidden_size[-1]``: built with the int, it raises; built with (D,), it
+    is a layer norm at its own eps (1e-5)."""
+    spec = resolve(f"{SIZED}:ShapeLayerNorm")
+    assert spec.op == "layer_norm" and ("eps", 1e-5) in spec.fixed
+    assert _norm_status(f"{SIZED}:ShapeLayerNorm", "forward", tmp_path) == {"pass"}
+    assert _norm_status(f"{SIZED}:ShapeLayerNorm", "dbias", tmp_path) == {"pass"}
+
+
+def test_a_constructor_handing_everything_to_its_base_takes_the_bases_parameters(
+        tmp_path: Path) -> None:
+    """``__init__(self, *args, data_format=…, **kwargs)`` → ``nn.LayerNorm(normalized_shape,
+    eps, …)``: the hidden size and eps are its base's, and each point's eps reaches it (a
+    forward that ignores it fails)."""
+    spec = resolve(f"{SIZED}:DelegatingLayerNorm")
+    assert spec.op == "layer_norm" and "eps" not in dict(spec.fixed)
+    assert _norm_status(f"{SIZED}:DelegatingLayerNorm", "dx", tmp_path) == {"pass"}
+    assert "fail" in _norm_status(f"{SIZED}:DelegatingLayerNormDropsEps", "forward", tmp_path)

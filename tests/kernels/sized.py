@@ -1,21 +1,25 @@
 """Stand-ins for entry points that take sizes, written with torch alone on their shipped
 signatures (names, order, defaults): transformers' GPT-2 ``Conv1D(nf, nx)`` (a linear layer
 whose weight is stored ``(nx, nf)``) and ``ForMaskedLMLoss(logits, labels, vocab_size, …)``
-(``transformers.loss.loss_utils``), and a per-head layer norm whose constructor needs
-``num_heads`` (no op of the tool computes it).
+(``transformers.loss.loss_utils``), a per-head layer norm whose constructor needs
+``num_heads`` (no op of the tool computes it), and two layer norms whose constructors hide
+their hidden size (Chameleon's, DINOv3-ConvNeXt's).
 
-=====================  ==================================================================
-stand-in               what it computes
-=====================  ==================================================================
-``Conv1D``             ``y = x @ W + b``, W ``(nx, nf)``, b ``(nf,)``; its bias always
-                       added (``torch.addmm``): it cannot run without one
-``Conv1DNoBiasGrad``   MUTANT: ``Conv1D`` whose backward gives the bias no gradient
-``ForMaskedLMLoss``    the mean cross-entropy over the labels not equal to ignore_index, in
-                       fp32 whatever the logits' dtype; a sum over ``num_items_in_batch``
-                       when given
-``PerHeadLayerNorm``   a layer norm over each head's ``head_dim`` columns of
-                       ``(…, num_heads · head_dim)``, a weight per column
-=====================  ==================================================================
+======================  =================================================================
+stand-in                what it computes
+======================  =================================================================
+``Conv1D``              ``y = x @ W + b``, W ``(nx, nf)``, b ``(nf,)``; its bias always
+                        added (``torch.addmm``): it cannot run without one
+``Conv1DNoBiasGrad``    MUTANT: ``Conv1D`` whose backward gives the bias no gradient
+``ForMaskedLMLoss``     the mean cross-entropy over the labels not equal to ignore_index, in
+                        fp32 whatever the logits' dtype; a sum over ``num_items_in_batch``
+                        when given
+``PerHeadLayerNorm``    a layer norm over each head's ``head_dim`` columns of
+                        ``(…, num_heads · head_dim)``, a weight per column
+``ShapeLayerNorm``      Chameleon's layer norm, its hidden size a shape (``hidden_size[-1]``)
+``DelegatingLayerNorm`` DINOv3-ConvNeXt's, every constructor argument through ``*args``
+                        to ``nn.LayerNorm``; ``…DropsEps``: MUTANT, eps ignored
+======================  =================================================================
 """
 
 from __future__ import annotations
@@ -86,3 +90,39 @@ class PerHeadLayerNorm(torch.nn.Module):
         h = hidden_states.unflatten(-1, (self.num_heads, -1))
         y = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=self.eps)
         return y.flatten(-2) * self.weight
+
+
+class ShapeLayerNorm(torch.nn.LayerNorm):
+    """Chameleon's ``ChameleonLayerNorm(hidden_size, *args, **kwargs)``: ``hidden_size`` is a
+    shape (it reads ``hidden_size[-1]``); statistics over the last axis at a fixed eps."""
+
+    def __init__(self, hidden_size: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(hidden_size, *args, **kwargs)
+        self.normalized_shape = (hidden_size[-1],)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.layer_norm(hidden_states, self.normalized_shape, None, None,
+                                           eps=1e-5)
+        return y * self.weight + self.bias
+
+
+class DelegatingLayerNorm(torch.nn.LayerNorm):
+    """DINOv3-ConvNeXt's ``LayerNorm(*args, data_format="channels_last", **kwargs)``: every
+    size and eps handed to ``nn.LayerNorm``."""
+
+    def __init__(self, *args: Any, data_format: str = "channels_last", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.data_format = data_format
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        if self.data_format == "channels_first":
+            return super().forward(features.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return super().forward(features)
+
+
+class DelegatingLayerNormDropsEps(DelegatingLayerNorm):
+    """MUTANT: normalises at eps 1e-2 whatever eps it was given."""
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(features, self.normalized_shape, self.weight,
+                                              self.bias, 1e-2)

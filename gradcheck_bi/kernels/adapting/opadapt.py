@@ -36,7 +36,7 @@ from gradcheck_bi.kernels.adapting.recognise import (
     recognise,
     roles_of,
 )
-from gradcheck_bi.kernels.adapting.signature import Slot, fill, parameters
+from gradcheck_bi.kernels.adapting.signature import Slot, ctor_parameters, fill, parameters
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
@@ -173,7 +173,7 @@ def probe_module(builder: Builder
     when loaded (on CPU at a small D): the marks are its constructor's parameters and one
     required parameter per (D,) weight or bias; the roles ``None`` where it cannot be built
     here (a CUDA-only module: the class is read alone)."""
-    ctor = parameters(builder.factory, builder.name)
+    ctor = ctor_parameters(builder.factory, builder.name)
     tensors: dict[str, str] | None = None
     if builder.probe is not None:
         fwd = parameters(builder.probe.forward, f"{builder.name}.forward")

@@ -86,6 +86,34 @@ def parameters(fn: Callable[..., Any], what: str) -> list[inspect.Parameter]:
     return [p for p in sig.parameters.values() if p.kind not in _VARIADIC]
 
 
+def ctor_parameters(factory: Callable[..., Any], what: str) -> list[inspect.Parameter]:
+    """A constructor's parameters (:func:`parameters`); a class whose constructor names none
+    before ``*args`` hands them to its base (``DINOv3ConvNextLayerNorm(*args,
+    data_format=…, **kwargs)`` → ``nn.LayerNorm``): the base's parameters, then its own
+    keyword-only ones. Through ``**kwargs`` alone, the base's are keyword-only."""
+    own = parameters(factory, what)
+    try:
+        every = list(signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return own
+    star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in every)
+    stars = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in every)
+    if not isinstance(factory, type) or not (star or stars) or any(
+            p.kind in _POSITIONAL for p in every):
+        return own
+    owners = [c for c in factory.__mro__ if "__init__" in c.__dict__ and c is not object]
+    if len(owners) < 2:  # the constructor's own class, then the base it hands them to
+        return own
+    try:
+        inherited = ctor_parameters(owners[1], what)
+    except KernelLoadError:
+        return own
+    names = {p.name for p in own}
+    kept = [p if star else p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inherited if p.name not in names]
+    return [*kept, *own]
+
+
 def _slot(p: inspect.Parameter, role: str) -> Slot:
     default = None if p.default is inspect.Parameter.empty else p.default
     return Slot(p.name, role, default, p.kind is inspect.Parameter.KEYWORD_ONLY)
@@ -151,7 +179,7 @@ def ctor_slots(factory: Callable[..., Any], what: str,
     A constructor may take no hidden size (a weightless norm, ``(eps)`` or nothing) and no
     eps (a norm that fixes its own): :mod:`gradcheck_bi.kernels.adapting.build` says what then.
     """
-    params = parameters(factory, what)
+    params = ctor_parameters(factory, what)
     found = _classify(params, _CTOR_NAMES, kernel_args)
     sizes = [s for s in found if isinstance(s, Slot) and s.role in ("size", "config")]
     if not sizes and found and isinstance(found[0], inspect.Parameter):
