@@ -19,6 +19,7 @@ stand-in                what it computes
 ``ShapeLayerNorm``      Chameleon's layer norm, its hidden size a shape (``hidden_size[-1]``)
 ``DelegatingLayerNorm`` DINOv3-ConvNeXt's, every constructor argument through ``*args``
                         to ``nn.LayerNorm``; ``…DropsEps``: MUTANT, eps ignored
+``Fp32LayerNorm``       EsmFold2's layer norm: fp32 inside, its parameters fp32 only
 ======================  =================================================================
 """
 
@@ -126,3 +127,13 @@ class DelegatingLayerNormDropsEps(DelegatingLayerNorm):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.layer_norm(features, self.normalized_shape, self.weight,
                                               self.bias, 1e-2)
+
+
+class Fp32LayerNorm(torch.nn.LayerNorm):
+    """EsmFold2's ``LayerNorm``: x cast to fp32 and normalised with its own parameters, kept in
+    fp32 in the model (``F.layer_norm`` refuses fp64 ones with an fp32 x: "mixed dtype")."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(hidden_states.float(), self.normalized_shape,
+                                              self.weight, self.bias, self.eps
+                                              ).to(hidden_states.dtype)
