@@ -116,9 +116,13 @@ def test_a_loss_takes_its_vocabulary_size_from_the_logits() -> None:
     assert _status(ref, "dlogits", shape=(3, 40)) == "pass"
 
 
-def test_a_norm_needing_a_size_no_op_has_is_still_refused_by_name() -> None:
-    with pytest.raises(KernelLoadError, match="needs 'num_heads'"):
+def test_a_norm_per_head_is_refused_saying_no_kernel_arg_makes_it_an_op() -> None:
+    with pytest.raises(KernelLoadError) as info:
         resolve(f"{SIZED}:PerHeadLayerNorm")
+    assert str(info.value) == (
+        "kernel PerHeadLayerNorm(hidden_size, num_heads, eps) needs 'num_heads' (heads): a norm "
+        "whose statistics run over each head's slice, not the whole last axis, is no op here "
+        "(`gradcheck-bi ops`), so no --kernel-arg makes it one")
 
 
 def _norm_status(ref: str, check: str, tmp_path: Path) -> set[str]:

@@ -58,6 +58,9 @@ _CTOR_NAMES = {
     "config": "config", "cfg": "config",
 }
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+# A constructor's parameters that count or size heads: a norm per head (StableLM's, xLSTM's).
+_HEAD_NAMES = ("num_heads", "n_heads", "nheads", "n_head", "num_attention_heads", "head_dim",
+               "head_size", "num_key_value_heads")
 # What a readable signature looks like, for messages: a norm's, a GLU's, a loss's.
 _EXAMPLES = "f(x, weight, eps), f(a, b), f(logits, target), …"
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -182,9 +185,17 @@ def ctor_slots(factory: Callable[..., Any], what: str,
     params = ctor_parameters(factory, what)
     found = _classify(params, _CTOR_NAMES, kernel_args)
     sizes = [s for s in found if isinstance(s, Slot) and s.role in ("size", "config")]
-    if not sizes and found and isinstance(found[0], inspect.Parameter):
+    if not sizes and found and isinstance(found[0], inspect.Parameter) \
+            and params[0].name.lower() not in _HEAD_NAMES:
         found[0] = _slot(params[0], "size")  # an unnamed first parameter: the size
     needed = _unknown(found)
+    heads = [n for n in needed if n.lower() in _HEAD_NAMES]
+    if heads:  # no value of it makes a norm of the whole last axis
+        raise KernelLoadError(
+            f"kernel {_signature_text(what, params)} needs "
+            f"{', '.join(repr(n) for n in heads)} (heads): a norm whose statistics run over "
+            "each head's slice, not the whole last axis, is no op here (`gradcheck-bi ops`), "
+            "so no --kernel-arg makes it one")
     if needed:
         raise KernelLoadError(
             f"kernel {_signature_text(what, params)} needs "
