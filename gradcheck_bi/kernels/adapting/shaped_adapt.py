@@ -276,6 +276,19 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
     raise why
 
 
+def _with_role(op: ShapedOp, kernel: ShapedKernel, role: str, present: bool,
+               fixed: dict[str, Any]) -> tuple[float, float]:
+    """The probe's distance and match with the optional ``role`` present or absent (the other
+    axes at their fixed values, else defaults); an infinite distance where it raises."""
+    variant = Variant(tuple((a.name, present if a.name == role else fixed.get(a.name, a.default))
+                            for a in op.axes))
+    try:
+        distance, match, _ = _probe(op, kernel, variant, [None])
+    except Exception:  # raises so: not this reading
+        return float("inf"), 0.0
+    return distance, match
+
+
 def _present_or_unbound(op: ShapedOp, obj: Any, kind: str, ctor: Binding, found: Found
                         ) -> Found:
     """``found`` matched with its optional roles absent (their axis at its default); each
@@ -293,12 +306,7 @@ def _present_or_unbound(op: ShapedOp, obj: Any, kind: str, ctor: Binding, found:
             continue
         if bound[0].lower() == role.name.lower() or bound[0].lower() in role.names:
             continue  # named so: a wrong output given it is the kernel's defect to show
-        variant = Variant(tuple((a.name, True if a.name == role.name
-                                 else fixed.get(a.name, a.default)) for a in op.axes))
-        try:
-            distance, match, _ = _probe(op, found.kernel, variant, [None])
-        except Exception:
-            distance, match = float("inf"), 0.0
+        distance, match = _with_role(op, found.kernel, role.name, True, fixed)
         if distance <= match:
             continue
         binding = tuple((p, KEEP if what == role.name else what)
@@ -323,12 +331,7 @@ def _held_present(op: ShapedOp, found: Found) -> Found:
         role = op.role(name)
         if not role.optional or name in fixed or not any(a.name == name for a in op.axes):
             continue
-        variant = Variant(tuple((a.name, False if a.name == name
-                                 else fixed.get(a.name, a.default)) for a in op.axes))
-        try:
-            distance, match, _ = _probe(op, found.kernel, variant, [None])
-        except Exception:
-            distance, match = float("inf"), 0.0
+        distance, match = _with_role(op, found.kernel, name, False, fixed)
         if distance <= match:
             continue
         fixed[name] = True
