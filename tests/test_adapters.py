@@ -183,16 +183,16 @@ def test_module_constructor_args_from_the_command_line_and_the_case_file(
      "--kernel-arg 'casting_mode': expected name=value, e.g. casting_mode=gemma"),
     ([f"{HF}:torch"], "kernel {HF}:torch is a module, not a kernel: expected an autograd "
      "Function, a function or an nn.Module class (`gradcheck-bi kernels` shows each)"),
-    (["torch.nn:Linear"], "kernel Linear(in_features, out_features, bias, device, dtype) "
-     "needs 'out_features': give --kernel-arg out_features=VALUE (or kernel_args in the "
-     "case file)"),
+    (["torch.nn:Bilinear"], "kernel Bilinear(in1_features, in2_features, out_features, "
+     "bias, device, dtype) needs 'in2_features', 'out_features': give --kernel-arg "
+     "in2_features=VALUE --kernel-arg out_features=VALUE (or kernel_args in the case file)"),
     ([f"{HF}:GemmaRMSNorm", "--kernel-arg", "eps_typo=1"],
      "kernel {HF}:GemmaRMSNorm takes no parameter 'eps_typo' (its parameters: dim, eps)"),
     (["tests/kernels/entry_points.py:GeluAndMul", "--kernel-arg", "approximate=tanh"],
      "kernel tests/kernels/entry_points.py:GeluAndMul(x): --kernel-arg approximate not used: "
      "it is read as gelu_and_mul_halves, an op whose parameters are bound from its forward "
      "and whose options are swept (`gradcheck-bi ops`); wrap the kernel to fix a value"),
-    (["torch:rsqrt"], "kernel rsqrt: its signature cannot be read (a compiled builtin?); "
+    (["torch:batch_norm"], "kernel batch_norm: its signature cannot be read (a compiled builtin?); "
      "wrap it in a Python function that names its parameters (f(x, weight, eps), f(a, b), "
      "f(logits, target), …)"),
 ])

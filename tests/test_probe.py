@@ -105,6 +105,10 @@ def _fwd(body):
     return K
 
 
+def unnamed_typo(x, weight, eps):
+    return rsqrtt(x) * weight
+
+
 def _typo(x):
     return rsqrtt(x)  # a NameError, as a typo in a forward gives
 
@@ -165,6 +169,27 @@ def test_a_crashing_forward_is_error_exit_1(capsys: pytest.CaptureFixture[str], 
     assert code == 1, f"{attr}: exit {code}, expected 1"
     assert {r["status"] for r in results} == {"error"}, {r["status"] for r in results}
     assert all(needle in r["message"] for r in results), results[0]["message"]
+
+
+def test_a_crash_whose_op_nothing_says_is_refused_at_load(
+        capsys: pytest.CaptureFixture[str], crashers: Path) -> None:
+    """f(x, weight, eps) fits more than one op: with a forward that only raises, reading it
+    as RMSNorm would be a guess. One line, exit 2, naming the error; --op still checks it.
+    (Megatron's own apply(x, weight, eps, zero_centered_gamma), the crashers above, says
+    RMSNorm: each of its points reports the crash.)"""
+    code = cli.main(["run", "--kernel", f"{crashers}:unnamed_typo", *SMALL])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(
+        f"gradcheck-bi: error: kernel {crashers}:unnamed_typo(x, weight, eps): its forward "
+        "raised NameError: name 'rsqrtt' is not defined at a small random point (fp64 and "
+        "fp32 on cpu"), err
+    assert err.endswith("and neither its name nor its parameters say which op it is; fix "
+                        "it, or give the op with --op NAME (`gradcheck-bi ops`)"), err
+    code = cli.main(["run", "--kernel", f"{crashers}:unnamed_typo", *SMALL, "--op",
+                     "rms_norm", "--check", "forward"])
+    capsys.readouterr()
+    assert code == 1
 
 
 @pytest.mark.parametrize(("attr", "needle"), [

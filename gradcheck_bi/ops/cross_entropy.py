@@ -179,4 +179,5 @@ OP = ShapedOp(
     marks=("cross_entropy", "crossentropy", "ce_loss"),
     output_axes=lambda values: {"loss": ("n",) if values.get("reduction") == "none" else ()},
     crossed=(("reduction", "cotangent"),),
+    size_names={"v": ("vocab_size", "num_classes", "n_classes")},
 )

@@ -128,5 +128,5 @@ OP = ShapedOp(
     default_shape=(2, 8, 64, 48), shape_words="(…leading, K, O)",
     batch_axis=lambda options: "n", column="layout",
     fills={"out_dtype": None}, marks=("gemm", "matmul", "linear"), output_view=output_view,
-    restore=restore,
+    restore=restore, size_names={"k": ("in_features",), "o": ("out_features",)},
 )

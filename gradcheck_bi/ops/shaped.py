@@ -194,6 +194,10 @@ class ShapedOp:
     # reference is that forward, so there is no forward to check, and recognition never
     # offers it for another kernel.
     independent: bool = True
+    # Parameter names that take the size of one of the op's axes, by axis: a loss's
+    # ``vocab_size`` (the logits' last dim), a linear layer's ``in_features`` and
+    # ``out_features``. The kernel is given the size of the tensors of each call.
+    size_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -235,6 +239,17 @@ class ShapedOp:
         for v in out:
             seen.setdefault(tuple((a.name, v[a.name]) for a in self.axes), None)
         return [Variant(key) for key in seen]
+
+
+def sizes_of(op: ShapedOp, tensors: dict[str, Any], options: dict[str, Any]) -> Sizes:
+    """The size of each axis of the op, read from the canonical views of a call's tensors."""
+    views = op.canonical({r.name: tensors.get(r.name) for r in op.roles}, options)
+    out: Sizes = {}
+    for r in op.roles:  # the first role with an axis says its size
+        t = views.get(r.name)
+        for axis, n in zip(r.axes, t.shape if t is not None else (), strict=False):
+            out.setdefault(axis, int(n))
+    return out
 
 
 def canonical_of(op: ShapedOp, drawn: Drawn) -> dict[str, torch.Tensor | None]:

@@ -38,7 +38,6 @@ fails rather than hides a defect.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -57,6 +56,7 @@ from gradcheck_bi.kernels.adapting.signature import (
     is_factory,
     role_of,
 )
+from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
@@ -326,6 +326,12 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     skip = kind == "function" and _own_forward_has_ctx(obj)
     builder = Builder(obj, name, args) if kind == "module" else None
     rec = recognise_kernel(builder or obj, kind, name, forced, args, skip)
+    if rec.raised:  # a forward that only raises, and no name or parameter saying the op
+        raise KernelLoadError(
+            f"kernel {_signature(obj, name, kind)}: its forward raised {rec.raised} at a small "
+            f"random point (fp64 and fp32 on cpu{', fp32 on cuda' if gpu.present() else ''}), "
+            "and neither its name nor its parameters say which op it is; fix it, or give the "
+            "op with --op NAME (`gradcheck-bi ops`)")
     if rec.grad is False:
         raise KernelLoadError(_no_backward(obj, name, kind, None if rec.mismatch else rec.op))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
@@ -348,7 +354,7 @@ def _signature(obj: Any, name: str, kind: str) -> str:
     """``name(x, eps, output_dtype)``: the kernel and the parameters its call takes."""
     target = getattr(obj, "forward", obj) if kind in ("module", "function") else obj
     try:
-        params = list(inspect.signature(target).parameters)
+        params = list(signature(target).parameters)
     except (TypeError, ValueError):
         return name
     if kind in ("module", "function") and params and params[0] in ("self", "ctx"):
@@ -387,7 +393,9 @@ def _shaped_kind(obj: Any, kind: str) -> str:
 
 def _shaped_spec(found: Found, name: str, source: str, description: str) -> KernelSpec:
     """A kernel of an op of any shape (:mod:`gradcheck_bi.kernels.adapting.shaped_adapt`)."""
-    how = tuple(f"{k} fixed at {v}: the kernel takes no {k} (its forward computes it)"
+    why = dict(found.how)
+    how = tuple(f"{k} fixed at {v}: "
+                + why.get(k, f"the kernel takes no {k} (its forward computes it)")
                 for k, v in found.fixed)
     return KernelSpec(name, found.kernel, (), description, source=source,
                       zcg=frozenset({False}), op=found.kernel.op, recognised=found.note,

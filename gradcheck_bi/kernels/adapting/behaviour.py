@@ -34,6 +34,7 @@ import torch
 
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.vocab import first_line
 
@@ -139,6 +140,10 @@ class Seen:
 
     errors: tuple[tuple[float, Variant], ...] = ()
     why: str = ""
+    # What its forward raised where it ran nowhere and the exception was no refusal of a
+    # device or dtype (a NameError, a wrong shape): a broken kernel, not one that cannot
+    # run here; "" otherwise.
+    raised: str = ""
     # Whether its output required grad with its inputs requiring it (``None``: not seen, a
     # kernel that refused to run so): ``False`` is a kernel with no backward to check.
     grad: bool | None = None
@@ -187,7 +192,7 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
           ops: tuple[str, ...] | None = None) -> Seen:
     """Call ``run(values)`` once (fp64 on CPU; else fp32, else fp32 on CUDA) and compare its
     first output with every :func:`candidates` variant's reference."""
-    why = ""
+    why, raised = "", ""
     targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
     targets += [(torch.float32, "cuda")] if gpu.present() else []
     drawn = drawn_values(torch.float64)["fp64"]
@@ -198,6 +203,7 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
                              f"{str(dtype).removeprefix('torch.')} point on {device}", device)
         except Exception as exc:  # refused here (a CUDA-only kernel): the next, else say why
             why = first_line(exc)
+            raised = raised or ("" if refusal(exc) is not None else why)
             continue
         errors = []
         for v in candidates(roles, ops):
@@ -208,4 +214,4 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
             err = float((y - ref).abs().max()) / scale
             errors.append((err if err == err else float("inf"), v))
         return Seen(tuple(sorted(errors, key=lambda ev: ev[0])), grad=grad)
-    return Seen(why=why)
+    return Seen(why=why, raised=raised)

@@ -203,6 +203,9 @@ class Builder:
                 f"kernel {name} takes a {self.config.__name__}, which has no hidden size "
                 f"({', '.join(_CONFIG_SIZE[:3])}, …) to write")
         self._built: dict[tuple[str, ...], torch.nn.Module] = {}
+        # The hidden size given as the shape (D,), not the int D (:meth:`_construct`);
+        # None until a build was refused with the int.
+        self.size_as_shape: bool | None = None
         self.probe, why = self._probe()
         if self.probe is None and self.config is not None:  # the config written here fails
             raise KernelLoadError(
@@ -254,14 +257,38 @@ class Builder:
         key = tuple(repr(values.get(k)) for k in ("size", "eps", "zcg", "device", "dtype",
                                                    "group_size", "norm_before_gate"))
         if key not in self._built:
-            args, kwargs = fill(self.slots, self._values(values), self.kernel_args)
-            module = self.factory(*args, **kwargs)
+            module = self._construct(self._values(values))
             if not isinstance(module, torch.nn.Module):
                 raise TypeError(f"{self.name} built a {type(module).__name__}, not an nn.Module")
             if len(self._built) >= _KEPT:
                 self._built.pop(next(iter(self._built)))
             self._built[key] = module.to(values["device"])
         return self._built[key]
+
+    def _construct(self, values: dict[str, Any]) -> Any:
+        """The factory called with ``values``; its hidden size as the shape ``(D,)`` where
+        the int is refused with a TypeError and the shape is taken (ChameleonLayerNorm reads
+        ``hidden_size[-1]``, as ``nn.LayerNorm`` takes ``normalized_shape`` either way),
+        that reading kept for every later point."""
+        shaped = {**values, "size": (values["size"],)}
+        if self.size_as_shape:
+            values = shaped
+        args, kwargs = fill(self.slots, values, self.kernel_args)
+        try:
+            return self.factory(*args, **kwargs)
+        except TypeError:
+            if self.size_as_shape is not None or role_of(self.slots, "size") is None:
+                raise
+            self.size_as_shape = False
+            args, kwargs = fill(self.slots, shaped, self.kernel_args)
+            try:
+                module = self.factory(*args, **kwargs)
+            except Exception:  # the int's own error says more
+                pass
+            else:
+                self.size_as_shape = True
+                return module
+            raise
 
     def _probe(self) -> tuple[torch.nn.Module | None, str]:
         try:

@@ -23,12 +23,14 @@ norm_before_gate under its own names) and its ``(D,)`` parameters are bound by n
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, probe
+from gradcheck_bi.kernels.adapting import sandbox
+from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, drawn_values, probe
 from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.adapting.recognise import (
     _KEPT,
@@ -36,10 +38,10 @@ from gradcheck_bi.kernels.adapting.recognise import (
     recognise,
     roles_of,
 )
-from gradcheck_bi.kernels.adapting.signature import Slot, fill, parameters
+from gradcheck_bi.kernels.adapting.signature import Slot, ctor_parameters, fill, parameters
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
-from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported
+from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
 ABSENT = "absent (γ = w)"
 BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
@@ -125,6 +127,9 @@ class _ModuleCall:
         self.ctor, self.kernel_args = builder.slots, builder.kernel_args
         self.absent = absent  # the op's parameters the module does not have
         self._forward: dict[int, tuple[torch.nn.Module, dict[str, str], list[Slot]]] = {}
+        # The dtype its parameters are given in, where its forward takes no other
+        # (:func:`pinned_dtype`); None: the point's.
+        self.pinned: torch.dtype | None = None
 
     def build(self, values: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, str], list[Slot]]:
         module = self.builder.build(values)
@@ -148,7 +153,40 @@ class _ModuleCall:
         module, tensors, slots = self.build(values)
         args, kwargs = fill(slots, values, self.kernel_args)
         bound = {attr: values[role] for role, attr in tensors.items()}
+        if self.pinned is not None:  # a cast autograd goes back through: dw at the point's dtype
+            bound = {k: v.to(self.pinned) for k, v in bound.items()}
         return torch.func.functional_call(module, bound, tuple(args), kwargs)
+
+
+_PINNED = torch.float32
+_DTYPE_CLASH = re.compile(r"mixed dtype|scalar type|same dtype|dtype mismatch", re.IGNORECASE)
+
+
+def pinned_dtype(call: _ModuleCall) -> tuple[torch.dtype | None, str]:
+    """fp32, and the error, for a module whose forward raises a dtype clash when its
+    parameters are fp64 and runs with them in fp32 (EsmFold2LayerNorm casts x to fp32 and
+    hands its weight to ``F.layer_norm``: its weights are kept in fp32 in the model); else
+    ``(None, "")``. One call each way at the load-time probe's point (:mod:`.sandbox`)."""
+    if call.builder.probe is None:
+        return None, ""
+
+    def attempt(dtype: torch.dtype | None) -> str:
+        call.pinned = dtype
+        try:
+            with torch.no_grad():
+                call(drawn_values(torch.float64))
+        except Exception as exc:  # the answer is the error, not a crash of this run
+            return first_line(exc)
+        finally:
+            call.pinned = None
+        return ""
+
+    raised = sandbox.call(lambda: attempt(None), "its forward at fp64")
+    if not raised or not _DTYPE_CLASH.search(raised):
+        return None, ""
+    if sandbox.call(lambda: attempt(_PINNED), "its forward at fp64, parameters in fp32"):
+        return None, ""
+    return _PINNED, raised
 
 
 class OpAdapted:
@@ -173,7 +211,7 @@ def probe_module(builder: Builder
     when loaded (on CPU at a small D): the marks are its constructor's parameters and one
     required parameter per (D,) weight or bias; the roles ``None`` where it cannot be built
     here (a CUDA-only module: the class is read alone)."""
-    ctor = parameters(builder.factory, builder.name)
+    ctor = ctor_parameters(builder.factory, builder.name)
     tensors: dict[str, str] | None = None
     if builder.probe is not None:
         fwd = parameters(builder.probe.forward, f"{builder.name}.forward")
@@ -363,6 +401,10 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
     if kind == "module":
         module_call.absent = module_call.absent | absent
         _check_built(module_call)
+        module_call.pinned, clash = pinned_dtype(module_call)
+        if module_call.pinned is not None:
+            fixed_how += (f"its parameters given in {str(module_call.pinned)[6:]} at every "
+                          f"point: its forward raises with them in float64 ({clash})",)
     return KernelSpec(name, OpAdapted(rec.op, call, zcg, how, absent), (), description,
                       source=source,
                       zcg=zcg, zcg_how=how, op=rec.op, recognised=rec.note, fixed=fixed,

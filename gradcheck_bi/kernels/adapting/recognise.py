@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradcheck_bi.kernels.adapting.behaviour import Seen, Variant
+from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
 from gradcheck_bi.ops.names import GENERIC_NAMES, OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError
@@ -64,11 +65,15 @@ class Recognition:
     unmatched: str = ""
     # Whether the probe's output required grad (:attr:`.behaviour.Seen.grad`).
     grad: bool | None = None
+    # What its forward raised at the probe, where it ran nowhere (:attr:`.behaviour.Seen.raised`)
+    # and neither its names nor its parameters say the op (a mark, Megatron's own call): the
+    # op would be a guess.
+    raised: str = ""
 
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
     try:
-        sig = inspect.signature(fn)
+        sig = signature(fn)
     except (TypeError, ValueError):
         return []
     params = [p for p in sig.parameters.values() if p.kind not in _VARIADIC]
@@ -205,7 +210,15 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
                        None if unread else frozenset(({"weight"} & taken)
                                                      | ({"bias"} & taken & used)),
-                       unmatched, seen.grad)
+                       unmatched, seen.grad,
+                       "" if by_name is not None or chosen or _native(params, roles)
+                       else seen.raised)
+
+
+def _native(params: list[inspect.Parameter], roles: dict[str, str | None]) -> bool:
+    """Megatron's ``apply(x, weight, eps, zero_centered_gamma)``, the RMSNorm call this tool
+    was written for: its parameters say the op."""
+    return [roles[p.name] for p in params] == ["x", "weight", "eps", "zcg"]
 
 
 def _decide(ops: tuple[str, ...], by_name: tuple[str, str] | None, seen: Seen,

@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gradcheck_bi import gpu
-from gradcheck_bi.vocab import KernelCrashed, first_line
+from gradcheck_bi.kernels.calling.refusal import refusal
+from gradcheck_bi.vocab import KernelCrashed, Unsupported, first_line
 
 T = TypeVar("T")
 
@@ -79,8 +80,9 @@ def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
     run, recorded, or replayed, as :func:`isolated` decides."""
     if _mode == "replay" and _replay:
         kind, value = _replay.popleft()
-        if kind == "raised":
-            raise type(value[0], (Exception,), {})(value[1])
+        if kind == "raised":  # a refusal of a device or dtype is replayed as one
+            base = Unsupported if value[2] else Exception
+            raise type(value[0], (base,), {})(value[1])
         return value  # type: ignore[no-any-return]
     if _mode != "record":
         return fn()
@@ -91,7 +93,8 @@ def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
         value = fn()
     except Exception as exc:
         text = first_line(exc).split(": ", 1)
-        _send(_conn, "raised", (type(exc).__name__, text[1] if len(text) > 1 else ""))
+        _send(_conn, "raised", (type(exc).__name__, text[1] if len(text) > 1 else "",
+                                refusal(exc) is not None))
         raise
     _send(_conn, "ok", value)
     return value

@@ -31,7 +31,7 @@ import torch
 
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting import sandbox
-from gradcheck_bi.kernels.calling.shaped_call import KEEP, ShapedKernel, parameters
+from gradcheck_bi.kernels.calling.shaped_call import KEEP, SIZE, ShapedKernel, parameters
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.names import ROLE_OF
 from gradcheck_bi.ops.shaped import Drawn, ShapedOp, Variant
@@ -55,6 +55,8 @@ class Found:
     # Whether its output required grad with its differentiable inputs requiring it
     # (``None``: not seen): ``False`` is a kernel with no backward to check.
     grad: bool | None = None
+    # Why an entry of ``fixed`` is fixed, where it is not "the kernel takes no such option".
+    how: tuple[tuple[str, str], ...] = ()
 
 
 def _target(obj: Any, kind: str) -> tuple[Callable[..., Any], bool]:
@@ -85,6 +87,9 @@ def _by_name(op: ShapedOp, params: list[inspect.Parameter], roles: bool = True
                 by_name.setdefault(p.name, a.name)
         if low in op.fills:
             by_name.setdefault(p.name, "=" + low)
+        for axis, names in op.size_names.items():
+            if low in names:
+                by_name.setdefault(p.name, SIZE + axis)
     taken: dict[str, str] = {}
     for pname, what in list(by_name.items()):
         if what in taken.values():
@@ -94,37 +99,86 @@ def _by_name(op: ShapedOp, params: list[inspect.Parameter], roles: bool = True
     return by_name
 
 
-def _constructor(op: ShapedOp, obj: Any) -> Binding | None:
-    """A module class's constructor bound by name: the op's options, the values it fills,
-    an optional role without a gradient (``CrossEntropyLoss(weight=…)``); the rest at
-    their defaults. ``None`` when a required parameter is left unbound."""
+Held = tuple[tuple[str, str], ...]  # a module's parameters that are roles: (name, role)
+_SIZED_AT_MOST = 3  # required constructor parameters given sizes by trial
+
+
+def _constructors(op: ShapedOp, obj: Any) -> list[tuple[Binding, Held]]:
+    """A module class's constructor bound: by name, the op's options, the values it fills,
+    an optional role without a gradient (``CrossEntropyLoss(weight=…)``) and sizes
+    (``in_features``); the rest at their defaults. A module that holds roles of the op as
+    its own parameters (``nn.Linear``'s weight and bias) is built at the op's default sizes
+    to see them (:func:`_held`); a required parameter no name binds is tried at each size of
+    the op's axes, kept where the module then holds roles of the op in their shapes
+    (GPT-2's ``Conv1D(nf, nx)``). None where a required parameter is left unbound."""
     try:
         params = parameters(obj, False)
     except (TypeError, ValueError):
-        return None
+        return []
     by_name = _by_name(op, params, roles=False)
-    if any(p.default is inspect.Parameter.empty and p.name not in by_name for p in params):
+    unbound = [p.name for p in params
+               if p.default is inspect.Parameter.empty and p.name not in by_name]
+    sized = any(what.startswith(SIZE) for what in by_name.values())
+    if not unbound and not sized:
+        return [(tuple((p.name, by_name.get(p.name, KEEP)) for p in params), ())]
+    if len(unbound) > _SIZED_AT_MOST:
+        return []
+    axes = list(dict.fromkeys(a for r in op.roles for a in r.axes))
+    sizes = op.sizes(op.default_shape)
+    out = []
+    for given in itertools.permutations(axes, len(unbound)):
+        binding = {**by_name, **{p: SIZE + a for p, a in zip(unbound, given, strict=True)}}
+        held = _held(op, obj, binding, sizes)
+        if held is not None and (held or not unbound):
+            out.append((tuple((p.name, binding.get(p.name, KEEP)) for p in params), held))
+    return out
+
+
+def _held(op: ShapedOp, obj: Any, binding: dict[str, str], sizes: dict[str, int]
+          ) -> Held | None:
+    """The roles the module built with ``binding``'s sizes holds as parameters, each named
+    as a differentiable role and shaped as its axes (in any order: a layout may transpose
+    it); None where it does not build, or holds a parameter that is no role of the op."""
+    kw = {p: sizes[what[len(SIZE):]] for p, what in binding.items() if what.startswith(SIZE)}
+    try:
+        module = obj(**kw)
+    except Exception:  # not buildable so: not this binding
         return None
-    return tuple((p.name, by_name.get(p.name, KEEP)) for p in params)
+    if not isinstance(module, torch.nn.Module):
+        return None
+    held: dict[str, str] = {}
+    for name, p in module.named_parameters():
+        low = name.rsplit(".", 1)[-1].lower()
+        role = next((r for r in op.roles if r.differentiable and r.name not in held.values()
+                     and (low == r.name.lower() or low in r.names)), None)
+        if role is None or sorted(p.shape) != sorted(sizes[a] for a in role.axes):
+            return None
+        held[name] = role.name
+    return tuple(held.items())
 
 
-def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[Binding, Binding]]:
+def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[Binding, Binding, Held]]:
     """Every way the kernel's parameters can take the op's roles and options: names first
     (case-insensitive), the rest of the roles by position; at most a few candidates. Each
-    is ``(constructor, call)``: a module class's constructor takes what its names bind
-    (options, class weights), its forward the tensors; other kernels have no constructor."""
+    is ``(constructor, call, held)``: a module class's constructor takes what its names bind
+    (options, class weights, sizes), its parameters the roles it holds, its forward the
+    other tensors; other kernels have no constructor."""
     try:
         target, skip = _target(obj, kind)
         params = parameters(target, skip)
     except (TypeError, ValueError, AttributeError):
         return []
-    ctor: Binding = ()
-    if kind == "module":
-        built = _constructor(op, obj)
-        if built is None:
-            return []
-        ctor = built
-    in_ctor = {what for _, what in ctor if what != KEEP}
+    out = []
+    for ctor, held in _constructors(op, obj) if kind == "module" else [((), ())]:
+        out += [(ctor, call, held) for call in _calls(op, params, ctor, held)]
+    return out
+
+
+def _calls(op: ShapedOp, params: list[inspect.Parameter], ctor: Binding, held: Held
+           ) -> list[Binding]:
+    """The call's bindings (:func:`bindings`), given what the constructor and the module's
+    own parameters take."""
+    in_ctor = {what for _, what in (*ctor, *held) if what != KEEP}
     by_name = {p: what for p, what in _by_name(op, params).items() if what not in in_ctor}
     unbound = [r.name for r in op.roles
                if r.name not in by_name.values() and r.name not in in_ctor]
@@ -149,7 +203,7 @@ def bindings(op: ShapedOp, obj: Any, kind: str) -> list[tuple[Binding, Binding]]
         if not all(role.name in binding.values() or role.name in in_ctor
                    for role in op.roles if not role.optional):
             continue
-        out.append((ctor, tuple((p.name, binding.get(p.name, KEEP)) for p in params)))
+        out.append(tuple((p.name, binding.get(p.name, KEEP)) for p in params))
         if not required_roles:
             break
     return out
@@ -222,6 +276,19 @@ def _probe(op: ShapedOp, kernel: ShapedKernel, variant: Variant,
     raise why
 
 
+def _with_role(op: ShapedOp, kernel: ShapedKernel, role: str, present: bool,
+               fixed: dict[str, Any]) -> tuple[float, float]:
+    """The probe's distance and match with the optional ``role`` present or absent (the other
+    axes at their fixed values, else defaults); an infinite distance where it raises."""
+    variant = Variant(tuple((a.name, present if a.name == role else fixed.get(a.name, a.default))
+                            for a in op.axes))
+    try:
+        distance, match, _ = _probe(op, kernel, variant, [None])
+    except Exception:  # raises so: not this reading
+        return float("inf"), 0.0
+    return distance, match
+
+
 def _present_or_unbound(op: ShapedOp, obj: Any, kind: str, ctor: Binding, found: Found
                         ) -> Found:
     """``found`` matched with its optional roles absent (their axis at its default); each
@@ -239,23 +306,39 @@ def _present_or_unbound(op: ShapedOp, obj: Any, kind: str, ctor: Binding, found:
             continue
         if bound[0].lower() == role.name.lower() or bound[0].lower() in role.names:
             continue  # named so: a wrong output given it is the kernel's defect to show
-        variant = Variant(tuple((a.name, True if a.name == role.name
-                                 else fixed.get(a.name, a.default)) for a in op.axes))
-        try:
-            distance, match, _ = _probe(op, found.kernel, variant, [None])
-        except Exception:
-            distance, match = float("inf"), 0.0
+        distance, match = _with_role(op, found.kernel, role.name, True, fixed)
         if distance <= match:
             continue
         binding = tuple((p, KEEP if what == role.name else what)
                         for p, what in found.kernel.binding)
-        kernel = ShapedKernel(obj, op.name, binding, kind, ctor)
+        kernel = replace(found.kernel, binding=binding)
         fixed[role.name] = False
         note = found.note.replace(found.kernel.words, kernel.words).replace(
             "; max relative error", f"; {role.name} absent ({bound[0]} is not: given "
                                     f"{role.name}, its output differs); max relative error", 1)
         found = replace(found, kernel=kernel, note=note,
                         fixed=(*found.fixed, (role.name, False)))
+    return found
+
+
+def _held_present(op: ShapedOp, found: Found) -> Found:
+    """``found`` with each optional role its module holds as a parameter (GPT-2's Conv1D
+    bias) fixed present where its forward fails without it: a module that always adds its
+    bias is never given ``None`` (``nn.Linear``, whose forward takes ``bias=None``, is run
+    both ways)."""
+    fixed = dict(found.fixed)
+    for _, name in found.kernel.held:
+        role = op.role(name)
+        if not role.optional or name in fixed or not any(a.name == name for a in op.axes):
+            continue
+        distance, match = _with_role(op, found.kernel, name, False, fixed)
+        if distance <= match:
+            continue
+        fixed[name] = True
+        found = replace(found, fixed=(*found.fixed, (name, True)), how=(*found.how, (
+            name, f"the module always holds its {name} (given none, its forward "
+                  f"{'raises' if distance == float('inf') else 'differs'}): run with it "
+                  "alone")))
     return found
 
 
@@ -295,9 +378,9 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
         op for op in SHAPED.values() if op.independent]
     best: Found | None = None
     for op in ops:
-        for ctor, binding in bindings(op, obj, kind):
-            kernel = ShapedKernel(obj, op.name, binding, kind, ctor)
-            taken = {what for _, what in (*ctor, *binding)}
+        for ctor, binding, held in bindings(op, obj, kind):
+            kernel = ShapedKernel(obj, op.name, binding, kind, ctor, held)
+            taken = {what for _, what in (*ctor, *binding, *held)}
             open_axes = [a for a in op.axes if a.passed and a.name not in taken]
             # an optional role the kernel does not take: its axis at "absent" alone
             absent = tuple((a.name, False) for a in op.axes
@@ -307,6 +390,8 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
             # within an fp32 probe's distance of its erf form, 1e-4 apart: the first that
             # matched read Liger's tanh GEGLU as erf)
             closest: Found | None = None
+            sized = ", ".join(p for p, what in (*ctor, *binding) if what.startswith(SIZE))
+            sized = f"; {sized} from the run's shape {op.shape_words}" if sized else ""
             for values in _one_at_a_time(open_axes):
                 fixed = absent + tuple((a.name, v)
                                        for a, v in zip(open_axes, values, strict=True))
@@ -317,7 +402,7 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                     distance, match, where = _probe(op, kernel, variant, seen_grad)
                 except Exception:
                     distance, match, where = float("inf"), PROBES[0][2], "nowhere"
-                note = (f"recognised {op.name} from its forward ({kernel.words}"
+                note = (f"recognised {op.name} from its forward ({kernel.words}{sized}"
                         + "".join(f"; {k} fixed at {v}" for k, v in fixed)
                         + f"; max relative error {distance:.1e} against the reference, "
                         + f"{where})")
@@ -327,7 +412,7 @@ def recognise(obj: Any, kind: str, forced: str | None = None) -> Found | None:
                 if distance == 0.0:
                     break
             if closest is not None and closest.distance <= closest.match:
-                return _present_or_unbound(op, obj, kind, ctor, closest)
+                return _held_present(op, _present_or_unbound(op, obj, kind, ctor, closest))
             if closest is not None and (
                     best is None or closest.distance / closest.match < best.distance / best.match):
                 best = closest

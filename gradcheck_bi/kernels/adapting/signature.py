@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.vocab import KernelLoadError
 
 _CALL_NAMES = {
@@ -57,6 +58,9 @@ _CTOR_NAMES = {
     "config": "config", "cfg": "config",
 }
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+# A constructor's parameters that count or size heads: a norm per head (StableLM's, xLSTM's).
+_HEAD_NAMES = ("num_heads", "n_heads", "nheads", "n_head", "num_attention_heads", "head_dim",
+               "head_size", "num_key_value_heads")
 # What a readable signature looks like, for messages: a norm's, a GLU's, a loss's.
 _EXAMPLES = "f(x, weight, eps), f(a, b), f(logits, target), …"
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -77,12 +81,40 @@ class Slot:
 def parameters(fn: Callable[..., Any], what: str) -> list[inspect.Parameter]:
     """The parameters of ``fn`` (``*args``/``**kwargs`` dropped); a clear error if unreadable."""
     try:
-        sig = inspect.signature(fn)
+        sig = signature(fn)
     except (TypeError, ValueError):
         raise KernelLoadError(
             f"kernel {what}: its signature cannot be read (a compiled builtin?); wrap it in "
             f"a Python function that names its parameters ({_EXAMPLES})") from None
     return [p for p in sig.parameters.values() if p.kind not in _VARIADIC]
+
+
+def ctor_parameters(factory: Callable[..., Any], what: str) -> list[inspect.Parameter]:
+    """A constructor's parameters (:func:`parameters`); a class whose constructor names none
+    before ``*args`` hands them to its base (``DINOv3ConvNextLayerNorm(*args,
+    data_format=…, **kwargs)`` → ``nn.LayerNorm``): the base's parameters, then its own
+    keyword-only ones. Through ``**kwargs`` alone, the base's are keyword-only."""
+    own = parameters(factory, what)
+    try:
+        every = list(signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return own
+    star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in every)
+    stars = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in every)
+    if not isinstance(factory, type) or not (star or stars) or any(
+            p.kind in _POSITIONAL for p in every):
+        return own
+    owners = [c for c in factory.__mro__ if "__init__" in c.__dict__ and c is not object]
+    if len(owners) < 2:  # the constructor's own class, then the base it hands them to
+        return own
+    try:
+        inherited = ctor_parameters(owners[1], what)
+    except KernelLoadError:
+        return own
+    names = {p.name for p in own}
+    kept = [p if star else p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inherited if p.name not in names]
+    return [*kept, *own]
 
 
 def _slot(p: inspect.Parameter, role: str) -> Slot:
@@ -150,12 +182,20 @@ def ctor_slots(factory: Callable[..., Any], what: str,
     A constructor may take no hidden size (a weightless norm, ``(eps)`` or nothing) and no
     eps (a norm that fixes its own): :mod:`gradcheck_bi.kernels.adapting.build` says what then.
     """
-    params = parameters(factory, what)
+    params = ctor_parameters(factory, what)
     found = _classify(params, _CTOR_NAMES, kernel_args)
     sizes = [s for s in found if isinstance(s, Slot) and s.role in ("size", "config")]
-    if not sizes and found and isinstance(found[0], inspect.Parameter):
+    if not sizes and found and isinstance(found[0], inspect.Parameter) \
+            and params[0].name.lower() not in _HEAD_NAMES:
         found[0] = _slot(params[0], "size")  # an unnamed first parameter: the size
     needed = _unknown(found)
+    heads = [n for n in needed if n.lower() in _HEAD_NAMES]
+    if heads:  # no value of it makes a norm of the whole last axis
+        raise KernelLoadError(
+            f"kernel {_signature_text(what, params)} needs "
+            f"{', '.join(repr(n) for n in heads)} (heads): a norm whose statistics run over "
+            "each head's slice, not the whole last axis, is no op here (`gradcheck-bi ops`), "
+            "so no --kernel-arg makes it one")
     if needed:
         raise KernelLoadError(
             f"kernel {_signature_text(what, params)} needs "
@@ -172,7 +212,7 @@ def role_of(slots: list[Slot], role: str) -> Slot | None:
 def is_factory(fn: Callable[..., Any]) -> bool:
     """A callable whose first parameter is a hidden size builds modules; it is not a norm."""
     try:
-        params = list(inspect.signature(fn).parameters)
+        params = list(signature(fn).parameters)
     except (TypeError, ValueError):
         return False
     return bool(params) and params[0] in _SIZE_NAMES

@@ -3,9 +3,12 @@ the op's, and what it writes into that it does not own.
 
 A :class:`ShapedKernel` holds the user's callable and its *binding*: for each of its
 parameters, the op's role or option that fills it (``A``, ``layout``), a value the op
-fills itself (``out_dtype``: None), or its own default. A Function's ``apply`` takes no
-keywords, so every kernel is called positionally in its own parameter order; a module
-class is built with the options its constructor names and called with the tensors.
+fills itself (``out_dtype``: None), the size of one of the op's axes (``vocab_size``: the
+logits' last dim), or its own default. A Function's ``apply`` takes no keywords, so every
+kernel is called positionally in its own parameter order; a module class is built with the
+options and sizes its constructor names and called with the tensors, and the parameters it
+holds that are roles of the op (``nn.Linear``'s weight and bias) are bound to the call's
+tensors with ``torch.func.functional_call``.
 
 >>> import torch
 >>> def mm(a, b, bias=None, out_dtype=None, layout="TN"):
@@ -22,15 +25,20 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from gradcheck_bi.kernels.calling import phase
+from gradcheck_bi.kernels.calling.textsig import signature
+from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops.shaped import sizes_of
 from gradcheck_bi.vocab import ContractViolation
 
 KEEP = "=default"  # a parameter left at the kernel's own default
+SIZE = "#"  # ``#k``: the size of the op's axis ``k`` in this call's tensors
+_KEPT_MODULES = 16  # modules built per kernel, by constructor arguments
 
 
 @dataclass(frozen=True)
@@ -45,21 +53,39 @@ class ShapedKernel:
     binding: tuple[tuple[str, str], ...]
     kind: str
     ctor: tuple[tuple[str, str], ...] = ()  # a module's constructor binding
+    # A module's parameters that are roles of the op: ``(parameter name, role)``.
+    held: tuple[tuple[str, str], ...] = ()
+    _modules: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False,
+                                                 hash=False, repr=False)
 
     def __call__(self, tensors: dict[str, Any], options: dict[str, Any]) -> tuple[Any, ...]:
         phase.now("forward")
-        args = [_value(what, tensors, options, self._default(p))
+        sizes = _sizes(self.op, tensors, options, (*self.binding, *self.ctor))
+        args = [_value(what, tensors, options, self._default(p), sizes)
                 for p, what in self.binding]
         if self.kind == "module":
-            kw = {p: _value(what, tensors, options, None) for p, what in self.ctor
+            kw = {p: _value(what, tensors, options, None, sizes) for p, what in self.ctor
                   if what != KEEP}
-            module = self.fn(**kw)
-            out = module(*args)
+            if self.held:
+                bound = {p: tensors[role] for p, role in self.held}
+                out = torch.func.functional_call(self._module(kw), bound, tuple(args))
+            else:
+                out = self.fn(**kw)(*args)
         elif self.kind == "apply":
             out = self.fn.apply(*args)
         else:
             out = self.fn(*args)
         return out if isinstance(out, tuple) else (out,)
+
+    def _module(self, kw: dict[str, Any]) -> Any:
+        """The module built with ``kw``, kept: its held parameters are bound at each call,
+        so one built module serves every call of the same sizes."""
+        key = tuple(sorted((k, repr(v)) for k, v in kw.items()))
+        if key not in self._modules:
+            if len(self._modules) >= _KEPT_MODULES:
+                self._modules.pop(next(iter(self._modules)))
+            self._modules[key] = self.fn(**kw)
+        return self._modules[key]
 
     def _default(self, name: str) -> Any:
         target = self.fn.forward if self.kind in ("apply", "module") else self.fn
@@ -73,11 +99,13 @@ class ShapedKernel:
         """``A←A, B←B, bias←bias, out_dtype=None, layout←layout``: the binding, readable."""
         def said(pairs: tuple[tuple[str, str], ...]) -> str:
             return ", ".join(f"{p}{'=' + what[1:] if what.startswith('=') else '←' + what}"
+                             .replace(f"←{SIZE}", "←size ")
                              for p, what in pairs if what != KEEP)
 
+        held = f"; parameters {said(self.held)}" if self.held else ""
         if self.kind == "module" and any(what != KEEP for _, what in self.ctor):
-            return f"constructor {said(self.ctor)}; forward {said(self.binding)}"
-        return said(self.binding)
+            return f"constructor {said(self.ctor)}; forward {said(self.binding)}{held}"
+        return said(self.binding) + held
 
 
 @functools.lru_cache(maxsize=256)
@@ -85,15 +113,26 @@ def _defaults(target: Callable[..., Any]) -> dict[str, Any]:
     """The defaults of ``target``'s parameters (read once: a finite-difference loop calls a
     kernel hundreds of thousands of times, and ``inspect.signature`` cost ~3 ms a call)."""
     try:
-        params = inspect.signature(target).parameters.values()
+        params = signature(target).parameters.values()
     except (TypeError, ValueError):
         return {}
     return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 
-def _value(what: str, tensors: dict[str, Any], options: dict[str, Any], default: Any) -> Any:
+def _sizes(op: str, tensors: dict[str, Any], options: dict[str, Any],
+           binding: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    """The sizes of ``op``'s axes in this call, where the binding asks for one."""
+    if not any(what.startswith(SIZE) for _, what in binding) or op not in SHAPED:
+        return {}
+    return sizes_of(SHAPED[op], tensors, options)
+
+
+def _value(what: str, tensors: dict[str, Any], options: dict[str, Any], default: Any,
+           sizes: dict[str, int]) -> Any:
     if what == KEEP:
         return default
+    if what.startswith(SIZE):
+        return sizes[what[len(SIZE):]]
     if what.startswith("="):
         return options.get(what[1:])
     if what in tensors:
@@ -104,7 +143,7 @@ def _value(what: str, tensors: dict[str, Any], options: dict[str, Any], default:
 def parameters(target: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
     """The kernel's parameters in order (``ctx`` or ``self`` dropped); ``*args`` and
     ``**kwargs`` are not parameters an op can bind."""
-    ps = list(inspect.signature(target).parameters.values())
+    ps = list(signature(target).parameters.values())
     if skip_first and ps:
         ps = ps[1:]
     return [p for p in ps if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
