@@ -15,6 +15,7 @@ second time.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import os
 import threading
 import traceback
@@ -40,6 +41,11 @@ def serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: 
            tasks: list[tuple[str | None, Config, Sweep]] | None) -> None:
     """A worker's life: measure each point index received until ``None`` or death."""
     trace.ignore_ctrl_c()
+    # A forked worker inherits the parent's heap (torch, the kernel's library: ~170 k
+    # tracked objects) and its collector's counts, so it ran the full collection the parent
+    # had due at every fork — 0.1 s of an (8, 1024) check, and a copy of every page it
+    # wrote a header on. What was loaded before the worker started is out of its passes.
+    gc.freeze()
     faulthandler.disable()  # the parent names the death; no dump of our frames as well
     phase.record_into(phase_buffer)
     sandbox.disable()  # already isolated: a kernel loaded here is called here

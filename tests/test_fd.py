@@ -44,6 +44,25 @@ def test_default_budget_is_derived_from_the_machine_when_asked() -> None:
     assert budget.budget(12345) == 12345
 
 
+def test_freed_memory_is_kept_without_running_ldconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    """glibc's mallopt by its soname: ``find_library`` starts ``ldconfig`` in a subprocess,
+    which every forked worker paid again."""
+    import ctypes.util
+    import platform
+
+    from gradcheck_bi.fd import budget
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+
+    def no_subprocess(name: str) -> str:
+        raise AssertionError(f"find_library({name!r}) was asked")
+
+    monkeypatch.setattr(ctypes.util, "find_library", no_subprocess)
+    monkeypatch.setattr(budget, "_kept_up_to", 0)
+    assert budget.keep_freed_memory()
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("512M", 512 << 20), ("2G", 2 << 30), ("1.5GiB", 3 << 29), ("4096", 4096), ("64kb", 64 << 10),
 ])

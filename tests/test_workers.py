@@ -168,3 +168,30 @@ def test_a_hang_in_forward_excuses_every_point_at_that_shape_only() -> None:
     for other in (Config(check="dx", shape=(2, 24)), Config(check="dx", shape=(2, 1025),
                                                              dtype="fp32")):
         assert hangs.excuse((spec, other, sweep)) is None, other
+
+
+def test_a_worker_leaves_the_heap_it_inherits_out_of_its_collections(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked worker ran the full collection its parent had due (~170 k objects of torch
+    and the kernel's library, 0.1 s of an (8, 1024) check) at every fork: what it inherits
+    is frozen out of its collector's passes, and the caller's own collector is untouched."""
+    import gc
+    import os
+
+    import torch
+
+    import gradcheck_bi
+
+    monkeypatch.delenv("GRADCHECK_BI_ISOLATE", raising=False)
+    parent = os.getpid()
+
+    def kernel(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if os.getpid() != parent and gc.get_freeze_count() == 0:  # in the worker
+            raise RuntimeError("the worker collects the heap it inherited")
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+    frozen = gc.get_freeze_count()
+    report = gradcheck_bi.check(kernel, checks="forward", weights="randn", zcg=False,
+                                shapes=(2, 16), raise_on_failure=False)
+    assert report.ok, str(report)
+    assert gc.get_freeze_count() == frozen

@@ -15,6 +15,7 @@ import ctypes.util
 import functools
 import math
 import os
+from typing import Any
 
 import torch
 
@@ -65,10 +66,8 @@ def keep_freed_memory(block: int = HEAP_MMAP_THRESHOLD) -> bool:
     want = min(max(block, HEAP_MMAP_THRESHOLD), 1 << 30)
     if want <= _kept_up_to:
         return True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     trim = min(max(4 * want, HEAP_TRIM_THRESHOLD), (1 << 31) - 1)
@@ -76,6 +75,19 @@ def keep_freed_memory(block: int = HEAP_MMAP_THRESHOLD) -> bool:
         _kept_up_to = want
         return True
     return False
+
+
+def _mallopt() -> Any:
+    """glibc's ``mallopt`` (``None`` off glibc). By its soname first: ``find_library`` runs
+    ``ldconfig`` in a subprocess, ~9 ms, paid again by every worker forked for a check."""
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        pass
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 class MemoryBudgetError(ValueError):
