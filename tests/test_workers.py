@@ -174,7 +174,9 @@ def test_a_worker_leaves_the_heap_it_inherits_out_of_its_collections(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A forked worker ran the full collection its parent had due (~170 k objects of torch
     and the kernel's library, 0.1 s of an (8, 1024) check) at every fork: what it inherits
-    is frozen out of its collector's passes, and the caller's own collector is untouched."""
+    is frozen out of its collector's passes, and the caller's own collector is untouched.
+    The recording child that probes the kernel at load is forked too and freezes the same
+    (the kernel below raises in either child otherwise)."""
     import gc
     import os
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import faulthandler
+import gc
 import os
 import pickle
 import signal
@@ -201,6 +202,7 @@ def _child(conn: Any, build: Callable[[], Any] | None,
         import torch
 
         torch.set_num_threads(1)
+        gc.freeze()  # the inherited heap is out of this child's collections (as a worker's)
     try:
         if build is not None:
             build()
