@@ -290,8 +290,9 @@ def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
     gate; a β randn), and none of a parameter the kernel does not take (``spec.fixed``)."""
     op, cfg = OPS[spec.op], Config(check=check, op=spec.op, **fields)
     absent = {a.field for p in op.params if p.name in dict(spec.fixed) for a in p.axes}
-    return replace(cfg, **{a.field: None if a.field in absent else a.unset_at(cfg.shape[-1])
-                           for a in op.point_axes if a.json == "op"})
+    own: dict[str, Any] = {a.field: None if a.field in absent else a.unset_at(cfg.shape[-1])
+                           for a in op.point_axes if a.json == "op"}
+    return replace(cfg, **own)
 
 
 def step_sweep(

@@ -112,7 +112,7 @@ def describe_key(key: Key) -> str:
         text += f" γ-scale {d['weight_scale']:g}"
     if d["layout"] != "contiguous":
         text += f" layout {d['layout']}"
-    if d["op"] != "rms_norm":
+    if d["op"] != AXIS["op"].default:
         text += f" op {d['op']}"
     if d["variant"]:
         text += " " + " ".join(f"{k}={v}" for k, v in d["variant"])
