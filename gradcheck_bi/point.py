@@ -17,6 +17,7 @@ point_axes`), so a new one costs the op's module only. Derived from the table:
 * :data:`KEY_NAMES` (a baseline's key), :data:`SETTING_NAMES`; ``vocab.OP_FIELDS`` (below
   this module, it writes the JSON) is checked against the table;
 * :func:`spelled`, :func:`op_words` — an axis as the reports write it (``γ=randn``);
+  :func:`key_words` — an op's own fields as a baseline's drift lines write them;
 * :data:`CASE_KEYS` — the case-file keys of the point (:mod:`gradcheck_bi.cases`), the API's
   keywords (:mod:`gradcheck_bi.api`) and the command line's overrides
   (:func:`gradcheck_bi.cli.options.read`).
@@ -208,6 +209,22 @@ def weight_words(row: dict[str, Any]) -> list[str]:
     if op is None:
         return []
     return [spelled(a, row[a.public]) for a in op.point_axes if a.json == "always"]
+
+
+def key_words(row: dict[str, Any]) -> list[str]:
+    """The fields only some ops have, as a baseline's drift line writes them (a result,
+    ``row``, by public name): β's control as the reports do, each option its record declares
+    by its name and value; none the op lacks or the point leaves unset.
+
+    >>> key_words({"op": "rms_norm_gated", "bias": "randn", "group_size": 64,
+    ...            "norm_before_gate": False})
+    ['β=randn', 'group 64', 'norm_before_gate False']
+    """
+    op = _op(row)
+    axes = [a for a in (op.point_axes if op is not None else ())
+            if a.json == "op" and row.get(a.public) is not None]
+    return [f"{a.key_word or a.public} {row[a.public]}" if a.option
+            else f"{a.label or a.public}={row[a.public]}" for a in axes]
 
 
 def has_eps(row: dict[str, Any]) -> bool:

@@ -284,12 +284,15 @@ def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
 
 
 def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
-    """The point of ``spec``'s op where the plot measures ``check``: a gated norm's group is
-    the whole row, normalised before the gate; a β it takes randn (run's defaults)."""
+    """The point of ``spec``'s op where the plot measures ``check``: each field only some
+    ops have at the value a point that leaves it unset takes (:meth:`~gradcheck_bi.ops.
+    fields.PointAxis.unset_at`: a gated norm's group the whole row, normalised before the
+    gate; a β randn), and none of a parameter the kernel does not take (``spec.fixed``)."""
     op, cfg = OPS[spec.op], Config(check=check, op=spec.op, **fields)
-    bias = "randn" if op.has("bias") and "bias" not in dict(spec.fixed) else None
-    return replace(cfg, group_size=cfg.shape[-1] if op.has("group_size") else None,
-                   norm_before_gate=True if op.has("norm_before_gate") else None, bias=bias)
+    absent = {a.field for p in op.params if p.name in dict(spec.fixed) for a in p.axes}
+    own: dict[str, Any] = {a.field: None if a.field in absent else a.unset_at(cfg.shape[-1])
+                           for a in op.point_axes if a.json == "op"}
+    return replace(cfg, **own)
 
 
 def step_sweep(

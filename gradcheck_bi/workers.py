@@ -48,6 +48,7 @@ from gradcheck_bi.kernels.adapting.loader import Crashed
 from gradcheck_bi.kernels.adapting.sandbox import main_module_hidden
 from gradcheck_bi.kernels.calling import phase, watch
 from gradcheck_bi.measure import PointMeasurer
+from gradcheck_bi.point import public, weight_words
 from gradcheck_bi.serve import Point, serve
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Config, Result
@@ -189,7 +190,7 @@ class Hangs:
         if hung is None or (hung[0].startswith("backward") and cfg.check == "forward"):
             return None
         doing, at, late = hung
-        words = [at.check, f"γ={at.control}", f"zcg={'on' if at.zero_centered_gamma else 'off'}",
+        words = [at.check, *weight_words(public(at, ())),  # γ's control and mode, if any
                  f"layout {at.layout}" * (at.layout != "contiguous"),
                  f"x·{at.input_scale:g}" * (at.input_scale != 1.0),
                  f"γ·{at.weight_scale:g}" * (at.weight_scale != 1.0),

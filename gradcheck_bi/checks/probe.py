@@ -46,7 +46,7 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
         options = OPS[spec.op].point_options  # the op's options that are point fields
         if at is None:  # each option at the value a point leaves unset, resolved at D = 8
             at = Config(check="forward", shape=(2, 8), op=spec.op,
-                        **{a.field: a.swept([a.unset], 8)[0] for a in options})
+                        **{a.field: a.unset_at(8) for a in options})
         cfg = Config(check="forward", device=device, dtype=dtype, shape=at.shape, op=spec.op,
                      bias=at.bias, **{a.field: getattr(at, a.field) for a in options})
         phase.now("forward (probe)")

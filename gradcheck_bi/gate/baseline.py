@@ -48,7 +48,15 @@ from typing import Any
 
 from gradcheck_bi._atomic import write_atomically
 from gradcheck_bi._version import __version__
-from gradcheck_bi.point import AXIS, KEY_NAMES, NORM_DEFAULTS, SETTING_NAMES, has_eps, weight_words
+from gradcheck_bi.point import (
+    AXIS,
+    KEY_NAMES,
+    NORM_DEFAULTS,
+    SETTING_NAMES,
+    has_eps,
+    key_words,
+    weight_words,
+)
 from gradcheck_bi.vocab import OP_FIELDS, Result, format_error
 
 FORMAT = "gradcheck-bi baseline"
@@ -104,14 +112,11 @@ def describe_key(key: Key) -> str:
         text += f" γ-scale {d['weight_scale']:g}"
     if d["layout"] != "contiguous":
         text += f" layout {d['layout']}"
-    if d["op"] != "rms_norm":
+    if d["op"] != AXIS["op"].default:
         text += f" op {d['op']}"
     if d["variant"]:
         text += " " + " ".join(f"{k}={v}" for k, v in d["variant"])
-    for name, label in (("bias", "β="), ("group_size", "group "),
-                        ("norm_before_gate", "norm_before_gate ")):
-        if d[name] is not None:
-            text += f" {label}{d[name]}"
+    text += "".join(f" {w}" for w in key_words(d))
     for name in SETTING_NAMES:  # only what a run set: None is the derived default
         value = d[name]
         if value is not None and (name, value) not in (("mode", "full"), ("stencil", "central-4")):

@@ -93,8 +93,10 @@ class PointAxis:
 
     An op's own axis also says how a sweep crosses it (``swept(asked, d)``: the values at
     row length ``d``, ``asked`` the case's list or ``None``), the value an op's options take
-    where a point leaves it unset (``unset``), and whether it is one of those options
-    (``option``: passed to the op's reference and the kernel) or a control of a parameter."""
+    where a point leaves it unset (``unset``: also the value a plot's point takes), and
+    whether it is one of those options (``option``: passed to the op's reference and the
+    kernel) or a control of a parameter. A baseline's drift line writes a control as the
+    reports do (``β=randn``), an option by ``key_word`` (``""``: its public name) and value."""
 
     field: str
     value: Callable[[Any], Any]
@@ -113,6 +115,7 @@ class PointAxis:
     swept: Callable[[list[Any] | None, int], list[Any]] = _asked
     unset: Any = None
     option: bool = False
+    key_word: str = ""  # how a baseline's drift line names the option ("group 64")
 
     @property
     def public(self) -> str:
@@ -122,6 +125,10 @@ class PointAxis:
     def default(self) -> Any:
         f = next(f for f in fields(Config) if f.name == self.field)
         return f.default if f.default is not MISSING else None
+
+    def unset_at(self, d: int) -> Any:
+        """The value a point that leaves this field unset takes, at row length ``d``."""
+        return self.swept([self.unset], d)[0]
 
     @property
     def rule(self) -> Callable[[Any], Any]:

@@ -90,8 +90,9 @@ CONTROL = chosen("control", CONTROLS, "weights", "γ controls", name="weight", c
                  label="γ")
 ZCG = PointAxis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg", label="zcg")
 GAMMA_AXES = (CONTROL, ZCG)
+# A β left unset is drawn randn (checks.family.point.make_point), as a plot's point draws it.
 BETA_AXIS = chosen("bias", BIAS_CONTROLS, "biases", "β controls", json="op", cli="--bias",
-                   label="β", swept=all_of(*BIAS_CONTROLS))
+                   label="β", swept=all_of(*BIAS_CONTROLS), unset="randn")
 WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones", axes=GAMMA_AXES)
 BIAS = Param("bias", "dbias", BIAS_CONTROLS, axes=(BETA_AXIS,))
 OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, optional=True, axes=(BETA_AXIS,))

@@ -66,7 +66,7 @@ def group_sizes(asked: list[Any] | None, d: int) -> list[Any]:
 POINT_OPTIONS = (
     PointAxis("group_size", group_size, "group_sizes", "group sizes (integers >= 1, or \"D\")",
               json="op", cli="--group-size", word=lambda w: int(w) if w.isdigit() else w,
-              swept=group_sizes, option=True),
+              swept=group_sizes, option=True, key_word="group"),
     PointAxis("norm_before_gate", boolean, "norm_before_gate", "booleans", json="op",
               cli="--norm-before-gate", swept=all_of(True, False), unset=True, option=True),
 )
