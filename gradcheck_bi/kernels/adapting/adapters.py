@@ -48,6 +48,7 @@ from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, required_inputs
 from gradcheck_bi.kernels.adapting.opadapt import adapt_op, recognise_kernel
+from gradcheck_bi.kernels.adapting.recognise import Recognition
 from gradcheck_bi.kernels.adapting.shaped_adapt import Found, recognise
 from gradcheck_bi.kernels.adapting.signature import (
     Slot,
@@ -57,7 +58,7 @@ from gradcheck_bi.kernels.adapting.signature import (
     role_of,
 )
 from gradcheck_bi.kernels.calling.textsig import signature
-from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
 ZCG_CHOICES = ("builtin", "absent")
@@ -330,10 +331,15 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
         raise KernelLoadError(
             f"kernel {_signature(obj, name, kind)}: its forward raised {rec.raised} at a small "
             f"random point (fp64 and fp32 on cpu{', fp32 on cuda' if gpu.present() else ''}), "
-            "and neither its name nor its parameters say which op it is; fix it, or give the "
-            "op with --op NAME (`gradcheck-bi ops`)")
+            f"and neither its name nor its parameters say which op it is; {_what_to_do(True)}")
+    if rec.unfilled and forced is None:  # parameters no op here takes
+        raise KernelLoadError(_takes_no_op(obj, name, kind, rec, found))
     if rec.grad is False:
         raise KernelLoadError(_no_backward(obj, name, kind, None if rec.mismatch else rec.op))
+    if rec.flip is not None and forced is None:  # an op only under another value of a flag
+        raise KernelLoadError(_flip_refusal(obj, name, kind, rec.flip))
+    if rec.unmatched and forced is None:
+        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
             builder is not None and builder.weightless) or (weightless and kind != "module"):
@@ -343,9 +349,6 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     else:
         spec = replace(_adapt_rms(builder or obj, name, source, args, override, description),
                        recognised=rec.note, mismatch=rec.mismatch)
-    # after the adapter, whose refusal of parameters it cannot fill says more (f(x) → x)
-    if rec.unmatched and forced is None:
-        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found))
     return spec
 
 
@@ -366,15 +369,50 @@ GENERIC = ("--generic --shape … per input (gradcheck_bi.check(fn, inputs=(…)
            "which checks its backward against its own forward")
 
 
+def _what_to_do(broken: bool = False) -> str:
+    """The end of a line refusing a kernel no op here takes: the ops, --op, the generic
+    check (``broken``: its forward raised, so fixing it comes first)."""
+    return (f"if it is one of the tool's ops ({', '.join([*OPS, *SHAPED])}; `gradcheck-bi "
+            f"ops`), {'fix it or ' if broken else ''}say which with --op NAME, else check it "
+            f"with {GENERIC}")
+
+
+def _nearest(nearest: str, found: Found | None) -> list[str]:
+    """The nearest op of each kind: the norms' (``nearest``, if any) and the shaped ops'."""
+    near = [nearest] if nearest else []
+    if found is not None and found.distance < float("inf"):
+        near.append(f"{found.kernel.op} (max relative error {found.distance:.2g})")
+    return near
+
+
 def _matches_nothing(obj: Any, name: str, kind: str, nearest: str, found: Found | None
                      ) -> str:
     """One line: the kernel's output is no op's here, the nearest of each kind, what to do."""
-    near = [nearest]
-    if found is not None and found.distance < float("inf"):
-        near.append(f"{found.kernel.op} (max relative error {found.distance:.2g})")
     return (f"kernel {_signature(obj, name, kind)}: its output at a small random point "
-            f"matches no op here (nearest: {'; '.join(near)}); if it is one of "
-            f"`gradcheck-bi ops`, say which with --op NAME, else check it with {GENERIC}")
+            f"matches no op here (nearest: {'; '.join(_nearest(nearest, found))}); "
+            f"{_what_to_do()}")
+
+
+def _takes_no_op(obj: Any, name: str, kind: str, rec: Recognition, found: Found | None
+                 ) -> str:
+    """One line: parameters no op here takes (``rec.unfilled``), the nearest op of any
+    shape, what to do."""
+    near = _nearest("", found)  # (Megatron's order, RMSNorm's reading, is no near op)
+    nearest = f"; nearest: {'; '.join(near)}" if near else ""
+    return (f"kernel {_signature(obj, name, kind)}: no op here takes this signature (no role "
+            f"of a norm fills {', '.join(repr(n) for n in rec.unfilled)}, and it is read as "
+            f"no other op here{nearest}); {_what_to_do()}")
+
+
+def _flip_refusal(obj: Any, name: str, kind: str,
+                  flip: tuple[str, bool, str, str]) -> str:
+    """One line: its output matches no op at its defaults, and an op under another value
+    of one of its flags."""
+    flag, value, words, closest = flip
+    return (f"kernel {_signature(obj, name, kind)}: its output at a small random point "
+            f"matches no op here at its defaults{f' ({closest})' if closest else ''}; with "
+            f"{flag}={value} it matches {words}: check that with --kernel-arg {flag}={value}; "
+            f"else check it with {GENERIC}")
 
 
 def _no_backward(obj: Any, name: str, kind: str, op: str | None) -> str:

@@ -147,6 +147,12 @@ class Seen:
     # Whether its output required grad with its inputs requiring it (``None``: not seen, a
     # kernel that refused to run so): ``False`` is a kernel with no backward to check.
     grad: bool | None = None
+    # Its required parameters that no role of any op fills (``y``, ``power``): a kernel
+    # taking more than the ops here (read in Megatron's order where it has three or four).
+    unfilled: tuple[str, ...] = ()
+    # Where its output matches no op at its own defaults: a boolean parameter no role fills,
+    # the value that makes it match, and what it then matches (fla's ``is_rms_norm=True``).
+    flip: tuple[str, bool, str] | None = None
 
     def match(self, op: str | None = None) -> Variant | None:
         """The closest variant (of ``op``) the output matches, if any."""

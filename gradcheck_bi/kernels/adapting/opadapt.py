@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -42,6 +43,8 @@ from gradcheck_bi.kernels.adapting.signature import Slot, ctor_parameters, fill,
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 ABSENT = "absent (γ = w)"
 BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
@@ -61,8 +64,8 @@ def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: di
 
 def _needed(op: str | None) -> set[str]:
     """The roles a call of ``op`` fills (``None``: every role, for the behaviour probe)."""
-    if op is None:
-        return set(ROLE_NAMES)
+    if op is None:  # every op's own options too (a gated norm's activation)
+        return set(ROLE_NAMES) | {a.name for o in OPS.values() for a in o.axes}
     needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
     return (needed | set(OPS[op].options) | {a.name for a in OPS[op].axes}
@@ -238,8 +241,15 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
           skip_first: bool, module: tuple[list[inspect.Parameter], set[str] | None]) -> Seen:
     """What the kernel's forward matches (:func:`.behaviour.probe`), called with every role
     its parameters or (D,) tensors fill (``module``: a module's forward parameters and
-    tensors' roles, :func:`probe_module`)."""
+    tensors' roles, :func:`probe_module`).
+
+    A call with required parameters no role of any op fills (``f(x, y, power)``) is probed
+    in Megatron's order where it has three or four positional ones (RMSNorm's convention,
+    matched against RMSNorm alone), else not at all: :attr:`.behaviour.Seen.unfilled` names
+    them. Where the output matches no op, each boolean parameter no role fills is flipped
+    once (:attr:`.behaviour.Seen.flip`)."""
     call: Callable[[dict[str, Any]], Any]
+    unfilled: list[str] = []
     try:
         if kind == "module":
             forward, tensors = module
@@ -250,7 +260,11 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
         else:
             target = obj.forward if kind == "function" else obj
             forward = parameters(target, name)[1 if skip_first else 0:]
-            roles = roles_of(forward)
+            roles = _probe_roles(forward)
+            unfilled = [p.name for p in forward if roles[p.name] is None
+                        and p.name not in kernel_args and p.default is inspect.Parameter.empty]
+            if unfilled:
+                return _unfilled(obj, kind, forward, kernel_args, unfilled)
             slots = _slots(forward, roles, None, kernel_args, name)
             call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
             taken = set()
@@ -258,7 +272,53 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
         return Seen(why=str(exc))
     taken |= {r for p in forward if (r := roles[p.name]) is not None
               and (r not in _KEPT or p.default is inspect.Parameter.empty)}
-    return probe(call, frozenset(taken))
+    seen = probe(call, frozenset(taken))
+    if kind == "module" or not seen.errors or seen.match() is not None:
+        return seen
+    return replace(seen, flip=_flipped(obj, kind, name, kernel_args, forward, roles,
+                                       frozenset(taken)))
+
+
+def _probe_roles(forward: list[inspect.Parameter]) -> dict[str, str | None]:
+    """:func:`.recognise.roles_of`, with every op's own options (a gated norm's
+    ``activation``) filled at their defaults."""
+    own = {n: a.name for op in OPS.values() for a in op.axes for n in (a.name, *a.names)}
+    return {n: r if r is not None else own.get(n.lower()) for n, r in roles_of(forward).items()}
+
+
+def _unfilled(obj: Any, kind: str, forward: list[inspect.Parameter],
+              kernel_args: dict[str, Any], unfilled: list[str]) -> Seen:
+    """A call taking parameters no role fills: probed in Megatron's order ``(x, weight,
+    eps[, zero_centered_gamma])`` against RMSNorm where it has three or four positional
+    ones, else not run."""
+    named = ", ".join(repr(n) for n in unfilled)
+    if len(forward) not in (3, 4) or any(p.kind not in _POSITIONAL for p in forward) \
+            or kernel_args:
+        return Seen(why=f"no role fills {named}", unfilled=tuple(unfilled))
+    order = ("x", "weight", "eps", "zcg")
+    slots = [Slot(p.name, role) for p, role in zip(forward, order, strict=False)]
+    call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+    seen = probe(call, frozenset(order[:len(forward)]), ("rms_norm",))
+    # what it raised so read is no fault of its own: it was handed floats for tensors
+    return replace(seen, unfilled=tuple(unfilled), raised="")
+
+
+def _flipped(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
+             forward: list[inspect.Parameter], roles: dict[str, str | None],
+             taken: frozenset[str]) -> tuple[str, bool, str] | None:
+    """The first boolean parameter no role fills whose other value makes the output match an
+    op (fla's gated norms: a layer norm unless ``is_rms_norm=True``), that value and the
+    variant it matches; ``None`` if none does."""
+    for p in forward:
+        if roles[p.name] is not None or p.name in kernel_args or not isinstance(p.default, bool):
+            continue
+        args = {**kernel_args, p.name: not p.default}
+        slots = _slots(forward, roles, None, args, name)
+        seen = probe(_FnCall(obj.apply if kind == "function" else obj, slots, args), taken)
+        found = seen.match()
+        if found is not None:
+            return p.name, not p.default, found.words
+    return None
 
 
 def recognise_kernel(obj: Any, kind: str, name: str, forced: str | None,

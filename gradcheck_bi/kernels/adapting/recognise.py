@@ -69,6 +69,14 @@ class Recognition:
     # and neither its names nor its parameters say the op (a mark, Megatron's own call): the
     # op would be a guess.
     raised: str = ""
+    # Its required parameters no role of any op fills (:attr:`.behaviour.Seen.unfilled`),
+    # where neither its names nor its parameters say the op and its output (read in
+    # Megatron's order) matched none: no op here takes it.
+    unfilled: tuple[str, ...] = ()
+    # A boolean parameter, the value under which its output matches an op, that op's
+    # variant, and the closest at its default, where it matches none there
+    # (:attr:`.behaviour.Seen.flip`).
+    flip: tuple[str, bool, str, str] | None = None
 
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
@@ -174,6 +182,11 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                            f"op {forced} (given by --op) for {what}{listing}",
                            takes=None if unread else frozenset({"weight", "bias"} & taken))
     by_name = named_op(names or [])
+    if seen is not None and seen.unfilled and (
+            megatron := seen.match(DEFAULT_OP)) is not None:  # names that say nothing
+        return Recognition(DEFAULT_OP, roles, f"recognised {megatron.words} from its output, "
+                           f"its parameters {listing} read in Megatron's order (x, weight, eps, "
+                           "zero_centered_gamma)", megatron, grad=seen.grad)
     chosen, present = _marked(every)
     if len(chosen) > 1:  # the output decides; one without a backward is refused for that
         found = next((v for v in ((seen or Seen()).match(o.name) for o in chosen)
@@ -186,11 +199,10 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                 f"{closest}; say which with --op NAME (`gradcheck-bi ops` lists the ops)")
         chosen = [OPS[found.op]] if found is not None else chosen[:1]
     op = chosen[0] if chosen else OPS[DEFAULT_OP]
-    missing = [r for r in op.needs if r not in present and r not in roles.values()]
-    if op.name != DEFAULT_OP and missing:
-        # a mark among names that say nothing else (f(a, b, c, d)): RMSNorm's rules
-        return Recognition(DEFAULT_OP, roles, f"recognised {DEFAULT_OP} from its parameters "
-                           f"{listing} (no {', '.join(missing)} for {op.name})")
+    if [r for r in op.needs if r not in present and r not in roles.values()]:
+        # a mark among names that say nothing else (f(a, b, c, d), f(x, y, weight, bias)):
+        # no op is marked, the output decides
+        chosen, op = [], OPS[DEFAULT_OP]
     why = "; ".join(dict.fromkeys(
         f"{p.name!r} is {ROLE_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
         if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))
@@ -200,19 +212,23 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     used = {"bias"} if "bias" in required | (tensors or set()) or (
         variant is not None and variant.bias) else set()
     seen = seen or Seen()
+    # The op is said by its name, by parameters marking one op alone, or by Megatron's own
+    # call; else only its output may say it (a bias alone marks any norm with one).
+    said = by_name is not None or _native(params, roles) or (
+        bool(chosen) and len(allowed(chosen, taken)) == 1)
     unmatched = ""
     # (an output that is not finite anywhere near a variant is a broken kernel, which its
     # forward check reports, not another op)
-    if by_name is None and not chosen and seen.errors and seen.match() is None \
+    if not said and seen.errors and seen.match() is None \
             and seen.errors[0][0] < float("inf"):
         e, nearest = seen.errors[0]
         unmatched = f"{nearest.words} (max relative error {e:.2g})"
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
                        None if unread else frozenset(({"weight"} & taken)
                                                      | ({"bias"} & taken & used)),
-                       unmatched, seen.grad,
-                       "" if by_name is not None or chosen or _native(params, roles)
-                       else seen.raised)
+                       unmatched, seen.grad, "" if said else seen.raised,
+                       () if said or seen.match() is not None else seen.unfilled,
+                       None if seen.flip is None else (*seen.flip, seen.closest))
 
 
 def _native(params: list[inspect.Parameter], roles: dict[str, str | None]) -> bool:
