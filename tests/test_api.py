@@ -173,9 +173,12 @@ def test_bundled_names_keep_their_declared_defects() -> None:
 def test_not_a_kernel() -> None:
     with pytest.raises(TypeError, match="not a kernel: expected an autograd Function"):
         gradcheck_bi.check(3)
-    with pytest.raises(TypeError, match=r"kernel <lambda>\(x\): cannot tell what 'weight', "
-                                        "'eps' should be"):
+    # x → x computes no op: refused naming the nearest, never asked for a norm's parameters
+    with pytest.raises(TypeError, match=r"<lambda>\(x\): its output at a small random point "
+                                        r"matches no op here \(nearest: ") as refused:
         gradcheck_bi.check(lambda x: x)
+    assert "x, weight, eps" not in str(refused.value)
+    assert "say which with --op NAME, else check it with --generic" in str(refused.value)
 
 
 def _threads_seen(monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> set[tuple]:

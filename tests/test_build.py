@@ -167,15 +167,25 @@ CHANNELS_FIRST = ("axis 1 of (N, C, ...) holds its channels and its statistics d
     (f"{BUILT}:HeadsNorm", "kernel {B}:HeadsNorm could not be built from the HeadsConfig "
      "written here (hidden size 8, the class's other defaults): ValueError: hidden_size must "
      "be divisible by num_heads"),
-    ("torch.nn:GELU", "kernel torch.nn:GELU: GELU takes no eps and shows none (no eps, "
-     "variance_epsilon or epsilon attribute, no eps= constant in its forward), so there is "
-     "no eps to check it at"),
 ])
 def test_what_cannot_be_built_is_refused_in_one_line_exit_2(
         capsys: pytest.CaptureFixture[str], ref: str, message: str) -> None:
     code, doc, err = run(capsys, "--kernel", ref, "--dtype", "fp64")
     assert (code, doc) == (2, {})
     assert err.strip() == "gradcheck-bi: error: " + message.replace("{B}", NAME), err
+
+
+def test_a_module_computing_no_op_is_refused_as_that_not_for_its_eps(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """torch.nn.GELU builds, and takes no eps: what it lacks is being an op, not a norm's
+    eps. Its output says so first."""
+    code, doc, err = run(capsys, "--kernel", "torch.nn:GELU", "--dtype", "fp64")
+    assert (code, doc) == (2, {})
+    line = err.strip()
+    assert "\n" not in line and line.startswith(
+        "gradcheck-bi: error: kernel torch.nn:GELU(input): its output at a small random point "
+        "matches no op here (nearest: "), line
+    assert "say which with --op NAME, else check it with --generic" in line, line
 
 
 def test_own_eps_reads_attribute_forward_and_parts() -> None:

@@ -51,6 +51,7 @@ from gradcheck_bi.kernels.adapting.opadapt import adapt_op, recognise_kernel
 from gradcheck_bi.kernels.adapting.recognise import Recognition
 from gradcheck_bi.kernels.adapting.shaped_adapt import Found, recognise
 from gradcheck_bi.kernels.adapting.signature import (
+    GENERIC,
     Slot,
     call_slots,
     fill,
@@ -365,8 +366,6 @@ def _signature(obj: Any, name: str, kind: str) -> str:
     return f"{name}({', '.join(params)})"
 
 
-GENERIC = ("--generic --shape … per input (gradcheck_bi.check(fn, inputs=(…)) from Python), "
-           "which checks its backward against its own forward")
 
 
 def _what_to_do(broken: bool = False) -> str:

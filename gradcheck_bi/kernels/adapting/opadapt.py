@@ -39,7 +39,13 @@ from gradcheck_bi.kernels.adapting.recognise import (
     recognise,
     roles_of,
 )
-from gradcheck_bi.kernels.adapting.signature import Slot, ctor_parameters, fill, parameters
+from gradcheck_bi.kernels.adapting.signature import (
+    NO_OP,
+    Slot,
+    ctor_parameters,
+    fill,
+    parameters,
+)
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
@@ -92,7 +98,7 @@ def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: st
             else:
                 raise KernelLoadError(
                     f"kernel {what}: cannot tell what {p.name!r} should be for {op}; give "
-                    f"it with --kernel-arg {p.name}=VALUE")
+                    f"it with --kernel-arg {p.name}=VALUE; {NO_OP}")
         out.append(Slot(p.name, str(role), default, keyword))
     return out
 
@@ -299,6 +305,8 @@ def _unfilled(obj: Any, kind: str, forward: list[inspect.Parameter],
     slots = [Slot(p.name, role) for p, role in zip(forward, order, strict=False)]
     call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
     seen = probe(call, frozenset(order[:len(forward)]), ("rms_norm",))
+    if not seen.errors and not seen.raised:  # refused on every device here (CUDA-only):
+        return seen  # read in Megatron's order, as a call of it is (.signature.call_slots)
     # what it raised so read is no fault of its own: it was handed floats for tensors
     return replace(seen, unfilled=tuple(unfilled), raised="")
 

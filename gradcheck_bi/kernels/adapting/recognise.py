@@ -213,13 +213,15 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         variant is not None and variant.bias) else set()
     seen = seen or Seen()
     # The op is said by its name, by parameters marking one op alone, or by Megatron's own
-    # call; else only its output may say it (a bias alone marks any norm with one).
+    # call. A bias marks any norm with one: a forward that only raises then says nothing
+    # of which (PolyNorm's (X, W, B, eps) asserts a W of 3); one that runs with the marked
+    # op's every input and matches none is checked as it (a layer norm's defect fails).
     said = by_name is not None or _native(params, roles) or (
         bool(chosen) and len(allowed(chosen, taken)) == 1)
     unmatched = ""
     # (an output that is not finite anywhere near a variant is a broken kernel, which its
     # forward check reports, not another op)
-    if not said and seen.errors and seen.match() is None \
+    if by_name is None and not chosen and seen.errors and seen.match() is None \
             and seen.errors[0][0] < float("inf"):
         e, nearest = seen.errors[0]
         unmatched = f"{nearest.words} (max relative error {e:.2g})"

@@ -64,6 +64,10 @@ _HEAD_NAMES = ("num_heads", "n_heads", "nheads", "n_head", "num_attention_heads"
 # What a readable signature looks like, for messages: a norm's, a GLU's, a loss's.
 _EXAMPLES = "f(x, weight, eps), f(a, b), f(logits, target), …"
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+# The check of a kernel no op here computes, and the end of a refusal that points to it.
+GENERIC = ("--generic --shape … per input (gradcheck_bi.check(fn, inputs=(…)) from Python), "
+           "which checks its backward against its own forward")
+NO_OP = f"if it is no op of the tool (`gradcheck-bi ops`), check it with {GENERIC}"
 # Megatron's order, used when a 3- or 4-parameter call names its parameters otherwise.
 _MEGATRON_ORDER = ("x", "weight", "eps", "zcg")
 
@@ -169,9 +173,9 @@ def call_slots(fn: Callable[..., Any], what: str, kernel_args: dict[str, Any],
         missing = _unknown(found) or [r for r in ("weight", "eps") if r not in roles]
         raise KernelLoadError(
             f"kernel {_signature_text(what, params)}: cannot tell what "
-            f"{', '.join(repr(m) for m in missing)} should be; name the parameters x, "
-            "weight, eps (and zero_centered_gamma), or give a value with --kernel-arg "
-            "name=value")
+            f"{', '.join(repr(m) for m in missing)} should be for rms_norm; name the "
+            "parameters x, weight, eps (and zero_centered_gamma), or give a value with "
+            f"--kernel-arg name=value; {NO_OP}")
     return slots
 
 
