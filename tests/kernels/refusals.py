@@ -134,7 +134,7 @@ class LigerLlama4RopeFunction(torch.autograd.Function):
     ``(seq, head_dim/2)``."""
 
     @staticmethod
-    def forward(ctx, q, k, freqs_cis, BLOCK_SIZE: int = None):  # type: ignore[no-untyped-def,assignment]  # noqa: N803
+    def forward(ctx, q, k, freqs_cis, BLOCK_SIZE: int | None = None):  # type: ignore[no-untyped-def]
         def rotate(t: torch.Tensor) -> torch.Tensor:
             pairs = torch.view_as_complex(t.reshape(*t.shape[:-1], -1, 2).contiguous())
             f = freqs_cis.reshape(1, pairs.shape[1], 1, -1)
@@ -176,7 +176,7 @@ class LigerPolyNormFunction(torch.autograd.Function):
     """Liger's PolyNorm: ``w₀·rms(x³) + w₁·rms(x²) + w₂·rms(x) + b``, ``W`` of shape (3,)."""
 
     @staticmethod
-    def forward(ctx, X, W, B, eps=1e-6, in_place=True):  # type: ignore[no-untyped-def]  # noqa: N803
+    def forward(ctx, X, W, B, eps=1e-6, in_place=True):  # type: ignore[no-untyped-def]
         assert W.shape == (3,), "Weight tensor must have shape (3,)"
         return _through(lambda x, w, b: w[0] * _rms(x ** 3, eps) + w[1] * _rms(x ** 2, eps)
                         + w[2] * _rms(x, eps) + b, ctx, X, W, B)
