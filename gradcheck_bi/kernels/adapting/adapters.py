@@ -396,7 +396,9 @@ def _takes_no_op(obj: Any, name: str, kind: str, rec: Recognition, found: Found 
                  ) -> str:
     """One line: parameters no op here takes (``rec.unfilled``), the nearest op of any
     shape, what to do."""
-    near = _nearest("", found)  # (Megatron's order, RMSNorm's reading, is no near op)
+    # (Megatron's order, RMSNorm's reading, names no near op; an op of any shape whose
+    # reference the output is not within 100 % of is no neighbour either)
+    near = _nearest("", found if found is not None and found.distance < 1 else None)
     nearest = f"; nearest: {'; '.join(near)}" if near else ""
     return (f"kernel {_signature(obj, name, kind)}: no op here takes this signature (no role "
             f"of a norm fills {', '.join(repr(n) for n in rec.unfilled)}, and it is read as "
