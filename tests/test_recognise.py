@@ -164,15 +164,16 @@ def test_videoprism_is_a_zero_centred_layer_norm() -> None:
                                  "kimi_linear.modeling_kimi_linear:KimiLinearRMSNormGated"])
 def test_gated_norms_whose_gate_defaults_to_none_get_their_gate(cls: str) -> None:
     """Read as gated from their names and given a gate (no call raises); their gate is a
-    sigmoid, not the op's silu, and the note says their output matches no op."""
+    sigmoid, which the op's gate activation option holds: recognised with activation=sigmoid
+    from their output, and their forward passes."""
     pytest.importorskip("transformers")
     spec = resolve(f"transformers.models.{cls}")
     assert spec.op == "rms_norm_gated", spec.recognised
-    assert "matches no known op" in spec.recognised
+    assert "activation=sigmoid" in spec.recognised and spec.mismatch == "", spec.recognised
     assert dict(spec.fixed)["group_size"] is None
+    assert dict(spec.fixed)["activation"] == "sigmoid"
     results = _run(spec, checks=["forward"], weights=["randn"], zcg=[False])
-    assert results and {r.status for r in results} == {"fail"}  # sigmoid ≠ silu: a verdict
-    assert all("matches no known op" in r.message for r in results)
+    assert results and {r.status for r in results} == {"pass"}
 
 
 def test_silu_gated_norm_with_gate_none_and_no_options_is_not_swept() -> None:
