@@ -40,9 +40,9 @@ bench: $(STAMP)
 docs: $(STAMP)
 	PYTHONPATH=. $(BIN)/python docs/make_docs.py
 
-# The real-library scoreboard: every norm class of torch, transformers, timm (and
-# Liger, if installed) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
-# totals to docs/scoreboard.md. Hours on 2 busy cores at the default shape; an interrupted run
+# The real-library scoreboard: every norm class of torch, transformers, timm (Liger and fla:
+# on a GPU, benchmarks/gpu_scoreboard_cuda.sh) through `gradcheck-bi run`, compared with benchmarks/scoreboard_expected.toml;
+# totals to docs/scoreboard.md. About half an hour on 2 cores at the default shape; an interrupted run
 # resumes where it stopped.
 # SCOREBOARD_ARGS="--only Llama --update-expected …" (benchmarks/scoreboard.py --help).
 # Versions pinned (transformers in the `scoreboard` extra, timm here). timm goes in without its
