@@ -60,32 +60,33 @@ class PowGLUFunction(torch.autograd.Function):
         return (*_back(ctx, dout), None)
 
 
+def _glu_linear(act: Any, ctx: Any, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor) -> torch.Tensor:
+    """``(act(x) · y) Wᵀ + b`` through :func:`_through`."""
+    return _through(lambda a, b, w, c: F.linear(act(a) * b, w, c),  # type: ignore[no-any-return]
+                    ctx, x, y, weight, bias)
+
+
 class SwiGLULinearFunction(torch.autograd.Function):
     """fla: ``(swish(x) · y) Wᵀ + b``."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
                 bias: torch.Tensor) -> torch.Tensor:
-        return _through(lambda a, b, w, c: F.linear(F.silu(a) * b, w, c),  # type: ignore[no-any-return]
-                        ctx, x, y, weight, bias)
+        return _glu_linear(F.silu, ctx, x, y, weight, bias)
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor, *args: Any) -> Any:
         return _back(ctx, dout)
 
 
-class SigmoidGLULinearFunction(torch.autograd.Function):
-    """fla: ``(σ(x) · y) Wᵀ + b``."""
+class SigmoidGLULinearFunction(SwiGLULinearFunction):
+    """fla: ``(σ(x) · y) Wᵀ + b`` (the same backward)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor,
                 bias: torch.Tensor) -> torch.Tensor:
-        return _through(lambda a, b, w, c: F.linear(torch.sigmoid(a) * b, w, c),  # type: ignore[no-any-return]
-                        ctx, x, y, weight, bias)
-
-    @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor, *args: Any) -> Any:
-        return _back(ctx, dout)
+        return _glu_linear(torch.sigmoid, ctx, x, y, weight, bias)
 
 
 class LigerDyTFunction(torch.autograd.Function):

@@ -366,8 +366,6 @@ def _signature(obj: Any, name: str, kind: str) -> str:
     return f"{name}({', '.join(params)})"
 
 
-
-
 def _what_to_do(broken: bool = False) -> str:
     """The end of a line refusing a kernel no op here takes: the ops, --op, the generic
     check (``broken``: its forward raised, so fixing it comes first)."""

@@ -40,6 +40,7 @@ from gradcheck_bi.kernels.adapting.recognise import (
     roles_of,
 )
 from gradcheck_bi.kernels.adapting.signature import (
+    _POSITIONAL,
     NO_OP,
     Slot,
     ctor_parameters,
@@ -49,8 +50,6 @@ from gradcheck_bi.kernels.adapting.signature import (
 from gradcheck_bi.ops import OPS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
-
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 ABSENT = "absent (γ = w)"
 BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
@@ -272,7 +271,7 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
             if unfilled:
                 return _unfilled(obj, kind, forward, kernel_args, unfilled)
             slots = _slots(forward, roles, None, kernel_args, name)
-            call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+            call = _FnCall(_callee(obj, kind), slots, kernel_args)
             taken = set()
     except KernelLoadError as exc:
         return Seen(why=str(exc))
@@ -283,6 +282,11 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
         return seen
     return replace(seen, flip=_flipped(obj, kind, name, kernel_args, forward, roles,
                                        frozenset(taken)))
+
+
+def _callee(obj: Any, kind: str) -> Any:
+    """What a call of the kernel calls: a Function's ``apply``, else the kernel itself."""
+    return obj.apply if kind == "function" else obj
 
 
 def _probe_roles(forward: list[inspect.Parameter]) -> dict[str, str | None]:
@@ -303,7 +307,7 @@ def _unfilled(obj: Any, kind: str, forward: list[inspect.Parameter],
         return Seen(why=f"no role fills {named}", unfilled=tuple(unfilled))
     order = ("x", "weight", "eps", "zcg")
     slots = [Slot(p.name, role) for p, role in zip(forward, order, strict=False)]
-    call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+    call = _FnCall(_callee(obj, kind), slots, kernel_args)
     seen = probe(call, frozenset(order[:len(forward)]), ("rms_norm",))
     if not seen.errors and not seen.raised:  # refused on every device here (CUDA-only):
         return seen  # read in Megatron's order, as a call of it is (.signature.call_slots)
@@ -322,7 +326,7 @@ def _flipped(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
             continue
         args = {**kernel_args, p.name: not p.default}
         slots = _slots(forward, roles, None, args, name)
-        seen = probe(_FnCall(obj.apply if kind == "function" else obj, slots, args), taken)
+        seen = probe(_FnCall(_callee(obj, kind), slots, args), taken)
         found = seen.match()
         if found is not None:
             return p.name, not p.default, found.words
@@ -440,7 +444,7 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
         target = obj.forward if kind == "function" else obj
         params = parameters(target, name)[1 if skip_first else 0:]
         slots = _slots(params, rec.roles, rec.op, kernel_args, name)
-        call = _FnCall(obj.apply if kind == "function" else obj, slots, kernel_args)
+        call = _FnCall(_callee(obj, kind), slots, kernel_args)
     used = {s.name for s in slots if s.role == "arg"}
     if kind != "module" and set(kernel_args) - used:
         extra = ", ".join(repr(e) for e in sorted(set(kernel_args) - used))
