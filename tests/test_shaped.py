@@ -73,6 +73,21 @@ def test_range_loss_is_derived_at_the_working_precision():
     assert bool((fp64.grad_absolute["t"] == 0).all()), fp64.grad_absolute
 
 
+def test_exact_zeros_stay_in_range_beside_a_value_below_it():
+    """An exact zero is in fp32's range and gets no α; a value below fp32's smallest normal
+    beside it does: the zeros do not hide it."""
+    x = torch.tensor([0.0, 1e-20, 3.0, 0.0, -2.0], dtype=torch.float64)
+    y = torch.tensor([5.0, 1e-20, 0.5, 7.0, 0.25], dtype=torch.float64)
+    g = torch.tensor([0.7, 1.3, -0.4, 0.9, 1.1], dtype=torch.float64)
+    m = derived(lambda t: {"p": t["x"] * t["y"]}, {"x": x, "y": y}, {"p": g}, ["x"],
+                reach=torch.float32)
+    alpha = m.output_absolute["p"]
+    assert float(alpha[1]) == float(x[1] * y[1]) and bool((alpha[[0, 2, 3, 4]] == 0).all()), alpha
+    zeros = derived(lambda t: {"p": t["x"] * t["y"]}, {"x": x, "y": y.clamp(min=1)},
+                    {"p": g}, ["x"], reach=torch.float32)
+    assert bool((zeros.output_absolute["p"] == 0).all()), zeros.output_absolute
+
+
 @pytest.mark.parametrize("op,args,kwargs", [
     (torch.ops.aten.add.Tensor, ("a", "b"), {"alpha": -3.0}),
     (torch.ops.aten.sub.Tensor, ("a", "b"), {}),
