@@ -350,3 +350,24 @@ def test_truncation_computed_only_where_the_judgement_needs_it(scale):
     tr = lazy_truncation(err, lambda part, t: sigma[part] + t, per, truncation)
     assert _judge(err, sigma + tr) == _judge(err, sigma + trunc)
     assert 0 < len(computed) < colours, computed
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7), (11,)])
+def test_a_direction_projected_from_its_factors_is_the_whole_tensors(shape):
+    """``‖t ∘ σ‖`` and ``Σ |t| α`` of a rank-one direction ``t = a bᵀ`` from its factors
+    (a matrix product over the rows) against the direction formed element by element."""
+    from gradcheck_bi.checks.shaped_directions import _projected, rank_one
+
+    gen = torch.Generator().manual_seed(5)
+    sigma = torch.rand(shape, generator=gen, dtype=torch.float64) * 1e3
+    alpha = torch.rand(shape, generator=gen, dtype=torch.float64)
+    factors = [rank_one(torch.Size(shape), gen, torch.device("cpu")) for _ in range(4)]
+    norms = _projected(sigma, factors, square=True).sqrt()
+    sums = _projected(alpha, factors)
+    for i, (a, b) in enumerate(factors):
+        t = a * b
+        assert t.shape == sigma.shape
+        want = float(torch.linalg.vector_norm(t * sigma))
+        assert math.isclose(float(norms[i]), want, rel_tol=1e-13), (i, float(norms[i]), want)
+        want = float((t.abs() * alpha).sum())
+        assert math.isclose(float(sums[i]), want, rel_tol=1e-13), (i, float(sums[i]), want)
