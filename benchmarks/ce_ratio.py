@@ -1,6 +1,7 @@
 """Cross-entropy's gradient check against its forward floor (the goal: ≤ 1.5×).
 
-    PYTHONPATH=. python benchmarks/ce_ratio.py [--shape 4096,128256] [--check dlogits]
+    PYTHONPATH=. python benchmarks/ce_ratio.py [--shape 4096,128256] [--check dlogits] \
+        [--profile N]
 
 Runs ``gradcheck_bi.check(ce, checks=[CHECK], shapes=[SHAPE], device=…)`` twice (the first
 warms up), where ``ce`` is ``torch.nn.functional.cross_entropy`` behind a function of the same
@@ -8,12 +9,16 @@ signature that counts its calls by their arguments' shapes, strides and options.
 **forward floor** is the calls a sampled check cannot avoid — the ones it made: Σ calls ×
 each signature's median time alone (20 reps, after 3), on inputs of that signature. The
 loop: ``benchmarks/floor_ratio.py``. Prints the check's wall time, the floor and their ratio,
-and the calls per signature.
+and the calls per signature; ``--profile N``: then one more run under cProfile, its N
+gradcheck_bi functions of most cumulative time (where the time above the floor goes).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 import sys
 from pathlib import Path
 
@@ -34,6 +39,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs", type=int, default=2, help="the last one is timed")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="one more run under cProfile: its N costliest gradcheck_bi functions")
     a = ap.parse_args()
     shape = tuple(int(s) for s in a.shape.split(","))
     counted, sync = Counted(), syncer(a.device)
@@ -47,9 +54,11 @@ def main() -> int:
         return F.cross_entropy(input, target, weight=weight, ignore_index=ignore_index,
                                reduction=reduction, label_smoothing=label_smoothing)
 
-    wall = timed_runs(lambda: gradcheck_bi.check(
-        cross_entropy, checks=[a.check], shapes=[shape], device=a.device, dtype=a.dtype,
-        raise_on_failure=False), counted, a.runs, sync)
+    def check() -> gradcheck_bi.Report:
+        return gradcheck_bi.check(cross_entropy, checks=[a.check], shapes=[shape],
+                                  device=a.device, dtype=a.dtype, raise_on_failure=False)
+
+    wall = timed_runs(check, counted, a.runs, sync)
 
     def once(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
              ignore_index: int, reduction: str, label_smoothing: float) -> None:
@@ -64,6 +73,13 @@ def main() -> int:
     print(f"cross_entropy --check {a.check} --shape {a.shape} --dtype {a.dtype} on "
           f"{a.device}: check {wall:.2f} s, forward floor {total:.2f} s, ratio "
           f"{wall / total:.2f}")
+    if a.profile:
+        prof = cProfile.Profile()
+        prof.runcall(lambda: (check(), sync()))
+        text = io.StringIO()
+        stats = pstats.Stats(prof, stream=text).sort_stats("cumulative")
+        stats.print_stats(r"gradcheck_bi/(?!api|runner|measure|workers)", a.profile)
+        print(text.getvalue().split("ncalls", 1)[-1].rstrip())
     return 0
 
 

@@ -73,6 +73,21 @@ def test_range_loss_is_derived_at_the_working_precision():
     assert bool((fp64.grad_absolute["t"] == 0).all()), fp64.grad_absolute
 
 
+def test_exact_zeros_stay_in_range_beside_a_value_below_it():
+    """An exact zero is in fp32's range and gets no α; a value below fp32's smallest normal
+    beside it does: the zeros do not hide it."""
+    x = torch.tensor([0.0, 1e-20, 3.0, 0.0, -2.0], dtype=torch.float64)
+    y = torch.tensor([5.0, 1e-20, 0.5, 7.0, 0.25], dtype=torch.float64)
+    g = torch.tensor([0.7, 1.3, -0.4, 0.9, 1.1], dtype=torch.float64)
+    m = derived(lambda t: {"p": t["x"] * t["y"]}, {"x": x, "y": y}, {"p": g}, ["x"],
+                reach=torch.float32)
+    alpha = m.output_absolute["p"]
+    assert float(alpha[1]) == float(x[1] * y[1]) and bool((alpha[[0, 2, 3, 4]] == 0).all()), alpha
+    zeros = derived(lambda t: {"p": t["x"] * t["y"]}, {"x": x, "y": y.clamp(min=1)},
+                    {"p": g}, ["x"], reach=torch.float32)
+    assert bool((zeros.output_absolute["p"] == 0).all()), zeros.output_absolute
+
+
 @pytest.mark.parametrize("op,args,kwargs", [
     (torch.ops.aten.add.Tensor, ("a", "b"), {"alpha": -3.0}),
     (torch.ops.aten.sub.Tensor, ("a", "b"), {}),
@@ -335,3 +350,24 @@ def test_truncation_computed_only_where_the_judgement_needs_it(scale):
     tr = lazy_truncation(err, lambda part, t: sigma[part] + t, per, truncation)
     assert _judge(err, sigma + tr) == _judge(err, sigma + trunc)
     assert 0 < len(computed) < colours, computed
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7), (11,)])
+def test_a_direction_projected_from_its_factors_is_the_whole_tensors(shape):
+    """``‖t ∘ σ‖`` and ``Σ |t| α`` of a rank-one direction ``t = a bᵀ`` from its factors
+    (a matrix product over the rows) against the direction formed element by element."""
+    from gradcheck_bi.checks.shaped_directions import _projected, rank_one
+
+    gen = torch.Generator().manual_seed(5)
+    sigma = torch.rand(shape, generator=gen, dtype=torch.float64) * 1e3
+    alpha = torch.rand(shape, generator=gen, dtype=torch.float64)
+    factors = [rank_one(torch.Size(shape), gen, torch.device("cpu")) for _ in range(4)]
+    norms = _projected(sigma, factors, square=True).sqrt()
+    sums = _projected(alpha, factors)
+    for i, (a, b) in enumerate(factors):
+        t = a * b
+        assert t.shape == sigma.shape
+        want = float(torch.linalg.vector_norm(t * sigma))
+        assert math.isclose(float(norms[i]), want, rel_tol=1e-13), (i, float(norms[i]), want)
+        want = float((t.abs() * alpha).sum())
+        assert math.isclose(float(sums[i]), want, rel_tol=1e-13), (i, float(sums[i]), want)

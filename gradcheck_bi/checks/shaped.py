@@ -18,7 +18,8 @@ ops.shaped`): forward, every gradient, batch invariance — with layouts and mut
 * ``batch_invariance``: bitwise, :mod:`gradcheck_bi.checks.shaped_batch`.
 
 A point and the calls of its kernel (what it wrote into watched):
-:mod:`gradcheck_bi.checks.shaped_point`.
+:mod:`gradcheck_bi.checks.shaped_point`; the random directions:
+:mod:`gradcheck_bi.checks.shaped_directions`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks.shaped_batch import check_batch
+from gradcheck_bi.checks.shaped_directions import directions
 from gradcheck_bi.checks.shaped_point import (
     Point,
     draw_key,
@@ -42,7 +44,6 @@ from gradcheck_bi.checks.shaped_point import (
 from gradcheck_bi.errors import Derived, derived, unit
 from gradcheck_bi.fd.budget import keep_freed_memory
 from gradcheck_bi.fd.plan import (
-    DIRECTIONS,
     LEVELS,
     combine,
     index_of,
@@ -500,100 +501,3 @@ def _level_sums(kernel: ShapedKernel, point: Point, tp: torch.Tensor,
                      for j in range(len(ys) // 2)]
         sums = [a + b for a, b in zip(sums, parts, strict=True)] if sums else parts
     return sums
-
-
-def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: float,
-               analytic: torch.Tensor, h: float, count: int = DIRECTIONS
-               ) -> list[tuple[float, float]]:
-    """``⟨d<role>, t⟩`` against central differences along random ``t`` over the whole
-    tensor: ``(error, tolerance)`` per direction.
-
-    A direction is :func:`rank_one`: an outer product of normals drawn per row and per
-    column. Drawing a normal per element cost more than the kernel's calls of a large CPU
-    check (0.23 s of fp32 normals a direction at (512, 32000), 80 directions a run).
-
-    Each level writes ``x ± o h t`` straight into the point's own tensor (through one fp64
-    buffer below fp64) and keeps the step it took (``x₊ − x₋``, exact) in another: no
-    whole-tensor temporary per call (at (512, 32000) they were a fifth of a check). The
-    truncation (level 4h: two of six calls) is computed for a direction the
-    noise alone does not pass: a passing one's tolerance is given without it."""
-    t = point.canonical()[role]
-    gen = torch.Generator(device=t.device).manual_seed(seed_of(point.cfg) + 2)
-    g = {k: v.to(torch.float64) for k, v in point.drawn.cotangents.items()}
-    noise = sum(float((g[k] ** 2 * m.output_sigma[k] ** 2).sum()) for k in g)
-    sig_g = m.grad_sigma[role]
-    # the forward's α (y₊, y₋ each off by up to α): level o off by Σ|g|α / (o h), E4(h) by
-    # 1.5 Σ|g|α / h; the kernel's gradient's α projected: Σ|t| α_grad
-    lost = 1.5 * sum(float((g[k].abs() * m.output_absolute[k]).sum()) for k in g) / h
-    abs_g = m.grad_absolute[role]
-    projected = bool((abs_g > 0).any())
-    flat_grad = analytic.reshape(-1)
-    orig = t.clone()
-    exact = orig.to(torch.float64)
-    moved_to = (torch.empty(t.shape, dtype=torch.float64, device=t.device)
-                if t.dtype != torch.float64 else None)
-    taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
-    out = []
-
-    def level(d: torch.Tensor, o: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Level ``o`` along ``d``: the finite difference's and the analytic gradient's
-        second-order estimates of ``⟨d<role>, t⟩``."""
-        ys = []
-        for sign in (1, -1):
-            if t.dtype == torch.float64:
-                torch.add(exact, d, alpha=sign * o * h, out=t)
-            else:  # rounded to the point's dtype, as the kernel gets it
-                t.copy_(torch.add(exact, d, alpha=sign * o * h, out=moved_to))
-            if sign > 0:
-                taken.copy_(t)
-            else:
-                taken.sub_(t)
-            ys.append(forward(kernel, point))
-        fd = sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g)
-        an = float(torch.dot(flat_grad, taken.reshape(-1)))
-        return (torch.tensor(fd / (2 * o * h), dtype=torch.float64),
-                torch.tensor(an / (2 * o * h), dtype=torch.float64))
-
-    def one() -> None:
-        """One random direction: its error and tolerance, appended to ``out``."""
-        d = rank_one(t.shape, gen, t.device)
-        fds, ans = map(list, zip(*(level(d, o) for o in LEVELS[:2]), strict=True))
-        e_fd, e_an = ((4 * e[0] - e[1]) / 3 for e in (fds, ans))  # combine's E4(h)
-        w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64)
-                          for o in LEVELS[:2]])
-        sigma_fd = u * math.sqrt(noise * float(w))
-        sigma_k = u * float(torch.linalg.vector_norm(d * sig_g))
-        err = abs(float(e_fd) - float(e_an))
-        tol = K_SIGMA * math.hypot(sigma_fd, sigma_k) + lost
-        if projected:
-            tol += float((d.abs() * abs_g).sum())
-        if not err <= tol:  # only then the truncation, from level 4h (two more calls)
-            fds.append(level(d, LEVELS[2])[0])
-            tol += K_TRUNC * float(combine(fds)[1])
-        out.append((err, tol))
-
-    try:
-        run_steps([one] * count, t.device)
-    finally:
-        t.copy_(orig)
-    return out
-
-
-
-
-def rank_one(shape: torch.Size, gen: torch.Generator, device: torch.device) -> torch.Tensor:
-    """A random direction of ``shape`` (fp64): ``a_r · b_c`` with ``a``, ``b`` standard
-    normals over the rows (every axis but the last, flattened) and the last axis.
-
-    As good a probe as a normal per element: for any fixed error ``e``, ``⟨e, a bᵀ⟩`` has
-    mean 0 and variance ``‖e‖²`` (the products ``a_r b_c`` are uncorrelated, of unit
-    variance), and it is 0 only where ``e``'s bilinear form vanishes on ``(a, b)``, a set of
-    probability 0 — a defect anywhere in the tensor shows in every direction almost surely.
-    It costs rows + columns normals and one product instead of a normal per element."""
-    if len(shape) < 2:
-        return torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
-    cols = shape[-1]
-    rows = math.prod(shape[:-1])
-    a = torch.randn(rows, 1, generator=gen, dtype=torch.float64, device=device)
-    b = torch.randn(1, cols, generator=gen, dtype=torch.float64, device=device)
-    return (a * b).reshape(shape)

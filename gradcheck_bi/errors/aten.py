@@ -126,7 +126,18 @@ def _decomposition(func: Any) -> Callable[..., Any] | None:
 
 
 def _magnitude(v: Any) -> Any:
-    return v.abs() if isinstance(v, torch.Tensor) else abs(v)
+    """``|v|``; a tensor expanded along an axis (a sum's gradient spread over its row) keeps
+    that axis expanded: its magnitudes computed once, not once per element it is read at."""
+    if not isinstance(v, torch.Tensor):
+        return abs(v)
+    wide = [d for d, (n, st) in enumerate(zip(v.shape, v.stride(), strict=True))
+            if st == 0 and n > 1]
+    if not wide:
+        return v.abs()
+    base = v
+    for d in wide:
+        base = base.narrow(d, 0, 1)
+    return base.abs().expand(v.shape)
 
 
 Slope = Callable[[tuple[Any, ...], dict[str, Any], torch.Tensor, int], Any]
@@ -141,7 +152,7 @@ SLOPES: dict[str, Slope] = {
     **dict.fromkeys(("div.Tensor", "div.Scalar"),
                     lambda a, kw, out, i: (1 / _magnitude(a[1]) if i == 0
                                            else (out / a[1]).abs())),
-    "exp.default": lambda a, kw, out, i: out.abs(),
+    "exp.default": lambda a, kw, out, i: out,  # never negative: its own magnitude
     "log.default": lambda a, kw, out, i: 1 / a[0].abs(),
     "where.self": lambda a, kw, out, i: a[0] if i == 1 else ~a[0],
 }

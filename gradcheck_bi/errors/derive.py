@@ -94,7 +94,7 @@ class Propagate(TorchDispatchMode):
         self.sigma: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.reach = Reach(reach) if reach is not None else None
         self.slopes: dict[int, Any] = {}  # the last pointwise op's, for α too
-        self.span: Any = None  # and its result's smallest and largest magnitude
+        self.span: Any = None  # and its result's magnitudes' range (Reach.span)
         self.unknown: set[str] = set()
         self.ran: set[str] = set()  # every aten op's name seen (what precision is plausible)
         self.gen = torch.Generator().manual_seed(0)
@@ -172,10 +172,11 @@ class Propagate(TorchDispatchMode):
         # in place on one buffer: at (512, 32000) every temporary is a 128 MiB pass
         mag = result.abs()
         if self.reach is not None:  # |result|'s range, while the buffer still holds it
-            self.span = torch.aminmax(mag) if mag.numel() else None
+            self.span = self.reach.span(mag)
         if name in TERMS:  # rounded relative to terms that cancel in the result
             mag = TERMS[name](args).abs().to(result.dtype)
-        var = mag.mul_(ROUNDINGS.get(name, 1.0)).square_()
+        c = ROUNDINGS.get(name, 1.0)
+        var = (mag.mul_(c) if c != 1.0 else mag).square_()
         rule = SLOPES.get(f"{name}.{func._overloadname}")
         for i, a in enumerate(args):
             s = self.of(a) if _is_float(a) else None
@@ -289,8 +290,8 @@ def forward_sigma(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]]
 
 
 def _sigma_or_zero(mode: Propagate, t: torch.Tensor) -> torch.Tensor:
-    s = mode.of(t)
-    return s.detach().clone() if s is not None else torch.zeros_like(t)
+    s = mode.of(t)  # no copy: nothing of the mode's outlives it but what it returns
+    return s.detach() if s is not None else torch.zeros_like(t)
 
 
 def _absolute_or_zero(a: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor:
@@ -346,7 +347,7 @@ def derived(reference: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
                                         [p[1] for p in pairs], allow_unused=True)
         values, sigma, absolute = {}, {}, {}
         for k, gr in zip(names, grads, strict=True):
-            values[k] = torch.zeros_like(leaves[k]) if gr is None else gr.detach().clone()
+            values[k] = torch.zeros_like(leaves[k]) if gr is None else gr.detach()
             sigma[k] = (torch.zeros_like(leaves[k]) if gr is None
                         else _sigma_or_zero(mode, gr))
             absolute[k] = (None if gr is None else mode.absolute.get(gr), values[k])

@@ -154,14 +154,27 @@ class Reach:
         assert total is not None
         return total.expand(result.shape).clone() if total.shape != result.shape else total
 
-    def _own(self, a: torch.Tensor | None, result: torch.Tensor, span: Any = None
-             ) -> torch.Tensor | None:
+    def span(self, mag: torch.Tensor) -> tuple[float, float] | None:
+        """``mag``'s (a result's magnitudes) least and largest value as the range sees
+        them: an exact zero is in every range, so where every value below ``tiny`` is one
+        (the maximum of a row minus itself, an ignored row's gradient), the least stands at
+        ``tiny``. Two counts decide it, not the three masks of :meth:`_own`'s search."""
+        if not mag.numel():
+            return None
+        lo, hi = (float(v) for v in torch.aminmax(mag))
+        if lo == 0.0 and int(torch.count_nonzero(mag < self.tiny)) \
+                == mag.numel() - int(torch.count_nonzero(mag)):
+            lo = self.tiny
+        return lo, hi
+
+    def _own(self, a: torch.Tensor | None, result: torch.Tensor,
+             span: tuple[float, float] | None = None) -> torch.Tensor | None:
         """The result's own range: ``∞`` above ``max`` (it is ``±inf`` there), ``|out|``
         below ``tiny`` (flushed or a subnormal); a non-finite carried ``α`` (an input's
         ``∞`` times a zero) is the result's magnitude."""
-        if span is None and result.numel():
-            span = torch.aminmax(result.abs())
-        if span is None or (float(span[1]) <= self.max and float(span[0]) >= self.tiny):
+        if span is None:
+            span = self.span(result.abs())
+        if span is None or (span[1] <= self.max and span[0] >= self.tiny):
             return a  # every value in range (the usual case: one pass, or none)
         mag = result.abs()
         over = mag > self.max
