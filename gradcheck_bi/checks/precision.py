@@ -9,7 +9,7 @@ bf16, the finest first, each coarser than the dtype) when
 
 * per element: ``|y_i - ref_i| ≤ u_p |ref_i| + compute_bound_i(u_p)`` — one rounding of the
   output plus the forward check's model of a correct kernel's arithmetic in ``p``
-  (:func:`~gradcheck_bi.tolerance.family.compute_bound`);
+  (:func:`~gradcheck_bi.tolerance.rows.compute_bound`);
 * unbiased: the mean of the rows' mean relative errors is within ``BIAS_SE`` standard errors
   of 0 (the rows' spread: a rounding of the row statistic is shared by a row) plus
   ``BIAS_U · u_p`` — a scaled output, a wrong eps, a wrong mean are systematic and stay out;
@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.family.point import make_point, reference
+from gradcheck_bi.checks.rows.point import make_point, reference
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import op_forward
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.record import ZCG
-from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.rows import compute_bound, forward_tolerances
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
 
 CANDIDATES = [(name, unit_roundoff(DTYPES[name])) for name in ("fp32", "fp16", "bf16")]

@@ -29,7 +29,7 @@ BIAS_CONTROLS = ("randn", "zeros")
 
 
 class Point(Protocol):
-    """What an op's functions read of a point (:class:`gradcheck_bi.checks.family.OpPoint`)."""
+    """What an op's functions read of a point (:class:`gradcheck_bi.checks.rows.OpPoint`)."""
 
     @property
     def op(self) -> Op: ...
@@ -90,7 +90,7 @@ CONTROL = chosen("control", CONTROLS, "weights", "γ controls", name="weight", c
                  label="γ")
 ZCG = PointAxis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg", label="zcg")
 GAMMA_AXES = (CONTROL, ZCG)
-# A β left unset is drawn randn (checks.family.point.make_point), as a plot's point draws it.
+# A β left unset is drawn randn (checks.rows.point.make_point), as a plot's point draws it.
 BETA_AXIS = chosen("bias", BIAS_CONTROLS, "biases", "β controls", json="op", cli="--bias",
                    label="β", swept=all_of(*BIAS_CONTROLS), unset="randn")
 WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones", axes=GAMMA_AXES)
@@ -148,7 +148,7 @@ class Op:
     # Inputs not scaled by a point's input_scale (a gate is not a signal).
     unscaled: tuple[str, ...] = ()
     # Which of a point's two further draws an input other than the first takes (0 or 1);
-    # one not named takes the first left (gradcheck_bi.checks.family.point.make_point).
+    # one not named takes the first left (gradcheck_bi.checks.rows.point.make_point).
     stream: dict[str, int] = field(default_factory=dict)
     # Per input and output: how many elements of the output one element of the input
     # moves (the row's statistic: D; a group; 1 for an elementwise path).

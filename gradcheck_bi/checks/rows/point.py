@@ -10,7 +10,7 @@ says not (``Op.unscaled``: a gate is not a signal). β: randn or zeros (its cont
 
 Also here, in fp64: the op's reference at the point (:func:`reference`) and its exact
 gradients by torch.autograd through that reference (:func:`exact_grads`) — what the
-rounding model (:mod:`gradcheck_bi.tolerance.family`) scales, never what a gradient is
+rounding model (:mod:`gradcheck_bi.tolerance.rows`) scales, never what a gradient is
 compared with.
 """
 

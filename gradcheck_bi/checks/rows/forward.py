@@ -2,7 +2,7 @@
 
 Each output the kernel returns is compared with the reference (:mod:`gradcheck_bi.ops.
 references`, effective γ and β) and held to its tolerance
-(:func:`gradcheck_bi.tolerance.family.forward_tolerances`: RMSNorm's bound over the
+(:func:`gradcheck_bi.tolerance.rows.forward_tolerances`: RMSNorm's bound over the
 statistic's terms with the op's extra roundings, the layer norm's mean, ``residual_out``'s
 one addition). The check passes when every output is within its tolerance, and the forward
 with grad enabled gives every output bitwise (as for RMSNorm: no untested training path).
@@ -18,8 +18,8 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.checks._measure import bitwise_diff, locate, measured_per_element, nonfinite
-from gradcheck_bi.checks.family.lift import LIFT_NAMES
-from gradcheck_bi.checks.family.point import (
+from gradcheck_bi.checks.rows.lift import LIFT_NAMES
+from gradcheck_bi.checks.rows.point import (
     OpPoint,
     lifted_point,
     make_point,
@@ -28,7 +28,6 @@ from gradcheck_bi.checks.family.point import (
     stored,
 )
 from gradcheck_bi.kernels.calling.opcall import op_forward
-from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.half import (
     FRAC_THRESHOLD,
     MAX_ULP_THRESHOLD,
@@ -36,6 +35,7 @@ from gradcheck_bi.tolerance.half import (
     higher_margin,
 )
 from gradcheck_bi.tolerance.noise import judged_roundoff, unit_roundoff
+from gradcheck_bi.tolerance.rows import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.rules import fd_tolerance, overridden
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
@@ -153,7 +153,7 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
                          ) -> Measurement:
     """bf16/fp16: every output audited in ulps against its exact fp64 reference (the
     inputs upcast exactly), RMSNorm's rule (:func:`gradcheck_bi.lowp.passes`) with each
-    element's fp32 arithmetic (:func:`gradcheck_bi.tolerance.family.compute_bound`) added
+    element's fp32 arithmetic (:func:`gradcheck_bi.tolerance.rows.compute_bound`) added
     to its ulp threshold. An op with a stored intermediate (``Op.stored``: the fused add's
     ``residual_out``, rounded once, what Liger and vLLM normalise) passes ``y`` against either."""
     ref = reference(point)

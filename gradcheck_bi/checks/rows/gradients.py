@@ -12,7 +12,7 @@ Steps, per row: ``h_rel`` (as RMSNorm's, by dtype) times the length over which t
 bends as one element moves (the op's ``step_scale``: the statistic's row length ``sqrt(Σ v²
 + n·eps)`` of what is normalised, the scale of silu for a gate). A power of two.
 Tolerance per element as for RMSNorm: the finite difference's measured noise floor and
-Richardson truncation, with the kernel's own rounding (:mod:`gradcheck_bi.tolerance.family`)
+Richardson truncation, with the kernel's own rounding (:mod:`gradcheck_bi.tolerance.rows`)
 in quadrature.
 """
 
@@ -25,21 +25,21 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.directional import check_directional
-from gradcheck_bi.checks.family.point import (
+from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
+from gradcheck_bi.checks.rows.directional import check_directional
+from gradcheck_bi.checks.rows.point import (
     ExactGrads,
     OpPoint,
     input_forward,
     make_point,
     returns_y_alone,
 )
-from gradcheck_bi.checks.family.step_choice import step_rel_of
-from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
+from gradcheck_bi.checks.rows.step_choice import step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.calling.opcall import op_forward, op_grads
-from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
+from gradcheck_bi.tolerance.rows import kernel_sigma, shared_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 

@@ -1,4 +1,5 @@
-"""The tolerances of the family's ops, written once against the op's record.
+"""The tolerances of the row ops (inputs that share rows, hand-written rounding models),
+written once against the op's record.
 
 The template is RMSNorm's (:mod:`.summation`); everything is computed from the point's inputs,
 cotangents and *exact* fp64 gradients (autograd through the reference), never from the
@@ -115,7 +116,7 @@ def _offset_moves(point: Point, name: str, u_c: float) -> torch.Tensor | float:
     weight moves it. In γ's zero-centred mode a kernel forms ``γ = 1 + w`` from the stored
     ``w``, off by up to ``u |w|``; where γ is near 0 (``w`` near −1) that is many times the
     ``u |γ|`` of the product by γ that ``factor`` counts (Gemma's fp32 ``1 + w`` at γ = 0.008
-    moves y by ~120 u |y|). Every op of the family is affine in γ column by column, so the
+    moves y by ~120 u |y|). Every row op is affine in γ column by column, so the
     output moves by ``|y(γ + |w|) − y(γ)|``. Only where ``w`` is rounded on its way in: the
     compute precision ``u_c`` coarser than the stored dtype's (a bf16 ``w`` is exact in fp32)."""
     if not point.zcg or "weight" not in point.effective:
