@@ -107,7 +107,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
                               judged_roundoff(torch.promote_types(dtype, torch.float32),
                                               working))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}
-    worst_name, worst_ratio = "y", -1.0
+    worst_name, worst_ratio = point.op.outputs[0], -1.0
     errs = {n: (y.to(torch.float64) - ref[n]).abs() for n, y in outs.items()}
     for name, err in errs.items():
         tol = overridden(tols[name], float(ref[name].abs().max()), cfg)
@@ -159,8 +159,9 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
     ref = reference(point)
     refs = {n: [("exact", ref[n])] for n in outs}
     if point.op.stored is not None:  # the fused add's y: s as stored
-        refs["y"].append((f"{point.op.stored.label} (rounded to {cfg.dtype})",
-                          reference(stored(point))["y"]))
+        first = point.op.outputs[0]
+        refs[first].append((f"{point.op.stored.label} (rounded to {cfg.dtype})",
+                            reference(stored(point))[first]))
     details: dict[str, Any] = {"method": "ulp audit", "reference": f"{REFERENCE}, exact",
                                "outputs": list(outs), **returns_y_alone(point, list(outs))}
     worst: Measurement | None = None

@@ -62,12 +62,12 @@ Tensors = dict[str, torch.Tensor]
 def param_terms(point: OpPoint, name: str) -> torch.Tensor:
     """``g ∂y/∂p`` per row, ``(R, D)`` fp64, from the reference (``y`` is linear in γ and
     β): the terms of a parameter's gradient where no finite difference measured them."""
-    eff = point.effective
+    eff, y = point.effective, point.op.outputs[0]  # the output the parameters reach
     d = point.lead.shape[-1]
-    y0 = reference(point)["y"]
+    y0 = reference(point)[y]
     y1 = point.op.reference(point.inputs64, {**eff, name: eff[name] + 1.0},
-                            point.options)["y"]
-    return (point.cotangents["y"].to(torch.float64) * (y1 - y0)).reshape(-1, d)
+                            point.options)[y]
+    return (point.cotangents[y].to(torch.float64) * (y1 - y0)).reshape(-1, d)
 
 
 def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str],
