@@ -263,7 +263,8 @@ def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
     if op.gradient_checks[cfg.check] not in op.inputs:  # y is linear in γ and β: no truncation
         truncation = None
     return Curve(spec.name, cfg.control, cfg.zero_centered_gamma, list(steps), errs,
-                 float(grad.analytic.abs().max()), rounding, truncation, op.has("weight"))
+                 float(grad.analytic.abs().max()), rounding, truncation,
+                 op.offset_param is not None)
 
 
 def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:

@@ -166,7 +166,7 @@ class Table:
     @property
     def weighted(self) -> bool:
         """Whether the op has a weight: γ controls and zcg exist (its record says)."""
-        return self.column is None and OPS[self.op].has("weight")
+        return self.column is None and OPS[self.op].offset_param is not None
 
     @property
     def controls(self) -> tuple[str, ...]:
