@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/lowp_forward_table.py [--device cpu|cuda]
 
-Runs the forward check (gradcheck_bi.checks.family.forward, the ulp audit of gradcheck_bi.lowp) on
+Runs the forward check (gradcheck_bi.checks.rows.forward, the ulp audit of gradcheck_bi.lowp) on
 two correct single-rounding kernels (`after`, tests/independent/rmsnorm_ref.py) and on the
 three forward mutants that round twice (tests/mutants/m31-m33), over bf16/fp16 × D ∈ {64,
 256, 1000, 4096} × 5 seeds × γ ∈ {randn, randn·100, ones} × zcg off/on. Prints, per kernel

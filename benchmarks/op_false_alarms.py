@@ -1,4 +1,4 @@
-"""False alarms of the family's other ops: ≥ 200 random configurations per dtype per op.
+"""False alarms of the other row ops: ≥ 200 random configurations per dtype per op.
 
     PYTHONPATH=. python benchmarks/op_false_alarms.py [N] [--dtypes fp64,fp32,bf16] [--ops OP,…]
         [--device cuda]

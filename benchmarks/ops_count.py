@@ -30,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from gradcheck_bi.checks.family import run_op_check
+from gradcheck_bi.checks.rows import run_op_check
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.ops import OPS

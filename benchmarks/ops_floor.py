@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.family import make_point, run_op_check
+from gradcheck_bi.checks.rows import make_point, run_op_check
 from gradcheck_bi.fd.coloured import plan
 from gradcheck_bi.fd.stencil import CENTRAL4
 from gradcheck_bi.fd.threads import cpu_threads, run_steps

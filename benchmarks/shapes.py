@@ -46,7 +46,7 @@ class Recorder:
     """A kernel that counts what its forward (``x``) and hand-written backward (the
     cotangent of ``y``) receive, then runs the kernel it wraps.
 
-    Both kinds of kernel are wrapped: an RMSNorm Function (``apply``) and a family op's
+    Both kinds of kernel are wrapped: an RMSNorm Function (``apply``) and a row op's
     adapter (``call``, the ``x`` input and the first output's cotangent). It does not
     pickle, so finite differences run every chunk in this process, where it can count.
     """

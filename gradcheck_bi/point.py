@@ -52,9 +52,9 @@ from gradcheck_bi.ops.fields import list_of as list_of
 from gradcheck_bi.vocab import (
     DEVICES,
     DTYPES,
-    NORM_ONLY,
     OP_FIELDS,
     PRECISIONS,
+    ROW_ONLY,
     Config,
 )
 
@@ -167,8 +167,8 @@ KEY_NAMES = tuple(a.public for a in AXES if a.json != "never")
 SETTING_NAMES = tuple(a.public for a in AXES if a.setting)
 CASE_KEYS: dict[str, Callable[[Any], Any]] = {k: a.rule for k, a in BY_KEY.items()}
 assert OP_FIELDS == tuple(a.public for a in AXES if a.json == "op"), "vocab.OP_FIELDS"
-# What a result of an op of any shape leaves out of its JSON (vocab.NORM_ONLY), read back
-NORM_DEFAULTS = {a.public: a.default for a in AXES if a.public in NORM_ONLY}
+# What a result of an op of any shape leaves out of its JSON (vocab.ROW_ONLY), read back
+ROW_DEFAULTS = {a.public: a.default for a in AXES if a.public in ROW_ONLY}
 
 
 def public(cfg: Config, acting: Iterable[str]) -> dict[str, Any]:

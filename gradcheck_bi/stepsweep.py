@@ -22,7 +22,7 @@ Steps go by powers of two: each row's step is rounded to one anyway, so finer sa
 would only repeat points.
 
 Each gradient is measured by the engine ``run`` measures it with
-(:func:`gradcheck_bi.checks.at_step.gradient`, :mod:`gradcheck_bi.checks.family.gradients`),
+(:func:`gradcheck_bi.checks.at_step.gradient`, :mod:`gradcheck_bi.checks.rows.gradients`),
 on the same point, so a curve's point at ``run_step_rel`` is the error ``run`` reports.
 
 Numbers only here; :mod:`gradcheck_bi.report.plot` draws them (PNG or plain text).
@@ -263,7 +263,8 @@ def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
     if op.gradient_checks[cfg.check] not in op.inputs:  # y is linear in γ and β: no truncation
         truncation = None
     return Curve(spec.name, cfg.control, cfg.zero_centered_gamma, list(steps), errs,
-                 float(grad.analytic.abs().max()), rounding, truncation, op.has("weight"))
+                 float(grad.analytic.abs().max()), rounding, truncation,
+                 op.offset_param is not None)
 
 
 def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
@@ -313,7 +314,7 @@ def step_sweep(
 
     ``check`` is the gradient plotted (``dx``, or any other the kernels' op has); every
     kernel must compute the same op (a ``ValueError`` otherwise). Data are drawn exactly as
-    ``run`` draws them (:func:`gradcheck_bi.checks.family.point.make_point`), so a curve's
+    ``run`` draws them (:func:`gradcheck_bi.checks.rows.point.make_point`), so a curve's
     point at ``run_step_rel`` is the error ``run`` reports for the same options.
     """
     if dtype in HALF_DTYPES:

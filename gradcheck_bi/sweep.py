@@ -123,13 +123,14 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 continue
             if check not in checks_of(spec):  # e.g. dz asked of an RMSNorm, dw of no weight
                 continue
-            if (control != sweep.weights[0] or zcg) and not takes(spec, "weight"):
+            gamma = OPS[spec.op].offset_param  # what the point's control and zcg act on
+            if (control != sweep.weights[0] or zcg) and not takes_gamma(spec):
                 continue  # no γ: its controls and zcg would repeat one point
             if layout.startswith("weight-") and not any(takes(spec, p.name)
                                                         for p in OPS[spec.op].params):
                 continue
-            if OPS[spec.op].has("weight") and not takes(spec, "weight"):
-                control = OPS[spec.op].param("weight").identity  # γ ≡ 1: no affine
+            if gamma is not None and not takes_gamma(spec):
+                control = gamma.identity  # γ ≡ 1: no affine
             mode: dict[str, Any] = {BY_KEY["zcg"].field: zcg}  # γ's mode (ops.record.ZCG)
             cfg = Config(
                 check=check, device=device, dtype=dtype, shape=tuple(shape), eps=eps,
@@ -240,6 +241,13 @@ def takes(spec: KernelSpec, name: str) -> bool:
     return OPS[spec.op].has(name) and name not in dict(spec.fixed)
 
 
+def takes_gamma(spec: KernelSpec) -> bool:
+    """Whether the kernel takes the parameter its point's control and zcg act on (its op's
+    :attr:`~gradcheck_bi.ops.record.Op.offset_param`, γ)."""
+    gamma = OPS[spec.op].offset_param
+    return gamma is not None and takes(spec, gamma.name)
+
+
 def checks_of(spec: KernelSpec) -> tuple[str, ...]:
     """Its op's checks, less those of the parameters it does not take."""
     if spec.op in SHAPED:
@@ -315,7 +323,7 @@ def _axes_not_run(sweeps: list[Sweep], spec: KernelSpec) -> list[str]:
     lines = [f"{spec.name}: {why}" for why in _layouts_lacking(sweeps, spec)]
     if spec.op in SHAPED:  # its own axes, no γ: only a layout it does not have is left out
         return lines
-    if not takes(spec, "weight"):
+    if not takes_gamma(spec):
         return lines
     return lines + [spec.not_run(zcg) for zcg in _dropped_zcg(sweeps, spec)]
 

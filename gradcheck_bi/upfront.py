@@ -24,7 +24,7 @@ from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
 def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
     """Refuse up front (``fd.MemoryBudgetError``, with the estimate) a run one of whose
     finite-difference checks cannot fit in its memory budget: an RMSNorm's dx and dw and a
-    parameter check of the family by :func:`fd.check_budget`, an input check of the family
+    parameter check of another row op by :func:`fd.check_budget`, an input check of a row op
     (one perturbed column of every row per call) by :func:`fd.coloured.check_input_budget`."""
     seen: set[tuple[Any, ...]] = set()
     for _, cfg, _ in points:

@@ -170,17 +170,17 @@ class Result:
     working_precision: str | None = None
     # An op's own axes' values (Config.variant); in the JSON only then.
     variant: dict[str, Any] | None = None
-    # Whether the norms' axes (NORM_ONLY) mean anything here: not for an op of any shape,
-    # whose JSON leaves them out. Never in the JSON itself.
-    norm_axes: bool = field(default=True, repr=False)
+    # Whether the point has the row ops' axes (ROW_ONLY: eps, γ's control and mode, the
+    # scales): not an op of any shape's, whose JSON leaves them out. Never in the JSON itself.
+    row_axes: bool = field(default=True, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         del d["trace"]
         if d["variant"] is None:
             del d["variant"]
-        if not d.pop("norm_axes"):  # an op of any shape: the norms' axes mean nothing there
-            for key in NORM_ONLY:  # but an input scale its op draws at (ShapedOp.scaled)
+        if not d.pop("row_axes"):  # an op of any shape: the row ops' axes mean nothing there
+            for key in ROW_ONLY:  # but an input scale its op draws at (ShapedOp.scaled)
                 if key != "input_scale" or d[key] == 1.0:
                     del d[key]
         extra = {k: d.pop(k) for k in OP_FIELDS}
@@ -199,8 +199,8 @@ class Result:
 
 
 OP_FIELDS = ("op", "bias", "group_size", "norm_before_gate")
-# A norm's axes, left out of the JSON of an op of any shape (a result with a variant)
-NORM_ONLY = ("eps", "weight", "zero_centered_gamma", "input_scale", "weight_scale")
+# The row ops' axes, left out of the JSON of an op of any shape (a result with a variant)
+ROW_ONLY = ("eps", "weight", "zero_centered_gamma", "input_scale", "weight_scale")
 
 
 def _with_op_fields(d: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

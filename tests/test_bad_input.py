@@ -171,7 +171,7 @@ def test_shape_over_the_memory_budget_is_refused_up_front(capsys: Any, tmp_path:
                        needles=("needs at least", "memory budget"))
 
 
-def test_family_shape_over_the_budget_is_refused_up_front(capsys: Any, tmp_path: Path) -> None:
+def test_row_op_shape_over_the_budget_is_refused_up_front(capsys: Any, tmp_path: Path) -> None:
     """A layer norm's dx perturbs one column of every row per call, which needs more than
     the row-chunked estimator's budget (``fd.memory_estimate``): a budget between the two is
     refused with the estimate of the check that runs (exit 2), not run into 'unsupported'
@@ -184,9 +184,9 @@ def test_family_shape_over_the_budget_is_refused_up_front(capsys: Any, tmp_path:
     from gradcheck_bi.fd.coloured import least_bytes
 
     shape = (8, 64)
-    rms, family = memory_estimate(8, 64, CENTRAL4, torch.float64), least_bytes(shape)
-    assert rms < family
-    between = str(math.isqrt(rms * family))
+    rms, row_op = memory_estimate(8, 64, CENTRAL4, torch.float64), least_bytes(shape)
+    assert rms < row_op
+    between = str(math.isqrt(rms * row_op))
     layer_norm = str(Path(__file__).parent / "kernels" / "layer_norm.py")
     common = ("--device", "cpu", "--dtype", "fp64", "--shape", "8,64", "--check", "dx",
               "--max-memory", between, "--zcg", "off", "--weight", "randn")

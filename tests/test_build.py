@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gradcheck_bi import check, cli
-from gradcheck_bi.checks.family import run_op_check
+from gradcheck_bi.checks.rows import run_op_check
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.build import Builder, own_eps
 from gradcheck_bi.kernels.adapting.loader import normal_ref
@@ -35,7 +35,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, 
 
 
 def weightless_results(ref: str, dtype: str) -> list[tuple[str, str, float, float]]:
-    """Every point of a weightless module run by the family's engine (what H2's routing
+    """Every point of a weightless module run by the row ops' engine (what H2's routing
     of an rms_norm without weight does): (check, status-like verdict, error, tolerance)."""
     spec = resolve(ref)
     sweep = Sweep(kernels=[ref], targets=[("cpu", dtype)], shapes=[(3, 16)],

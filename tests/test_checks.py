@@ -218,7 +218,7 @@ def test_a_fail_within_tolerance_is_not_described_as_over_it() -> None:
 def test_batch_filler_rows_are_shared_but_never_modified() -> None:
     import torch
 
-    from gradcheck_bi.checks.family import batch as bi
+    from gradcheck_bi.checks.rows import batch as bi
 
     def fillers():  # RMSNorm's: x scaled, its cotangent not
         return bi._fillers(5, 40, 2.0, ("x", "y"), ("x",))

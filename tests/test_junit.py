@@ -88,7 +88,7 @@ def test_control_characters_in_kernel_messages_stay_valid_xml() -> None:
     assert text is not None and "& <tag>" in text and "\x00" not in text
 
 
-def test_family_results_that_differ_only_in_an_op_axis_get_their_own_names() -> None:
+def test_row_op_results_that_differ_only_in_an_op_axis_get_their_own_names() -> None:
     # GitLab keeps the first of two testcases sharing (classname, name): a layer norm's
     # β = randn and β = zeros results, or a gated norm's two group sizes, must differ.
     rows = [_result(op="layer_norm", bias="randn"), _result(op="layer_norm", bias="zeros"),

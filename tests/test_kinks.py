@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.family.gradients import check_op_gradient
+from gradcheck_bi.checks.rows.gradients import check_op_gradient
 from gradcheck_bi.fd.refine import REFINE, refine_elements
 from gradcheck_bi.fd.weight import weight_shape
 from gradcheck_bi.kernels.adapting.loader import load
@@ -99,7 +99,7 @@ def test_a_weight_inside_the_norm(control: str) -> None:
 
 @pytest.mark.parametrize("check", ["dx", "dw", "dbias"])
 @pytest.mark.parametrize("attr", ["relu_layer_norm", "torch_relu_layer_norm"])
-def test_family_relu_layer_norm_passes(attr: str, check: str) -> None:
+def test_relu_layer_norm_passes(attr: str, check: str) -> None:
     cfg = Config(check=check, op="layer_norm", bias="randn", control="randn")
     m = check_op_gradient(_fn(attr), cfg)
     assert m.passed, _explain(m)
@@ -107,7 +107,7 @@ def test_family_relu_layer_norm_passes(attr: str, check: str) -> None:
 
 
 @pytest.mark.parametrize("check", ["dx", "dw", "dbias"])
-def test_family_defect_away_from_the_kinks_fails(check: str) -> None:
+def test_a_layer_norm_defect_away_from_the_kinks_fails(check: str) -> None:
     cfg = Config(check=check, op="layer_norm", bias="randn", control="randn")
     m = check_op_gradient(_fn("relu_layer_norm_defect"), cfg)
     assert not m.passed and m.max_abs_err > 1e6 * m.tolerance, _explain(m)

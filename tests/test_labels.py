@@ -69,7 +69,7 @@ def _result(cfg: Config) -> Result:
                   layout=cfg.layout, op=cfg.op, bias=cfg.bias, group_size=cfg.group_size,
                   norm_before_gate=cfg.norm_before_gate,
                   variant=dict(cfg.variant) if cfg.variant else None,
-                  norm_axes=cfg.op not in SHAPED)
+                  row_axes=cfg.op not in SHAPED)
 
 
 @pytest.mark.parametrize("fields,label,_", POINTS, ids=[f"{p['op']}-{i}" for i, (p, _, _)

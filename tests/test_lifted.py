@@ -1,4 +1,4 @@
-"""bf16/fp16 gradients checked by lifting (gradcheck_bi/checks/family/lift.py, lifted.py)."""
+"""bf16/fp16 gradients checked by lifting (gradcheck_bi/checks/rows/lift.py, lifted.py)."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "independent"))
 from hand_vs_derived import compare, compare_at
 
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.family import forward as forward_check
-from gradcheck_bi.checks.family import make_point, reference
-from gradcheck_bi.checks.family.point import OpPoint
+from gradcheck_bi.checks.rows import forward as forward_check
+from gradcheck_bi.checks.rows import make_point, reference
+from gradcheck_bi.checks.rows.point import OpPoint
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.ops.fused_add_rms_norm import OPS_ADD
 from gradcheck_bi.tolerance.noise import K_SIGMA

@@ -1,4 +1,4 @@
-"""The norm family (gradcheck_bi.ops, gradcheck_bi.checks.family): references, engine,
+"""The norm family (gradcheck_bi.ops, gradcheck_bi.checks.rows): references, engine,
 recognition, the sweep and the JSON, each checked against something written independently.
 
 The references are compared with formulas written here (and torch's own layer_norm); the
@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 from gradcheck_bi import cli
 from gradcheck_bi.checks import run_check
-from gradcheck_bi.checks.family import exact_grads, make_point, reference
-from gradcheck_bi.checks.family import point as family_point
-from gradcheck_bi.checks.family.gradients import reach
+from gradcheck_bi.checks.rows import exact_grads, make_point, reference
+from gradcheck_bi.checks.rows import point as rows_point
+from gradcheck_bi.checks.rows.gradients import reach
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
 from gradcheck_bi.kernels import resolve
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KERNELS = {"fused_add_rms_norm": "tests/kernels/fused_add_rms_norm.py",
            "layer_norm": "tests/kernels/layer_norm.py",
            "rms_norm_gated": "tests/kernels/rms_norm_gated.py"}
-SHAPES = "tests/kernels/family_shapes.py"
+SHAPES = "tests/kernels/norm_shapes.py"
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -98,10 +98,10 @@ def test_correct_kernels_match_autograd_through_the_reference(op: str) -> None:
 def test_exact_grads_are_computed_when_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
     p = make_point(Config(check="dx", op="fused_add_rms_norm", shape=(3, 16)))
     passes: list[int] = []
-    eager = family_point.exact_grads
-    monkeypatch.setattr(family_point, "exact_grads",
+    eager = rows_point.exact_grads
+    monkeypatch.setattr(rows_point, "exact_grads",
                         lambda point: passes.append(1) or eager(point))  # type: ignore[func-returns-value]
-    lazy = family_point.ExactGrads(p)
+    lazy = rows_point.ExactGrads(p)
     assert passes == [], "nothing read, no autograd pass"
     want = eager(p)
     assert list(lazy) == list(want) and len(lazy) == len(want)
@@ -266,7 +266,7 @@ def test_ops_command_lists_every_op_and_the_names(capsys: pytest.CaptureFixture[
 
 
 def test_cli_picks_the_other_ops_axes(capsys: pytest.CaptureFixture[str]) -> None:
-    """--bias, --group-size and --norm-before-gate set the family's own axes, as the case
+    """--bias, --group-size and --norm-before-gate set the other row ops' own axes, as the case
     keys biases, group_sizes and norm_before_gate do; a bad value is one line, exit 2."""
     def results(*args: str) -> list[dict]:
         code = cli.main(["run", "--check", "forward", "--weight", "randn", "--shape", "3,40",
@@ -293,7 +293,7 @@ def test_layouts_reach_every_input_and_cotangent_of_the_other_ops(
     """A fused add that reads residual (or residual_out's cotangent) as if it were
     contiguous passes on contiguous tensors and fails in its layout: x-… lays out every
     input shaped like x, grad-… the cotangent of every output."""
-    code = cli.main(["run", "--kernel", f"{ROOT}/tests/kernels/family_layouts.py:{attr}",
+    code = cli.main(["run", "--kernel", f"{ROOT}/tests/kernels/norm_layouts.py:{attr}",
                      "--shape", "2,3,24", "--weight", "randn", "--zcg", "off",
                      "--check", "dx,dresidual", "--layout", f"contiguous,{layout}",
                      "--format", "json", "--no-progress"])
@@ -348,8 +348,8 @@ def test_layer_norm_two_features_half_precision_ties_are_not_a_false_alarm() -> 
     assert m.details["ties_within_fp32_y"] >= 5
 
 
-def test_family_differences_keep_to_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--max-memory reaches the family's finite differences: a small budget splits the
+def test_row_op_differences_keep_to_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--max-memory reaches the row ops' finite differences: a small budget splits the
     columns into more calls with the same bits, and one that cannot hold a call of one
     column is refused with the estimate (the check is then unsupported, not an error)."""
     from gradcheck_bi.fd import MemoryBudgetError

@@ -231,7 +231,7 @@ def test_point_at_the_run_step_is_the_error_run_reports() -> None:
         assert at_run == measured, f"{c.kernel}: plot {at_run!r} vs run {measured!r}"
 
 
-# The family's other ops (plot once called RMSNorm's `apply` on every op kernel: 86eb384). One
+# The other row ops (plot once called RMSNorm's `apply` on every op kernel: 86eb384). One
 # correct kernel per op, its other gradient, and a mutant of the family's catalogue whose
 # defect shows in that gradient at γ=randn.
 ROOT = Path(__file__).resolve().parent.parent

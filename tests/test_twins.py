@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.rows.point import make_point
 from gradcheck_bi.checks.twins import Twins
 from gradcheck_bi.inputs import make_inputs
 from gradcheck_bi.kernels import resolve
@@ -105,7 +105,7 @@ def test_a_small_layout_slip_is_not_absorbed_by_the_margin() -> None:
 
 @pytest.mark.parametrize("kernel", ["fused_add_rms_norm.py:FusedAddRMSNorm",
                                     "layer_norm.py:LayerNorm"])
-def test_the_family_is_judged_by_twins_too(kernel: str) -> None:
+def test_the_other_row_ops_are_judged_by_twins_too(kernel: str) -> None:
     pairs = _both(f"{KERNELS}/{kernel}", layouts=("contiguous", "x-strided", "grad-strided"))
     judged = [t for t, _ in pairs if t.layout != "contiguous" and t.check != "forward"]
     # The layer norm's dbias sums a strided cotangent in another order: within the margin.
@@ -118,8 +118,8 @@ def test_the_family_is_judged_by_twins_too(kernel: str) -> None:
 
 
 @pytest.mark.parametrize("attr", ["ResidualAssumedContiguous", "ResidualGradAssumedContiguous"])
-def test_the_family_layout_mutants_fail_at_their_layout(attr: str) -> None:
-    pairs = _both(f"{KERNELS}/family_layouts.py:{attr}",
+def test_the_fused_add_layout_mutants_fail_at_their_layout(attr: str) -> None:
+    pairs = _both(f"{KERNELS}/norm_layouts.py:{attr}",
                   layouts=("contiguous", "x-strided", "grad-strided"))
     assert {t.status for t, _ in pairs if t.layout == "contiguous"} == {"pass"}
     assert any(t.status == "fail" for t, _ in pairs)

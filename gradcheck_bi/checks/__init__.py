@@ -4,9 +4,11 @@ Each check takes a kernel and one :class:`~gradcheck_bi.vocab.Config` — op, de
 shape, eps, seed, γ control and its zero-centred mode — and returns a
 :class:`~gradcheck_bi.vocab.Measurement`: the max abs error, the tolerance it is held to,
 where the worst element is, and what produced the number (reference, stencil, step, noise
-floor). One engine for every op (:mod:`.family`), driven by the op's record
-(:mod:`gradcheck_bi.ops`); an RMSNorm kernel with Megatron's ``apply`` is called through the
-same path (:func:`gradcheck_bi.kernels.adapting.asop.as_op_kernel`).
+floor). One engine for every op whose inputs share rows (:mod:`.rows`, its record an
+:class:`~gradcheck_bi.ops.record.Op`), one for every other op (:mod:`.shaped`), each
+driven by the op's record (:mod:`gradcheck_bi.ops`); an RMSNorm kernel with Megatron's
+``apply`` is called through the same path
+(:func:`gradcheck_bi.kernels.adapting.asop.as_op_kernel`).
 
 * ``forward`` — every output against the op's fp64 reference;
 * ``d<input>`` / ``d<parameter>`` (dx, dw, …) — the analytic backward against central
@@ -22,8 +24,8 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.family import run_op_check
-from gradcheck_bi.checks.family.batch import batch_sizes
+from gradcheck_bi.checks.rows import run_op_check
+from gradcheck_bi.checks.rows.batch import batch_sizes
 from gradcheck_bi.checks.shaped import run_shaped_check
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.ops import OPS, SHAPED

@@ -2,8 +2,8 @@
 
 ``gradcheck-bi plot`` (:mod:`gradcheck_bi.stepsweep`) sweeps the step of the estimate that a
 gradient check compares the kernel's analytic gradient with. Every op, RMSNorm too, is
-measured as :func:`gradcheck_bi.checks.run_check` measures it (:mod:`.family.gradients`: every
-output against its cotangent, at the point :func:`.family.point.make_point` builds), so at
+measured as :func:`gradcheck_bi.checks.run_check` measures it (:mod:`.rows.gradients`: every
+output against its cotangent, at the point :func:`.rows.point.make_point` builds), so at
 run's step the estimate is run's, bit for bit.
 
 >>> from gradcheck_bi.kernels.registry import resolve
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.checks.family.gradients import estimate
-from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.rows.gradients import estimate
+from gradcheck_bi.checks.rows.point import make_point
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import op_grads
 from gradcheck_bi.vocab import Config, KernelSpec

@@ -9,7 +9,7 @@ bf16, the finest first, each coarser than the dtype) when
 
 * per element: ``|y_i - ref_i| ≤ u_p |ref_i| + compute_bound_i(u_p)`` — one rounding of the
   output plus the forward check's model of a correct kernel's arithmetic in ``p``
-  (:func:`~gradcheck_bi.tolerance.family.compute_bound`);
+  (:func:`~gradcheck_bi.tolerance.rows.compute_bound`);
 * unbiased: the mean of the rows' mean relative errors is within ``BIAS_SE`` standard errors
   of 0 (the rows' spread: a rounding of the row statistic is shared by a row) plus
   ``BIAS_U · u_p`` — a scaled output, a wrong eps, a wrong mean are systematic and stay out;
@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.family.point import make_point, reference
+from gradcheck_bi.checks.rows.point import make_point, reference
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import op_forward
-from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops import OPS, SHAPED
 from gradcheck_bi.ops.record import ZCG
-from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.noise import unit_roundoff
+from gradcheck_bi.tolerance.rows import compute_bound, forward_tolerances
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
 
 CANDIDATES = [(name, unit_roundoff(DTYPES[name])) for name in ("fp32", "fp16", "bf16")]
@@ -77,13 +77,8 @@ def measure(spec: KernelSpec, at: Config) -> Working:
     propagates (the caller decides)."""
     if at.precision == "exact" or at.dtype in HALF_DTYPES or at.op in SHAPED:
         return Working(None)  # an op of any shape measures its own (gradcheck_bi.checks.shaped)
-    # a kernel without a weight or bias (spec.fixed: absent) runs at their identity
-    absent = dict(spec.fixed)
     mode: dict[str, Any] = {ZCG.field: min(spec.zcg)}  # γ's mode: off, unless only on is run
-    cfg = replace(at, check="forward", working_precision=None,
-                  control="ones" if "weight" in absent else "randn",
-                  bias="randn" if at.bias is not None and "bias" not in absent else at.bias,
-                  **mode)
+    cfg = replace(at, check="forward", working_precision=None, **_controls(spec, at), **mode)
     outs, refs, own_tol, bound = _forward(spec, cfg)
     if all(float((y - refs[n]).abs().max()) <= own_tol[n] for n, y in outs.items()):
         return Working(None)  # within the dtype's own rounding
@@ -99,6 +94,19 @@ def measure(spec: KernelSpec, at: Config) -> Working:
             return Working(name)
         tried.append((name, why))
     return Working(None, _fallback(at.dtype, outs, refs, own_tol, tried))
+
+
+def _controls(spec: KernelSpec, at: Config) -> dict[str, Any]:
+    """The point's control field of each parameter of ``at``'s op: randn, never zeros; a
+    parameter the kernel lacks (``spec.fixed``: absent) at its identity; an optional one the
+    point leaves out (unset) left out."""
+    absent = dict(spec.fixed)
+    out: dict[str, Any] = {}
+    for p in OPS[at.op].params:
+        field = p.control.field
+        if getattr(at, field) is not None:
+            out[field] = p.identity if p.name in absent else "randn"
+    return out
 
 
 def _fallback(dtype: str, outs: Tensors, refs: Tensors, own_tol: dict[str, float],

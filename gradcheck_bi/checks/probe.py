@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.rows.point import make_point
 from gradcheck_bi.checks.shaped import forward as shaped_forward
 from gradcheck_bi.checks.shaped import make_point as make_shaped_point
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel

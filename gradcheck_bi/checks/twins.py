@@ -49,7 +49,7 @@ import torch
 
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.checks._measure import bitwise_diff, kept_judgements, measured_per_element
-from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.rows.point import make_point
 from gradcheck_bi.checks.shaped_batch import same_as_contiguous
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import laid_out, op_grads

@@ -29,7 +29,7 @@ from gradcheck_bi.cli.options import (
 )
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
-from gradcheck_bi.point import NORM_DEFAULTS
+from gradcheck_bi.point import ROW_DEFAULTS
 from gradcheck_bi.vocab import Result
 
 
@@ -49,8 +49,8 @@ def _result(row: dict[str, Any]) -> Result:
     for key in ("max_abs_err", "tolerance"):  # "inf"/"nan" strings: JSON has no such literal
         if isinstance(row.get(key), str):
             row[key] = float(row[key])
-    row.setdefault("norm_axes", "eps" in row)  # an op of any shape's row leaves them out
-    for key, value in NORM_DEFAULTS.items():
+    row.setdefault("row_axes", "eps" in row)  # an op of any shape's row leaves them out
+    for key, value in ROW_DEFAULTS.items():
         row.setdefault(key, value)
     return Result(**row)
 

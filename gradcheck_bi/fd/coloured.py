@@ -1,8 +1,8 @@
-"""Row-coloured finite differences of a forward with several outputs (the family's ops).
+"""Row-coloured finite differences of a forward with several outputs (the row ops).
 
 For ``L = Σ_outputs Σ g_out · y_out`` and an input ``t`` shaped like x, perturbing column
-``c`` of *every* row at once gives ``dL/dt_c`` for all rows (every op of the family is
-row-wise), with the stencils and levels of :mod:`~gradcheck_bi.fd.stencil`::
+``c`` of *every* row at once gives ``dL/dt_c`` for all rows (a row op computes
+each row from that row alone), with the stencils and levels of :mod:`~gradcheck_bi.fd.stencil`::
 
     S_o = Σ_out Σ_i g_i (y_i(t + o h e_c) - y_i(t - o h e_c)),   dL/dt_c ≈ Σ_o w_o S_o / h
 

@@ -51,7 +51,7 @@ from gradcheck_bi._version import __version__
 from gradcheck_bi.point import (
     AXIS,
     KEY_NAMES,
-    NORM_DEFAULTS,
+    ROW_DEFAULTS,
     SETTING_NAMES,
     has_eps,
     key_words,
@@ -78,7 +78,7 @@ KEY_FIELDS = ("kernel", *KEY_NAMES, "variant")
 # out (as its JSON does): read as the value every such result has.
 KEY_DEFAULTS: dict[str, Any] = {name: AXIS[name].default for name in ("layout", *OP_FIELDS)}
 KEY_DEFAULTS["variant"] = None
-KEY_DEFAULTS.update(NORM_DEFAULTS)  # a result of an op of any shape has none of them
+KEY_DEFAULTS.update(ROW_DEFAULTS)  # a result of an op of any shape has none of them
 Key = tuple[Any, ...]
 
 

@@ -59,7 +59,7 @@ def judge(
     )
     if cfg.variant:
         result.variant = dict(cfg.variant)
-    result.norm_axes = cfg.op not in SHAPED
+    result.row_axes = cfg.op not in SHAPED
     return result
 
 

@@ -10,7 +10,7 @@ new op is a new module and its line in :data:`OPS`; ``gradcheck-bi ops`` prints 
 Controls mean the same in every op: the γ control (randn | ones | zeros) is on the
 *effective* weight (under zero_centered_gamma the stored parameter is γ − 1), so γ = ones is
 blind to a defect multiplied by γ − 1, or by γ where no γ belongs; the β control is randn |
-zeros. One engine checks every op, ``rms_norm`` included (:mod:`gradcheck_bi.checks.family`),
+zeros. One engine checks every row op, ``rms_norm`` included (:mod:`gradcheck_bi.checks.rows`),
 reading nothing about an op but its record.
 
 >>> OPS["fused_add_rms_norm"].checks

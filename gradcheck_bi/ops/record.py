@@ -29,7 +29,7 @@ BIAS_CONTROLS = ("randn", "zeros")
 
 
 class Point(Protocol):
-    """What an op's functions read of a point (:class:`gradcheck_bi.checks.family.OpPoint`)."""
+    """What an op's functions read of a point (:class:`gradcheck_bi.checks.rows.OpPoint`)."""
 
     @property
     def op(self) -> Op: ...
@@ -68,20 +68,29 @@ class Sums(Protocol):
 class Param:
     """A ``(D,)`` parameter: its name, the name of its gradient check and its controls.
 
-    ``offset``: under zero_centered_gamma the stored parameter is ``effective − 1``.
-    ``identity``: the control that a kernel without the parameter computes (γ = ones, β =
-    zeros). ``optional``: absent unless the kernel takes it (a gated norm's bias): then
-    neither swept nor noted. ``axes``: the point's fields that hold its control (and γ's
-    zero-centred mode), as the sweep crosses them and the reports spell them.
+    ``offset``: under zero_centered_gamma the stored parameter is ``effective − 1`` (γ: the
+    parameter the point's own draw, control and zero-centred mode are for).
+    ``added_last``: added to the output after every product (β), so the output moves with
+    it one for one and its part of the output is itself. ``identity``: the control that a
+    kernel without the parameter computes (γ = ones, β = zeros). ``optional``: absent
+    unless the kernel takes it (a gated norm's bias): then neither swept nor noted.
+    ``axes``: the point's fields that hold its control (the first) and γ's zero-centred
+    mode, as the sweep crosses them and the reports spell them.
     """
 
     name: str
     check: str
     controls: tuple[str, ...]
     offset: bool = False
+    added_last: bool = False
     identity: str = "zeros"
     optional: bool = False
     axes: tuple[PointAxis, ...] = ()
+
+    @property
+    def control(self) -> PointAxis:
+        """The point's field that holds this parameter's control (the first of :attr:`axes`)."""
+        return self.axes[0]
 
 
 # γ's control and its zero-centred mode: in every result's JSON (the contract's ``weight`` and
@@ -90,12 +99,13 @@ CONTROL = chosen("control", CONTROLS, "weights", "γ controls", name="weight", c
                  label="γ")
 ZCG = PointAxis("zero_centered_gamma", boolean, "zcg", "booleans", cli="--zcg", label="zcg")
 GAMMA_AXES = (CONTROL, ZCG)
-# A β left unset is drawn randn (checks.family.point.make_point), as a plot's point draws it.
+# A β left unset is drawn randn (checks.rows.point.make_point), as a plot's point draws it.
 BETA_AXIS = chosen("bias", BIAS_CONTROLS, "biases", "β controls", json="op", cli="--bias",
                    label="β", swept=all_of(*BIAS_CONTROLS), unset="randn")
 WEIGHT = Param("weight", "dw", CONTROLS, offset=True, identity="ones", axes=GAMMA_AXES)
-BIAS = Param("bias", "dbias", BIAS_CONTROLS, axes=(BETA_AXIS,))
-OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, optional=True, axes=(BETA_AXIS,))
+BIAS = Param("bias", "dbias", BIAS_CONTROLS, added_last=True, axes=(BETA_AXIS,))
+OPTIONAL_BIAS = Param("bias", "dbias", BIAS_CONTROLS, added_last=True, optional=True,
+                      axes=(BETA_AXIS,))
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,7 @@ class Op:
     # Inputs not scaled by a point's input_scale (a gate is not a signal).
     unscaled: tuple[str, ...] = ()
     # Which of a point's two further draws an input other than the first takes (0 or 1);
-    # one not named takes the first left (gradcheck_bi.checks.family.point.make_point).
+    # one not named takes the first left (gradcheck_bi.checks.rows.point.make_point).
     stream: dict[str, int] = field(default_factory=dict)
     # Per input and output: how many elements of the output one element of the input
     # moves (the row's statistic: D; a group; 1 for an elementwise path).
@@ -199,6 +209,18 @@ class Op:
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
+
+    @property
+    def offset_param(self) -> Param | None:
+        """The parameter stored as ``effective − 1`` under zero_centered_gamma (γ: the one the
+        point's control and zcg fields act on), or ``None`` where the op has none."""
+        return next((p for p in self.params if p.offset), None)
+
+    def added_last(self, params: Tensors) -> torch.Tensor | None:
+        """Of ``params`` (by name), the one the op adds to its output last
+        (:attr:`Param.added_last`: β), or ``None`` where the op or the point has none."""
+        return next((params[p.name] for p in self.params
+                     if p.added_last and p.name in params), None)
 
     def has(self, name: str) -> bool:
         """Whether the op takes a parameter or option of this name (``bias``,

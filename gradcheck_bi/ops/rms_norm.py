@@ -1,6 +1,6 @@
 """``rms_norm``: ``y = x · rsqrt(mean(x²) + eps) · γ (+ β)`` over the last axis.
 
-The functions below describe the op to the one engine (:mod:`gradcheck_bi.checks.family`):
+The functions below describe the op to the one engine (:mod:`gradcheck_bi.checks.rows`):
 the statistic over the row, RMSNorm's rounding models. They serve the plain kernel
 ``(x, weight, eps)`` and its variants alike: no weight ``(x, eps)``, or a bias
 ``(x, weight, bias, eps)`` (optional: a kernel without one has no β axis). The forward's

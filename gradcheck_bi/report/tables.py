@@ -30,7 +30,7 @@ CHECK_TITLES = {
     "run to run (y, dx, dw)",
 }
 # bf16/fp16 results get tables of their own: their forward is measured in ulps and their
-# gradients against a lifted reference (gradcheck_bi.checks.family.lift), not like fp32/fp64.
+# gradients against a lifted reference (gradcheck_bi.checks.rows.lift), not like fp32/fp64.
 HALF_CHECK_TITLES = {
     "forward": "forward (bf16/fp16): y in ulps vs the correctly rounded fp64 reference",
     "dx": "dx (bf16/fp16): analytic vs central differences of the kernel's own forward "
@@ -40,7 +40,7 @@ HALF_CHECK_TITLES = {
     "batch_invariance": "batch invariance (bf16/fp16): rows alone vs in batches, bitwise "
     "(y, dx); run to run (y, dx, dw)",
 }
-# The family's other ops (gradcheck_bi.ops): tables of their own, named by the op.
+# The other row ops (gradcheck_bi.ops): tables of their own, named by the op.
 OP_CHECK_TITLES = {
     "forward": "forward: every output vs the op's fp64 reference (effective γ, β)",
     **{c: f"{c}: analytic vs central finite differences of the kernel's own forward, "
@@ -166,7 +166,7 @@ class Table:
     @property
     def weighted(self) -> bool:
         """Whether the op has a weight: γ controls and zcg exist (its record says)."""
-        return self.column is None and OPS[self.op].has("weight")
+        return self.column is None and OPS[self.op].offset_param is not None
 
     @property
     def controls(self) -> tuple[str, ...]:

@@ -2,10 +2,10 @@
 
 * forward: the output's rounding plus the compute dtype's rounding in any summation order,
   ``max|ref| · (u_out + u_c · forward_factor(n))`` over the statistic's ``n`` terms, with
-  ``|ref − β| + |β|`` for ``|ref|`` where a β is added (:mod:`.family`, :mod:`.summation`);
+  ``|ref − β| + |β|`` for ``|ref|`` where a β is added (:mod:`.rows`, :mod:`.summation`);
 * dx, dw (and every ``d<input>``, ``d<parameter>``): per element, ``K_SIGMA`` × (the measured
   rounding noise of that element's finite difference (:mod:`.noise`, from the forward alone)
-  and the kernel's own rounding in any summation order (:mod:`.summation`, :mod:`.family`,
+  and the kernel's own rounding in any summation order (:mod:`.summation`, :mod:`.rows`,
   from the inputs alone), in quadrature) + ``K_TRUNC`` × Richardson's truncation estimate;
   pass iff ``max_i err_i / tol_i ≤ 1``;
 * bf16/fp16: the ulp audit's pass rule and the lifted gradients' tolerance (:mod:`.half`);

@@ -11,7 +11,7 @@ the fraction rule is loose, the ulp rule tight. Double roundings through the out
 by up to ~1.5 ulp on ~25% of elements; one through fp16 on the way to bf16 by up to 0.5625
 ulp on ~6% (docs/low_precision.md).
 
-**Gradients** (:mod:`gradcheck_bi.checks.family.lift`), per element against the kernel's own
+**Gradients** (:mod:`gradcheck_bi.checks.rows.lift`), per element against the kernel's own
 forward lifted to fp64/fp32 (:func:`lifted_tolerance`)::
 
     tol_i = HALF_ULP · ulp_out(R_i)                 one rounding to the output dtype

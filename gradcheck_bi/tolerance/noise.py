@@ -1,4 +1,4 @@
-"""The finite-difference noise floor: one model for dx, directional dx, dw and the family.
+"""The finite-difference noise floor: one model for dx, directional dx, dw and the row ops.
 
 The forward is evaluated at ``±o·h`` for ``o`` in the levels ``(1, 2, 4)`` and once
 unperturbed (``y0``); :mod:`gradcheck_bi.fd` does that and hands the level sums here. Per

@@ -44,7 +44,7 @@ def forward_note(op: Op) -> str:
             f"{op.forward_extra:g} roundings per element) × max|ref|")
 
 
-# The family's other ops (gradcheck_bi.checks.family): inputs as dx, parameters as dw.
+# The other row ops (gradcheck_bi.checks.rows): inputs as dx, parameters as dw.
 LIKE = {check: "dx" if name in op.inputs else "dw" for op in OPS.values()
         for check, name in op.gradient_checks.items() if check not in NOTES}
 NOTES.update({check: NOTES[like] for check, like in LIKE.items()})
@@ -66,7 +66,7 @@ def _half_gradient(name: str) -> str:
 
 
 # The forward of every output, each element's fp32 arithmetic added to its threshold
-# (gradcheck_bi.checks.family.forward).
+# (gradcheck_bi.checks.rows.forward).
 HALF_FORWARD = (
     "ulps of the output dtype at the exact value of the element shown (0 or subnormal: at "
     "|y|, at least the smallest normal's ulp; the JSON keeps absolute units); pass: "

@@ -56,7 +56,7 @@ the bound).
   alone, capped by the worst case ``D/2 + 4`` where that is smaller (few terms).
 
 The half-precision path uses the same variances at ``u = 2^-24`` (fp32 arithmetic inside,
-:mod:`gradcheck_bi.checks.family.lift`). Everything here comes from the inputs (x, g, γ, eps),
+:mod:`gradcheck_bi.checks.rows.lift`). Everything here comes from the inputs (x, g, γ, eps),
 never from the backward under test.
 
 >>> import torch

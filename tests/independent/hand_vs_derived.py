@@ -1,14 +1,14 @@
 """The norms' hand-written rounding models beside the one derived from their fp64 references.
 
-At one point of a norm op (:func:`gradcheck_bi.checks.family.make_point`), per element of
+At one point of a norm op (:func:`gradcheck_bi.checks.rows.make_point`), per element of
 every output and every gradient, two numbers in units of the compute dtype's ``u``:
 
 * **hand**: what the old engine holds a correct kernel's own rounding to, from its own
   functions. Forward (``y``, ``residual_out``): the per-element tolerance ``|y| + compute_bound
-  / u`` (:func:`gradcheck_bi.tolerance.family.compute_bound`: the output's own rounding plus
+  / u`` (:func:`gradcheck_bi.tolerance.rows.compute_bound`: the output's own rounding plus
   the compute dtype's, ``K_SIGMA`` already inside ``forward_factor``), and ``judged``: the
   one number the fp32/fp64 forward check holds every element to
-  (:func:`~gradcheck_bi.tolerance.family.forward_tolerances`, scaled by ``max(|y − β| +
+  (:func:`~gradcheck_bi.tolerance.rows.forward_tolerances`, scaled by ``max(|y − β| +
   |β|)``). A
   gradient: the σ of the kernel's rounding, ``kernel_sigma`` for an input, ``dw_sigma`` of
   the terms ``g·∂y/∂p`` for a parameter (the check's ``FDEstimate.terms``, here exact).
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.checks.family import make_point, reference
-from gradcheck_bi.checks.family.point import ExactGrads, OpPoint
+from gradcheck_bi.checks.rows import make_point, reference
+from gradcheck_bi.checks.rows.point import ExactGrads, OpPoint
 from gradcheck_bi.errors import Derived, derived
-from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances, kernel_sigma
 from gradcheck_bi.tolerance.noise import K_SIGMA, unit_roundoff
+from gradcheck_bi.tolerance.rows import compute_bound, forward_tolerances, kernel_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config
 

@@ -1,4 +1,4 @@
-"""Seeded random configurations of the family's other ops, for the false-alarm runs.
+"""Seeded random configurations of the other row ops, for the false-alarm runs.
 
 The correct kernels (tests/kernels/) must pass every check of their op at every
 configuration: a failure is a false alarm of the tool. Each configuration draws a shape

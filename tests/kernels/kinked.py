@@ -6,7 +6,7 @@
 * ``ReluRMSNormDefect`` — the same, its dx wrong by 1e-3 relative where the pre-activation
   exceeds 1 (far from every kink);
 * ``relu_layer_norm`` / ``relu_layer_norm_defect`` — ``relu(layer_norm(x) · weight + bias)``
-  (the layer_norm op, run by the family's engine); the defect: dbias and dx wrong where the
+  (the layer_norm op, run by the row ops' engine); the defect: dbias and dx wrong where the
   pre-activation exceeds 1;
 * ``torch_relu_layer_norm`` — the same through torch's own functions and autograd;
 * ``InputScaledRMSNorm`` — ``rms_norm(x · γ)`` (a weight inside the norm: neither linear nor

@@ -3,7 +3,7 @@
 An RMSNorm kernel loaded as Megatron's ``apply(x, weight, eps, zero_centered_gamma)`` (a
 Function, an :class:`~gradcheck_bi.kernels.adapting.adapters.Adapted`, an apply object) is wrapped
 once per kernel into an :class:`~gradcheck_bi.kernels.adapting.opadapt.OpAdapted` of ``rms_norm``,
-so the one engine (:mod:`gradcheck_bi.checks.family`) calls every kernel by role.
+so the one engine (:mod:`gradcheck_bi.checks.rows`) calls every kernel by role.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def all_bits_equal(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> bool | Non
 def unchanged(phase: str, owned: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Compare each ``name: (tensor the kernel held, copy from before)`` bitwise after
     ``phase``: a write is a :class:`ContractViolation`, or, where declared
-    (:func:`declared_mutations`), a note. Used by RMSNorm's calls and the family's."""
+    (:func:`declared_mutations`), a note. Used by RMSNorm's calls and the other row ops'."""
     if all_bits_equal(list(owned.values())):  # the usual case: one comparison for all
         return
     allowed, seen = _DECLARED.get()

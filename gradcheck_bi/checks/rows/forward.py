@@ -2,7 +2,7 @@
 
 Each output the kernel returns is compared with the reference (:mod:`gradcheck_bi.ops.
 references`, effective γ and β) and held to its tolerance
-(:func:`gradcheck_bi.tolerance.family.forward_tolerances`: RMSNorm's bound over the
+(:func:`gradcheck_bi.tolerance.rows.forward_tolerances`: RMSNorm's bound over the
 statistic's terms with the op's extra roundings, the layer norm's mean, ``residual_out``'s
 one addition). The check passes when every output is within its tolerance, and the forward
 with grad enabled gives every output bitwise (as for RMSNorm: no untested training path).
@@ -18,8 +18,8 @@ import torch
 
 from gradcheck_bi import lowp
 from gradcheck_bi.checks._measure import bitwise_diff, locate, measured_per_element, nonfinite
-from gradcheck_bi.checks.family.lift import LIFT_NAMES
-from gradcheck_bi.checks.family.point import (
+from gradcheck_bi.checks.rows.lift import LIFT_NAMES
+from gradcheck_bi.checks.rows.point import (
     OpPoint,
     lifted_point,
     make_point,
@@ -28,7 +28,6 @@ from gradcheck_bi.checks.family.point import (
     stored,
 )
 from gradcheck_bi.kernels.calling.opcall import op_forward
-from gradcheck_bi.tolerance.family import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.half import (
     FRAC_THRESHOLD,
     MAX_ULP_THRESHOLD,
@@ -36,6 +35,7 @@ from gradcheck_bi.tolerance.half import (
     higher_margin,
 )
 from gradcheck_bi.tolerance.noise import judged_roundoff, unit_roundoff
+from gradcheck_bi.tolerance.rows import compute_bound, forward_tolerances
 from gradcheck_bi.tolerance.rules import fd_tolerance, overridden
 from gradcheck_bi.vocab import HALF_DTYPES, Config, Measurement
 
@@ -107,7 +107,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
                               judged_roundoff(torch.promote_types(dtype, torch.float32),
                                               working))
     details: dict[str, Any] = {"reference": REFERENCE, "outputs": list(outs)}
-    worst_name, worst_ratio = "y", -1.0
+    worst_name, worst_ratio = point.op.outputs[0], -1.0
     errs = {n: (y.to(torch.float64) - ref[n]).abs() for n, y in outs.items()}
     for name, err in errs.items():
         tol = overridden(tols[name], float(ref[name].abs().max()), cfg)
@@ -153,14 +153,15 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
                          ) -> Measurement:
     """bf16/fp16: every output audited in ulps against its exact fp64 reference (the
     inputs upcast exactly), RMSNorm's rule (:func:`gradcheck_bi.lowp.passes`) with each
-    element's fp32 arithmetic (:func:`gradcheck_bi.tolerance.family.compute_bound`) added
+    element's fp32 arithmetic (:func:`gradcheck_bi.tolerance.rows.compute_bound`) added
     to its ulp threshold. An op with a stored intermediate (``Op.stored``: the fused add's
     ``residual_out``, rounded once, what Liger and vLLM normalise) passes ``y`` against either."""
     ref = reference(point)
     refs = {n: [("exact", ref[n])] for n in outs}
     if point.op.stored is not None:  # the fused add's y: s as stored
-        refs["y"].append((f"{point.op.stored.label} (rounded to {cfg.dtype})",
-                          reference(stored(point))["y"]))
+        first = point.op.outputs[0]
+        refs[first].append((f"{point.op.stored.label} (rounded to {cfg.dtype})",
+                            reference(stored(point))[first]))
     details: dict[str, Any] = {"method": "ulp audit", "reference": f"{REFERENCE}, exact",
                                "outputs": list(outs), **returns_y_alone(point, list(outs))}
     worst: Measurement | None = None

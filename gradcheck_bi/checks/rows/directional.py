@@ -5,7 +5,7 @@ and compared with central differences of its own forward along each
 (:func:`gradcheck_bi.fd.directional_input_grad`: ``stencil.points × directions`` rows of
 forward calls instead of ``stencil.points × D``), every output the kernel returns against
 its own cotangent, side by side in one row. The step is run's (the op's ``step_scale``);
-each element's rounding (the op's model, :func:`gradcheck_bi.tolerance.family.kernel_sigma`)
+each element's rounding (the op's model, :func:`gradcheck_bi.tolerance.rows.kernel_sigma`)
 is added along the direction without cancellation (a bound). No single element is checked:
 an error orthogonal to every direction drawn goes unseen, and the details say so.
 
@@ -23,12 +23,12 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.point import ExactGrads, OpPoint, input_forward
-from gradcheck_bi.checks.family.step_choice import step_rel_of
 from gradcheck_bi.checks.fd_judge import fd_verdict, rounding_scale
+from gradcheck_bi.checks.rows.point import ExactGrads, OpPoint, input_forward
+from gradcheck_bi.checks.rows.step_choice import step_rel_of
 from gradcheck_bi.fd.step import input_step_rel, pow2
 from gradcheck_bi.sums.reduction import row_sum
-from gradcheck_bi.tolerance.family import kernel_sigma
+from gradcheck_bi.tolerance.rows import kernel_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 

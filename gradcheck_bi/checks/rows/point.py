@@ -10,7 +10,7 @@ says not (``Op.unscaled``: a gate is not a signal). β: randn or zeros (its cont
 
 Also here, in fp64: the op's reference at the point (:func:`reference`) and its exact
 gradients by torch.autograd through that reference (:func:`exact_grads`) — what the
-rounding model (:mod:`gradcheck_bi.tolerance.family`) scales, never what a gradient is
+rounding model (:mod:`gradcheck_bi.tolerance.rows`) scales, never what a gradient is
 compared with.
 """
 
@@ -50,8 +50,9 @@ class OpPoint:
     def effective(self) -> Tensors:
         """The parameters as the op uses them, fp64: γ = stored (+ 1 under zcg), β."""
         out = {n: t.to(torch.float64) for n, t in self.params.items()}
-        if self.zcg and "weight" in out:
-            out["weight"] = out["weight"] + 1.0
+        gamma = self.op.offset_param
+        if self.zcg and gamma is not None and gamma.name in out:
+            out[gamma.name] = out[gamma.name] + 1.0
         return out
 
     @property
@@ -101,11 +102,17 @@ def make_point(cfg: Config) -> OpPoint:
         t = streams[op.stream[n] if n in op.stream else left.pop(0)]
         inputs[n] = placed(t, None if n in op.unscaled else cfg.input_scale, dt, dev)
     params = {}
-    if op.has("weight"):
-        params["weight"] = w
-    if op.has("bias") and not (op.param("bias").optional and cfg.bias is None):
-        b = beta if cfg.bias in (None, "randn") else torch.zeros_like(beta)
-        params["bias"] = b.to(dev, dt)
+    for p in op.params:
+        if p.offset:  # γ: the RMSNorm draw, its control and mode applied (make_inputs)
+            params[p.name] = w
+        elif p.added_last:  # β: randn or zeros, by its control; an optional one left unset
+            control = getattr(cfg, p.control.field)
+            if not (p.optional and control is None):
+                b = beta if control in (None, "randn") else torch.zeros_like(beta)
+                params[p.name] = b.to(dev, dt)
+        else:  # an op record's mistake, not the user's
+            raise ValueError(f"{op.name}: parameter {p.name} is neither stored with an offset "
+                             "(γ) nor added last (β): the row ops' point draws no other")
     drawn = [g] + [placed(g_res, None, dt, dev)] * (len(op.outputs) > 1)
     cots = dict(zip(op.outputs, drawn, strict=False))
     # γ stored as γ − 1: the point's field for γ's mode (its record's, ops.record.ZCG)

@@ -1,4 +1,5 @@
-"""The tolerances of the family's ops, written once against the op's record.
+"""The tolerances of the row ops (inputs that share rows, hand-written rounding models),
+written once against the op's record.
 
 The template is RMSNorm's (:mod:`.summation`); everything is computed from the point's inputs,
 cotangents and *exact* fp64 gradients (autograd through the reference), never from the
@@ -48,12 +49,14 @@ def shared_sigma(point: Point) -> torch.Tensor | None:
 
 
 def bias_part(point: Point) -> tuple[torch.Tensor, bool]:
-    """β's part of the outputs (fp64; 0 without β) and whether the op rounds it further
-    after adding it (``Op.bias_term``: a gated norm's ``β·act(z)`` before the gate)."""
-    gated = None if point.op.bias_term is None else point.op.bias_term(point)
-    if gated is not None:
-        return gated, True
-    return point.effective.get("bias", torch.zeros((), dtype=torch.float64)), False
+    """β's part of the outputs (fp64; 0 without β: the parameter added last,
+    ``Param.added_last``) and whether the op rounds it further after adding it
+    (``Op.bias_term``: a gated norm's ``β·act(z)`` before the gate)."""
+    rounded = None if point.op.bias_term is None else point.op.bias_term(point)
+    if rounded is not None:
+        return rounded, True
+    beta = point.op.added_last(point.effective)
+    return (torch.zeros((), dtype=torch.float64) if beta is None else beta), False
 
 
 def _largest(t: torch.Tensor) -> float:
@@ -115,19 +118,20 @@ def _offset_moves(point: Point, name: str, u_c: float) -> torch.Tensor | float:
     weight moves it. In γ's zero-centred mode a kernel forms ``γ = 1 + w`` from the stored
     ``w``, off by up to ``u |w|``; where γ is near 0 (``w`` near −1) that is many times the
     ``u |γ|`` of the product by γ that ``factor`` counts (Gemma's fp32 ``1 + w`` at γ = 0.008
-    moves y by ~120 u |y|). Every op of the family is affine in γ column by column, so the
+    moves y by ~120 u |y|). Every row op is affine in γ column by column, so the
     output moves by ``|y(γ + |w|) − y(γ)|``. Only where ``w`` is rounded on its way in: the
     compute precision ``u_c`` coarser than the stored dtype's (a bf16 ``w`` is exact in fp32)."""
-    if not point.zcg or "weight" not in point.effective:
+    offset = point.op.offset_param  # γ, stored as w = γ − 1
+    if not point.zcg or offset is None or offset.name not in point.effective:
         return 0.0
     stored = next(iter(point.inputs.values())).dtype
     if u_c <= unit_roundoff(stored):
         return 0.0
-    gamma = point.effective
-    moved = {**gamma, "weight": gamma["weight"] + (gamma["weight"] - 1.0).abs()}
+    params, gamma = point.effective, point.effective[offset.name]
+    moved = {**params, offset.name: gamma + (gamma - 1.0).abs()}
     reference = point.op.reference
     return (reference(point.inputs64, moved, point.options)[name]
-            - reference(point.inputs64, gamma, point.options)[name]).abs()
+            - reference(point.inputs64, params, point.options)[name]).abs()
 
 
 def kernel_sigma(point: Point, name: str, exact: Grads) -> torch.Tensor:

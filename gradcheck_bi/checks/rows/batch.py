@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.checks._measure import BitwiseLog
-from gradcheck_bi.checks.family.point import make_point
+from gradcheck_bi.checks.rows.point import make_point
 from gradcheck_bi.kernels.calling.opcall import op_grads
 from gradcheck_bi.vocab import Config, Measurement
 

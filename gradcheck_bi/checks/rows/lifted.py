@@ -10,9 +10,9 @@ the inputs, parameters and cotangents its backward saw (:func:`lifted_point`), a
           + K_SIGMA · sqrt(σ_fd,i² + (u_fp32 σ_k,i)²) + K_TRUNC · T_i
 
 ``σ_fd``, ``T``: the lifted estimate's noise and truncation (:mod:`.gradients`); ``σ_k``:
-the op's rounding model (:func:`gradcheck_bi.tolerance.family.
+the op's rounding model (:func:`gradcheck_bi.tolerance.rows.
 kernel_sigma`; parameters: RMSNorm's ``dw`` model on the terms ``g ∂y/∂p`` the forward
-makes); ``M``: the magnitude of the terms (:func:`gradcheck_bi.tolerance.family.
+makes); ``M``: the magnitude of the terms (:func:`gradcheck_bi.tolerance.rows.
 kernel_magnitude`; parameters ``Σ_rows |terms|``). The formula:
 :func:`gradcheck_bi.tolerance.half.lifted_tolerance`. A kernel
 that refuses fp64 and fp32 is compared with the exact gradients (autograd through the fp64
@@ -31,16 +31,16 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.checks.family.forward import inaccuracy
-from gradcheck_bi.checks.family.gradients import estimate
-from gradcheck_bi.checks.family.lift import (
+from gradcheck_bi.checks.rows.forward import inaccuracy
+from gradcheck_bi.checks.rows.gradients import estimate
+from gradcheck_bi.checks.rows.lift import (
     Lift,
     fd_extra,
     first_lift,
     higher_verdict,
     judge_lifted,
 )
-from gradcheck_bi.checks.family.point import (
+from gradcheck_bi.checks.rows.point import (
     ExactGrads,
     OpPoint,
     exact_grads,
@@ -51,8 +51,8 @@ from gradcheck_bi.checks.family.point import (
     stored,
 )
 from gradcheck_bi.kernels.calling.opcall import op_grads
-from gradcheck_bi.tolerance.family import kernel_magnitude, kernel_sigma
 from gradcheck_bi.tolerance.half import U_COMPUTE
+from gradcheck_bi.tolerance.rows import kernel_magnitude, kernel_sigma
 from gradcheck_bi.tolerance.summation import combined_floor, dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
@@ -62,12 +62,12 @@ Tensors = dict[str, torch.Tensor]
 def param_terms(point: OpPoint, name: str) -> torch.Tensor:
     """``g ∂y/∂p`` per row, ``(R, D)`` fp64, from the reference (``y`` is linear in γ and
     β): the terms of a parameter's gradient where no finite difference measured them."""
-    eff = point.effective
+    eff, y = point.effective, point.op.outputs[0]  # the output the parameters reach
     d = point.lead.shape[-1]
-    y0 = reference(point)["y"]
+    y0 = reference(point)[y]
     y1 = point.op.reference(point.inputs64, {**eff, name: eff[name] + 1.0},
-                            point.options)["y"]
-    return (point.cotangents["y"].to(torch.float64) * (y1 - y0)).reshape(-1, d)
+                            point.options)[y]
+    return (point.cotangents[y].to(torch.float64) * (y1 - y0)).reshape(-1, d)
 
 
 def _against(fn: Any, cfg: Config, point: OpPoint, name: str, returned: list[str],

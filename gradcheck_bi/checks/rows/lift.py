@@ -14,7 +14,7 @@ lifted reference ``R``, element by element, against
 (:func:`gradcheck_bi.tolerance.half.lifted_tolerance`), where ``σ_fd`` and ``T`` are the
 lifted estimate's noise and truncation (:mod:`gradcheck_bi.tolerance.noise`), ``σ_k`` the
 kernel's own fp32 rounding in any summation order and ``M_i`` the magnitude of the terms
-that make up element ``i`` (the op's models, :mod:`gradcheck_bi.tolerance.family`). A
+that make up element ``i`` (the op's models, :mod:`gradcheck_bi.tolerance.rows`). A
 kernel that computes in fp32 and rounds each gradient once to the output dtype stays within
 ``tol``; one that rounds an intermediate to bf16, or sums in bf16, is off by ulps.
 

@@ -12,7 +12,7 @@ Steps, per row: ``h_rel`` (as RMSNorm's, by dtype) times the length over which t
 bends as one element moves (the op's ``step_scale``: the statistic's row length ``sqrt(Σ v²
 + n·eps)`` of what is normalised, the scale of silu for a gate). A power of two.
 Tolerance per element as for RMSNorm: the finite difference's measured noise floor and
-Richardson truncation, with the kernel's own rounding (:mod:`gradcheck_bi.tolerance.family`)
+Richardson truncation, with the kernel's own rounding (:mod:`gradcheck_bi.tolerance.rows`)
 in quadrature.
 """
 
@@ -25,21 +25,21 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.checks._measure import nonfinite
-from gradcheck_bi.checks.family.directional import check_directional
-from gradcheck_bi.checks.family.point import (
+from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
+from gradcheck_bi.checks.rows.directional import check_directional
+from gradcheck_bi.checks.rows.point import (
     ExactGrads,
     OpPoint,
     input_forward,
     make_point,
     returns_y_alone,
 )
-from gradcheck_bi.checks.family.step_choice import step_rel_of
-from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
+from gradcheck_bi.checks.rows.step_choice import step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
 from gradcheck_bi.kernels.calling.opcall import op_forward, op_grads
-from gradcheck_bi.tolerance.family import kernel_sigma, shared_sigma
+from gradcheck_bi.tolerance.rows import kernel_sigma, shared_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
@@ -69,7 +69,7 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
     ``step_rel``: the relative step (``gradcheck-bi plot`` sweeps it); by default run's,
     ``cfg.step_rel`` or the dtype's for an input, ``WEIGHT_STEP_REL`` for a parameter."""
     stencil = fd.STENCILS[cfg.stencil]
-    x = point.lead
+    x, first = point.lead, point.op.outputs[0]
     if name in point.op.inputs:
         rel = input_step_rel(x.dtype, step_rel_of(cfg) if step_rel is None else step_rel)
         h = pow2(rel * point.op.step_scale(point, name))
@@ -78,12 +78,13 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
                 input_forward(fn, point, name, returned), point.inputs[name],
                 [point.cotangents[o] for o in returned], h, stencil,
                 reach(point, name, returned), shared_sigma(point),
-                [point.params.get("bias") if o == "y" else None for o in returned],
+                # β, added to the first output last: a part the statistic does not scale
+                [point.op.added_last(point.params) if o == first else None for o in returned],
                 cfg.max_memory)
         except fd.MemoryBudgetError as exc:  # the budget, not the kernel: not run
             raise Unsupported(str(exc)) from None
     return fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
-                          point.cotangents["y"], stencil,
+                          point.cotangents[first], stencil,
                           WEIGHT_STEP_REL if step_rel is None else step_rel)
 
 
@@ -116,4 +117,5 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     assert est.terms is not None
     return weight_verdict(Judge(analytic, dw_sigma(est.terms), x, cfg, notes, extra),
                           _param_forward(fn, point, name), point.params[name],
-                          point.cotangents["y"], est, point.params.get("bias"))
+                          point.cotangents[point.op.outputs[0]], est,
+                          point.op.added_last(point.params))
