@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "independ
 # after tests/independent: its op_false_alarms, not this one
 sys.path.append(str(Path(__file__).resolve().parent))
 import op_false_alarms
-from merge_false_alarms import defect
+from merge_false_alarms import DTYPE_ORDER, markdown
 from shaped_false_alarms import POWER_DTYPES, off_by, smallest
 
 
@@ -63,6 +63,26 @@ def smallest_caught(op: str, dtype: str, device: str = "cpu") -> float | None:
                                       for cfg in cfgs))[0]
 
 
+def rows(tallies: dict[tuple[str, str, str], dict[str, Any]],
+         power: dict[tuple[str, str], float | None], device: str) -> list[dict[str, Any]]:
+    """One row per (op, dtype), as benchmarks/shaped_false_alarms.py's table has them: its
+    checks' tallies added up, the smallest defect caught beside them."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for (op, dtype, _), t in tallies.items():
+        r = out.setdefault((op, dtype), {
+            "op": op, "dtype": dtype, "device": device, "configurations": t["count"],
+            "results": 0, "false_alarms": 0, "worst_err_tol": 0.0, "seconds": 0.0,
+            "power_measured": (op, dtype) in power,
+            "smallest_defect": power.get((op, dtype))})
+        r["results"] += t["count"]
+        r["false_alarms"] += t["failures"]
+        r["worst_err_tol"] = max(r["worst_err_tol"], t["worst_ratio"])
+        r["seconds"] += t["seconds"]
+    for r in out.values():
+        r["s_per_configuration"] = r["seconds"] / r["configurations"]
+    return [out[k] for k in sorted(out, key=lambda k: (k[0], DTYPE_ORDER.index(k[1])))]
+
+
 def main() -> int:
     args = sys.argv[1:]
     n = int(args[0]) if args and args[0].isdigit() else 200
@@ -87,11 +107,8 @@ def main() -> int:
     header = (f"{n} random configurations per op and dtype, {device.upper()}, "
               f"{time.perf_counter() - started:.0f} s")
     print(op_false_alarms.summary(tallies, header))
-    if power:
-        print("\n| op | dtype | smallest defect caught |\n| --- | --- | ---: |")
-        for (op, dtype), delta in power.items():
-            print(f"| {op} | {dtype} | "
-                  f"{defect({'power_measured': True, 'smallest_defect': delta})} |")
+    print()
+    print(markdown(rows(tallies, power, device)))
     bad = [m for t in tallies.values() for m in t["messages"]]
     for m in bad:
         print("FALSE ALARM:", m)

@@ -66,8 +66,8 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
         ) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every check of every op's correct kernel (``kernels``: others, by op) at ``n``
     configurations per op → tallies per (op, dtype, check): count, failures, the worst
-    err/tol ratio and the messages. A β and the op's own options (a gate's activation) are
-    drawn where the kernel takes them."""
+    err/tol ratio, the messages and the seconds. A β and the op's own options (a gate's
+    activation) are drawn where the kernel takes them."""
     from dataclasses import replace
 
     from gradcheck_bi.checks import run_check
@@ -94,7 +94,8 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
                 cfg = replace(Config(check=check), **kw)
                 t = tallies.setdefault((op, cfg.dtype, check), {
                     "count": 0, "failures": 0, "worst_ratio": 0.0, "worst_at": "",
-                    "messages": []})
+                    "messages": [], "seconds": 0.0})
+                began = time.perf_counter()
                 try:
                     m = run_check(spec.fn, cfg)
                     ok, msg = m.passed, m.message
@@ -104,6 +105,7 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
                 except Exception as exc:  # a crash is a false alarm too
                     ok, msg, ratio = False, f"{type(exc).__name__}: {exc}", float("inf")
                 t["count"] += 1
+                t["seconds"] += time.perf_counter() - began
                 if ratio > t["worst_ratio"]:
                     t["worst_ratio"], t["worst_at"] = ratio, f"{kw}"
                 if not ok:
