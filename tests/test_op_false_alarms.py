@@ -1,6 +1,6 @@
 """False alarms of the family's engine: the correct kernels pass every check of their op
 at seeded random configurations (fp64 and fp32, CPU). A few small ones here; the ≥ 200
-per dtype run is ``benchmarks/op_false_alarms.py`` (docs/ops.md records it)."""
+per dtype run is ``benchmarks/op_false_alarms.py`` (docs/false_alarms.md records it)."""
 
 from __future__ import annotations
 
