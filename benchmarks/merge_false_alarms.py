@@ -21,7 +21,7 @@ HEAD = ("| op | dtype | device | configurations | results | false alarms "
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 
 
-def _defect(r: dict[str, Any]) -> str:
+def defect(r: dict[str, Any]) -> str:
     if not r.get("power_measured"):
         return "—"
     p = r.get("smallest_defect")
@@ -39,7 +39,7 @@ def _line(r: dict[str, Any]) -> str:
     per = r["s_per_configuration"]
     return (f"{lead} {shown} | {r['results']} | {r['false_alarms']} | "
             f"{r['worst_err_tol']:.2f} | {'—' if per is None else f'{per:.2f}'} | "
-            f"{_defect(r)} |")
+            f"{defect(r)} |")
 
 
 def _key(r: dict[str, Any]) -> tuple[str, int, str]:

@@ -288,6 +288,14 @@ class _ScaledCotangent(torch.autograd.Function):
         return (g.double() * (1.0 + ctx.delta)).to(g.dtype), None
 
 
+def off_by(out: Any, delta: float) -> Any:
+    """A kernel's outputs (a tensor or a tuple) with every differentiable one's cotangent
+    multiplied by ``1 + delta`` in the backward."""
+    if isinstance(out, torch.Tensor):
+        return _ScaledCotangent.apply(out, delta) if out.requires_grad else out
+    return tuple(off_by(y, delta) if isinstance(y, torch.Tensor) else y for y in out)
+
+
 @dataclass(frozen=True)
 class Defective:
     """A correct kernel whose every input gradient is off by a relative ``delta``."""
@@ -296,9 +304,7 @@ class Defective:
     delta: float
 
     def __call__(self, tensors: dict[str, Any], options: dict[str, Any]) -> tuple[Any, ...]:
-        out = self.kernel(tensors, options)
-        return tuple(_ScaledCotangent.apply(y, self.delta)
-                     if isinstance(y, torch.Tensor) and y.requires_grad else y for y in out)
+        return tuple(off_by(tuple(self.kernel(tensors, options)), self.delta))
 
 
 def caught(op: ShapedOp, kernel: ShapedKernel, cfgs: list[Config], delta: float) -> bool:
@@ -319,6 +325,14 @@ def smallest_caught(op_name: str, dtype: str, steps: int = 4, device: str = "cpu
                    op=op_name, variant=variant.values)
             for c in op.gradient_checks if _variant_has(op, variant, c)]
     assert all(run_shaped_check(spec.fn, cfg).passed for cfg in cfgs), "correct kernel fails"
+    return smallest(lambda delta: caught(op, spec.fn, cfgs, delta), steps, until)
+
+
+def smallest(caught_at: Callable[[float], bool], steps: int = 4,
+             until: float | None = None) -> tuple[float | None, bool]:
+    """The smallest δ ∈ [1e-12, 1e-1] that ``caught_at`` catches, by a decade scan downwards
+    and ``steps`` bisections in log δ between the last decade caught and the first missed,
+    and whether the search ran to its end (see :func:`smallest_caught`)."""
     hit: float | None = None
     miss: float | None = None
 
@@ -331,7 +345,7 @@ def smallest_caught(op_name: str, dtype: str, steps: int = 4, device: str = "cpu
     for e in range(1, 13):
         if stopped():
             return so_far(False)
-        if caught(op, spec.fn, cfgs, 10.0**-e):
+        if caught_at(10.0**-e):
             hit = float(e)
         else:
             miss = float(e)
@@ -342,7 +356,7 @@ def smallest_caught(op_name: str, dtype: str, steps: int = 4, device: str = "cpu
         if stopped():
             return so_far(False)
         mid = (hit + miss) / 2
-        if caught(op, spec.fn, cfgs, 10.0**-mid):
+        if caught_at(10.0**-mid):
             hit = mid
         else:
             miss = mid
@@ -468,5 +482,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["KERNELS", "Defective", "Tally", "configs", "false_alarms", "main", "row",
-           "smallest_caught", "table"]
+__all__ = ["KERNELS", "Defective", "Tally", "configs", "false_alarms", "main", "off_by",
+           "row", "smallest", "smallest_caught", "table"]

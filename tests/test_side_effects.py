@@ -71,6 +71,14 @@ def test_a_layout_correct_kernel_passes_every_layout() -> None:
     assert {r.layout for r in report.results} == set(LAYOUTS)
 
 
+def test_a_one_element_row_passes_every_layout() -> None:
+    """A strided (1,) x counts as contiguous yet keeps its stride of 2: the bitwise
+    comparison of what the kernel held still reads its bits (it raised inside the check)."""
+    report = gradcheck_bi.check("after", shapes=[(1,)], layouts=LAYOUTS, raise_on_failure=False)
+    assert report.ok, str(report)
+    assert {r.layout for r in report.results} == set(LAYOUTS)
+
+
 def test_a_declared_write_into_x_keeps_the_finite_differences_right() -> None:
     """The finite differences perturb one batch in place and put it back after each call;
     a kernel declared to write into x (its numbers right) gets the batch afresh per call,

@@ -1,11 +1,11 @@
-"""Seeded random configurations of the other row ops, for the false-alarm runs.
+"""Seeded random configurations of every row op (the norms), for the false-alarm runs.
 
-The correct kernels (tests/kernels/) must pass every check of their op at every
-configuration: a failure is a false alarm of the tool. Each configuration draws a shape
-(1-3 dims, D from 2 to 1030, rows capped so the finite differences stay cheap), an input
-scale 10^U(-3, 3), a randn-γ scale 10^U(-2, 1), eps 10^U(-12, -1), a γ control, zcg (where
-the kernel takes it), a β control (layer_norm), a group size among D's divisors and
-norm_before_gate (rms_norm_gated), and a dtype.
+The correct kernels (:data:`KERNELS`: the bundled ``after``, tests/kernels/) must pass every
+check of their op at every configuration: a failure is a false alarm of the tool. Each
+configuration draws a shape (1-3 dims, D from 2 to 1030, rows capped so the finite
+differences stay cheap), an input scale 10^U(-3, 3), a randn-γ scale 10^U(-2, 1), eps
+10^U(-12, -1), a γ control, zcg (where the kernel takes it), a β control (layer_norm), a
+group size among D's divisors and norm_before_gate (rms_norm_gated), and a dtype.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-KERNELS = {"fused_add_rms_norm": "tests/kernels/fused_add_rms_norm.py",
+# The correct kernel of each op: a bundled name, or a path under the repository.
+KERNELS = {"rms_norm": "after",
+           "fused_add_rms_norm": "tests/kernels/fused_add_rms_norm.py",
            "layer_norm": "tests/kernels/layer_norm.py",
            "rms_norm_gated": "tests/kernels/rms_norm_gated.py"}
 WIDTHS = (2, 3, 8, 16, 33, 64, 100, 128, 255, 256, 384, 513, 1000, 1030)
@@ -50,18 +52,25 @@ def configs(op: str, n: int, dtypes: tuple[str, ...], device: str, seed: int,
         )
 
 
+def kernel(ref: str) -> Any:
+    """The KernelSpec of ``ref`` (a bundled name, ``PATH:ATTR``, or a path under REPO)."""
+    from gradcheck_bi.kernels import resolve
+    from gradcheck_bi.kernels.registry import BUNDLED
+
+    return resolve(ref if ":" in ref or ref in BUNDLED else str(REPO / ref))
+
+
 def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
         widths: tuple[int, ...] = WIDTHS, log: Callable[[str], None] = lambda s: None,
         ops: tuple[str, ...] | None = None, kernels: dict[str, str] | None = None
         ) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every check of every op's correct kernel (``kernels``: others, by op) at ``n``
     configurations per op → tallies per (op, dtype, check): count, failures, the worst
-    err/tol ratio and the messages. A β and the op's own options (a gate's activation) are
-    drawn where the kernel takes them."""
+    err/tol ratio, the messages and the seconds. A β and the op's own options (a gate's
+    activation) are drawn where the kernel takes them."""
     from dataclasses import replace
 
     from gradcheck_bi.checks import run_check
-    from gradcheck_bi.kernels import resolve
     from gradcheck_bi.ops import OPS
     from gradcheck_bi.sweep import checks_of, takes
     from gradcheck_bi.vocab import Config
@@ -70,7 +79,7 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
     for op, ref in (kernels or KERNELS).items():
         if ops is not None and op not in ops:
             continue
-        spec = resolve(ref if ":" in ref else str(REPO / ref))
+        spec = kernel(ref)
         own = [a for a in OPS[op].axes if a.name not in dict(spec.fixed)]
         rng = random.Random(f"{seed}-{op}-own")
         for i, kw in enumerate(configs(op, n, dtypes, device, seed, widths)):
@@ -85,7 +94,8 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
                 cfg = replace(Config(check=check), **kw)
                 t = tallies.setdefault((op, cfg.dtype, check), {
                     "count": 0, "failures": 0, "worst_ratio": 0.0, "worst_at": "",
-                    "messages": []})
+                    "messages": [], "seconds": 0.0})
+                began = time.perf_counter()
                 try:
                     m = run_check(spec.fn, cfg)
                     ok, msg = m.passed, m.message
@@ -95,6 +105,7 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
                 except Exception as exc:  # a crash is a false alarm too
                     ok, msg, ratio = False, f"{type(exc).__name__}: {exc}", float("inf")
                 t["count"] += 1
+                t["seconds"] += time.perf_counter() - began
                 if ratio > t["worst_ratio"]:
                     t["worst_ratio"], t["worst_at"] = ratio, f"{kw}"
                 if not ok:

@@ -68,8 +68,17 @@ def _fraction_changed(now: torch.Tensor, before: torch.Tensor) -> float:
 
 
 def _bytes(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """The tensors' bits end to end, as one flat uint8 tensor (one op: the cat)."""
-    return torch.cat([t.detach().contiguous().view(-1).view(torch.uint8) for t in tensors])
+    """The tensors' bits end to end, as one flat uint8 tensor (one op: the cat).
+
+    ``contiguous()`` keeps the stride of a dim of size 1 (a strided ``(1,)`` tensor counts
+    as contiguous), which ``view(torch.uint8)`` refuses: such a tensor is copied.
+
+    >>> _bytes([torch.zeros(2)[::2], torch.ones(1, dtype=torch.float16)]).tolist()
+    [0, 0, 0, 0, 0, 60]
+    """
+    flat = [t.detach().contiguous().view(-1) for t in tensors]
+    return torch.cat([(f if f.stride(-1) == 1 else f.clone(memory_format=torch.contiguous_format)
+                       ).view(torch.uint8) for f in flat])
 
 
 def all_bits_equal(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> bool | None:
