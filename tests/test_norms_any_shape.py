@@ -109,10 +109,10 @@ def test_mutant_caught_and_hidden_at_its_control(op: str, ref: str, check: str, 
         assert status == "pass", (ref, check, blind, status, message)
 
 
-def test_batch_order_keyed_on_the_row_count_shows_only_past_it() -> None:
-    """m17 sums in two halves below 32 rows: the shaped check puts a row alone, in its n
-    rows and in n + 3, so only a point of 32 rows or more shows it (the norms' own check
-    places a probe row in 3 … 4096 rows)."""
+def test_batch_order_keyed_on_the_row_count_fails_below_it_too() -> None:
+    """m17 sums in two halves below 32 rows: the shaped check places the point's rows in
+    batches of 33 … 1025 rows too, so a point of 6 rows shows it as well as one of 40."""
     ref = M + "m17_batch_dependent_order.py:Mutant"
+    status, message = _status(RMS, ref, "batch_invariance", shape=ODD)
+    assert status == "fail" and "in 33 rows vs in 6 rows" in message, message
     assert _status(RMS, ref, "batch_invariance", shape=(40, 200))[0] == "fail"
-    assert _status(RMS, ref, "batch_invariance", shape=ODD)[0] == "pass"

@@ -137,8 +137,8 @@ def test_correct_gemm_passes(check):
                                        ("gelu_and_mul.py:GeluAndMul", (2, 5)),
                                        ("cross_entropy.py:CrossEntropy", (1, 7))])
 def test_batch_invariance_with_fewer_rows_than_its_padding(ref, shape):
-    """A batch padded with 3 rows of another draw that has only 1 or 2: its rows cycle
-    (an IndexError, reported as the kernel's error, before)."""
+    """A point of 1 or 2 rows in batches of n + 3 rows and more: the fresh rows come from
+    a draw of their own size (an IndexError, reported as the kernel's error, once)."""
     spec = resolve(str(KERNELS / ref))
     op = SHAPED[spec.op]
     base = dict(op.variants({k: [v] for k, v in spec.fixed})[0].values)
@@ -159,6 +159,20 @@ def test_gemm_mutant_caught_where_it_shows(mutant, check, shows, blind):
     ref = f"gemm_mutants.py:{mutant}"
     assert _result(ref, check, **shows)[0] == "fail"
     assert _result(ref, check, **blind)[0] == "pass"
+
+
+@pytest.mark.parametrize("check", ["forward", "dA", "dB"])
+def test_gemm_split_k_below_32_rows_right_to_rounding(check):
+    """Its values are right: only batch invariance can show it."""
+    assert _result("gemm_mutants.py:SplitKBelow32Rows", check)[0] == "pass"
+
+
+def test_gemm_split_k_below_32_rows_caught_at_a_batch_of_16():
+    """The default point has 16 rows (split): alone, in 16 and in 19 rows the kernel
+    splits alike; the batch of 33 rows does not split."""
+    status, message = _result("gemm_mutants.py:SplitKBelow32Rows", "batch_invariance")
+    assert status == "fail" and "Y row 0 differs in 33 rows vs in 16 rows" in message, message
+    assert "alone" not in message and "in 19 rows" not in message, message
 
 
 def test_gemm_cotangent_strides_ignored_caught_by_layout():

@@ -84,3 +84,21 @@ class SmallDefectNN(GemmFn):
         if ctx.layout.upper() == "NN":
             dA = dA * (1 + 1e-3)  # MUTANT
         return dA, dB, dbias, None, None
+
+
+class SplitKBelow32Rows(GemmFn):
+    """A split-K heuristic keyed on the row count: below 32 rows the inner index is summed
+    in two halves (more parallel work for a small M), from 32 on in one pass. Every value
+    is right to rounding; a row's bits depend on how many rows its batch has."""
+
+    @staticmethod
+    def forward(ctx, A, B, bias, out_dtype, layout):
+        y = GemmFn.forward(ctx, A, B, bias, out_dtype, layout)
+        a, b = _op_a(A, layout), _rows_of_b(B, layout)
+        if b.shape[0] < 32 and b.shape[1] >= 2:  # MUTANT
+            half = b.shape[1] // 2
+            y2 = fixed_order_mm(b[:, :half], a[:half]) + fixed_order_mm(b[:, half:], a[half:])
+            if bias is not None:
+                y2 = y2 + bias.to(y2.dtype)
+            y = y2.reshape(y.shape).to(y.dtype)
+        return y
