@@ -58,6 +58,7 @@ M = "tests/mutants/"
 L = "tests/mutants/ops/"
 BUNDLED = "gradcheck_bi/kernels/bundled/rmsnorm.py:"
 ODD = (2, 3, 200)  # D not a multiple of 128: where tail-dropping sums show
+DEFAULT = (2, 8, 256)  # the ops' default shape: 16 rows
 # The bf16 forward mutants m31, m32 err by 1.2-1.3x the shaped engine's bf16 bound (one ulp
 # plus fp32 rounding) at D = 128 and pass it at D = 32: fewer elements, no ulp boundary hit.
 LOWP = (2, 4, 128)
@@ -73,6 +74,11 @@ CAUGHT = [
      {"zero_centered_gamma": True}, {}),
     (RMS, M + "m12_s_raw_weight_zcg.py:Mutant", "dx", "fp64", SHAPE,
      {"zero_centered_gamma": True}, {}),
+    # eps outside the root: within fp32's rounding in size, but a systematic scale (at 8
+    # rows and more the working-precision search tests the bias); γ = 0 leaves y = 0
+    (RMS, M + "m15_eps_outside_sqrt.py:Mutant", "forward", "fp64", DEFAULT, {},
+     {"gamma": "zeros"}),
+    (RMS, M + "m15_eps_outside_sqrt.py:Mutant", "dx", "fp64", DEFAULT, {}, None),
     (RMS, M + "m19_reduction_drops_tail.py:Mutant", "forward", "fp64", ODD, {}, None),
     (RMS, M + "m21_dx_approx_rsqrt.py:Mutant", "dx", "fp64", SHAPE, {}, {"gamma": "zeros"}),
     (RMS, M + "m22_dw_rsigma_18_bits.py:Mutant", "dweight", "fp64", SHAPE, {}, None),
@@ -116,3 +122,19 @@ def test_batch_order_keyed_on_the_row_count_fails_below_it_too() -> None:
     status, message = _status(RMS, ref, "batch_invariance", shape=ODD)
     assert status == "fail" and "in 33 rows vs in 6 rows" in message, message
     assert _status(RMS, ref, "batch_invariance", shape=(40, 200))[0] == "fail"
+
+
+@pytest.mark.parametrize("op,ref", [(RMS, M + "m13_compute_in_fp32.py:Mutant"),
+                                    (LAYER, "tests/kernels/fp32_inside.py:layer_norm")])
+@pytest.mark.parametrize("check", ["forward", "dx"])
+def test_fp32_inside_is_judged_at_fp32(op: str, ref: str, check: str) -> None:
+    """A correct norm computing in fp32 inside an fp64 call: its rounding is unbiased, so
+    the search that rejects m15's systematic error keeps fp32 for it."""
+    status, message = _status(op, ref, check, shape=DEFAULT)
+    assert status == "pass" and "computes in fp32 inside" in message, message
+
+
+def test_eps_outside_the_root_is_said_to_be_systematic() -> None:
+    status, message = _status(RMS, M + "m15_eps_outside_sqrt.py:Mutant", "forward",
+                              shape=DEFAULT)
+    assert status == "fail" and "not fp32 rounding inside" in message, message

@@ -264,20 +264,42 @@ def test_an_option_the_kernel_lacks_is_fixed_at_its_closest_value():
 
 
 def test_a_coarser_unit_only_where_the_errors_round_at_it():
-    """fp32 inside an fp64 call explains errors of fp32's size; errors far smaller than any
-    fp32 rounding yet above fp64's (a formula a little off) are judged at fp64."""
+    """fp32 inside an fp64 call explains errors of fp32's size and of either sign; errors far
+    smaller than any fp32 rounding yet above fp64's (a formula a little off) are judged at
+    fp64, and so are errors of fp32's size that scale the output (a wrong eps, a constant
+    off: systematic, not rounding)."""
     from gradcheck_bi.checks.shaped import make_point, model, working_unit
     from gradcheck_bi.errors import unit
+    from gradcheck_bi.tolerance.noise import K_SIGMA
 
-    point = make_point(Config(check="forward", op="gelu_and_mul", shape=(4, 64)))
+    point = make_point(Config(check="forward", op="gelu_and_mul", shape=(16, 64)))
     m = model(point)
     sig = m.output_sigma
     u32 = unit(torch.float32)
-    rounded = {k: 0.4 * u32 * s for k, s in sig.items()}  # fp32 roundings' size
+    gen = torch.Generator().manual_seed(0)
+    signs = {k: torch.randn(s.shape, generator=gen, dtype=torch.float64).sign()
+             for k, s in sig.items()}
+    rounded = {k: 0.4 * u32 * s * signs[k] for k, s in sig.items()}  # fp32 roundings' size
     assert working_unit(point, rounded, m)[0] == u32
     off = {k: 1e-3 * u32 * s + 1e-15 for k, s in sig.items()}  # above fp64, below fp32's
     u, note = working_unit(point, off, m)
     assert u == unit(torch.float64) and note is None
+    scaled = {k: rounded[k] + 4 * u32 * m.outputs[k] for k in rounded}  # y · (1 + 4 u)
+    assert all(bool((scaled[k].abs() <= K_SIGMA * u32 * sig[k]).all()) for k in sig)
+    u, note = working_unit(point, scaled, m)
+    assert u == unit(torch.float64) and note and note.startswith("not fp32 rounding"), note
+
+
+@pytest.mark.parametrize("ref,check,axes", [
+    ("fp32_inside.py:gemm", "forward", {}), ("fp32_inside.py:gemm", "dB", {}),
+    ("fp32_inside.py:log_softmax", "forward", {}), ("fp32_inside.py:log_softmax", "dx", {}),
+    ("fp32_inside.py:cross_entropy", "forward", {"reduction": "none"}),
+    ("fp32_inside.py:cross_entropy", "dlogits", {"reduction": "none"}),
+])
+def test_a_correct_kernel_in_fp32_inside_is_judged_at_fp32(ref, check, axes):
+    """Its rounding is unbiased: the bias test keeps fp32 for it, at 16 rows and more."""
+    status, message = _result(ref, check, **axes)
+    assert status == "pass" and "computes in fp32 inside" in message, message
 
 
 def _layout_pair(ref: str, shape: tuple[int, ...]) -> list[tuple[object, object]]:

@@ -41,6 +41,7 @@ from gradcheck_bi.checks.shaped_point import (
     seed_of,
     with_grads,
 )
+from gradcheck_bi.checks.shaped_precision import floor, working_unit
 from gradcheck_bi.errors import Derived, derived, unit
 from gradcheck_bi.fd.budget import keep_freed_memory
 from gradcheck_bi.fd.plan import (
@@ -104,67 +105,6 @@ def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.exp2(torch.floor(torch.log2(mag))) * fi.eps
 
 
-# Working precisions coarser than a dtype, finest first: what a kernel may compute in inside.
-COARSER = (("fp32", 2.0**-24), ("tf32", 2.0**-11), ("bf16", 2.0**-8))
-# A coarser unit is taken where the largest forward error over at least ROUNDS_LIKE_N
-# elements reaches ROUNDS_LIKE_MIN of that unit's u·σ: one rounding's error is spread evenly
-# up to u·|y|, so each element stays below 0.05·u·σ with a probability of a few percent, and
-# all 64 of them essentially never.
-ROUNDS_LIKE_N = 64
-ROUNDS_LIKE_MIN = 0.05
-
-
-def plausible(name: str, dtype: str, device: str, products: bool) -> bool:
-    """Whether a kernel called in ``dtype`` can compute in ``name`` inside: fp32 inside an
-    fp64 call (anywhere); TF32 (a GEMM's tensor cores, so an op that multiplies matrices)
-    and bf16 inside an fp32 call on a GPU alone. Anything else is not rounding: a forward
-    that far off is wrong, and a coarser unit would hide it."""
-    if dtype == "fp64":
-        return name == "fp32"
-    if dtype == "fp32" and device.startswith("cuda"):
-        return name == "bf16" or (name == "tf32" and products)
-    return False
-
-
-def working_unit(point: Point, errs: dict[str, torch.Tensor], m: Derived
-                 ) -> tuple[float, str | None]:
-    """The unit roundoff the kernel delivers: its dtype's, or the finest coarser one whose
-    rounding its forward stays within among those it can have (:func:`plausible`: fp32
-    inside an fp64 call; TF32 inside an fp32 GEMM on a GPU), with the note that says so;
-    ``--precision exact`` keeps the dtype's."""
-    u = unit(point.dtype)
-    if point.cfg.dtype in HALF_DTYPES or point.cfg.precision == "exact":
-        return u, None
-    sig = m.output_sigma
-
-    def within(u_: float) -> bool:
-        return all(bool((e <= K_SIGMA * u_ * s + _floor(u_)).all()) for e, s in
-                   ((errs[k], sig[k]) for k in errs))
-
-    def rounds_like(u_: float) -> bool:
-        """The errors are of the size ``u_``'s roundings leave: over many elements the
-        largest is a fair fraction of ``u_·σ``. A forward off by a small formula difference
-        (GELU's tanh form judged as erf: 4e-3 of bf16's) is within a coarse unit too, but
-        nothing rounds at that unit there."""
-        if sum(e.numel() for e in errs.values()) < ROUNDS_LIKE_N:
-            return True  # too few elements for the largest to say anything
-        return max(float((e / (u_ * s + _floor(u_))).max()) for e, s in
-                   ((errs[k], sig[k]) for k in errs)) >= ROUNDS_LIKE_MIN
-
-    if within(u):
-        return u, None
-    for name, coarse in COARSER:
-        if coarse > u and plausible(name, point.cfg.dtype, point.cfg.device, m.products) \
-                and within(coarse) and rounds_like(coarse):
-            return coarse, (f"computes in {name} inside: judged at {name} rounding "
-                            f"(--precision exact: {point.cfg.dtype})")
-    return u, None
-
-
-def _floor(u: float) -> float:
-    return u * 2.0**-60  # nothing a kernel computes is that small but an exact zero
-
-
 # -- the checks --------------------------------------------------------------------------
 def run_shaped_check(kernel: ShapedKernel, cfg: Config) -> Measurement:
     point = make_point(cfg)
@@ -205,15 +145,16 @@ def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
     before = snapshot(point.drawn.tensors)
     got = forward(kernel, point)
     unchanged("forward", before, point.drawn.tensors, allowed_mutations())
-    errs, tols = {}, {}
+    diffs, errs, tols = {}, {}, {}
     for k, ref in m.outputs.items():
         if k not in got:
             continue
         if got[k].shape != ref.shape:
             raise ContractViolation(f"output {k} has shape {tuple(got[k].shape)}; the "
                                     f"reference's is {tuple(ref.shape)}")
-        errs[k] = (got[k] - ref).abs()
-    u, note = working_unit(point, errs, m)
+        diffs[k] = got[k] - ref
+        errs[k] = diffs[k].abs()
+    u, note = working_unit(point, diffs, m)
     for k, ref in m.outputs.items():
         if k in errs:
             tols[k] = _forward_tol(point, ref, m.output_sigma[k], u) + m.output_absolute[k]
@@ -223,7 +164,7 @@ def check_forward(kernel: ShapedKernel, point: Point) -> Measurement:
 def _forward_tol(point: Point, ref: torch.Tensor, sig: torch.Tensor, u: float) -> torch.Tensor:
     if point.cfg.dtype in HALF_DTYPES:
         return K_SIGMA * unit(LOWP_INSIDE) * sig + ulp(ref, point.dtype)
-    return K_SIGMA * u * sig + _floor(u)
+    return K_SIGMA * u * sig + floor(u)
 
 
 def _measured(errs: dict[str, torch.Tensor], tols: dict[str, torch.Tensor], point: Point,
@@ -265,8 +206,8 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
                          {"against": "the fp64 reference's gradient (bf16/fp16: no finite "
                                      "difference of the forward resolves it)"})
     got = forward(kernel, point)
-    errs = {k: (got[k] - m.outputs[k]).abs() for k in m.outputs if k in got}
-    u, note = working_unit(point, errs, m)
+    u, note = working_unit(point, {k: got[k] - m.outputs[k] for k in m.outputs if k in got},
+                           m)
     # the kernel's calls on CPU: torch's threads by the tensor's size, one thread while one
     # proves faster (fd.threads: the FD's verdict is the same, the kernel's own reductions
     # may round differently on another thread count, inside the noise the tolerance holds)
@@ -446,7 +387,7 @@ def tolerance(sigma: torch.Tensor, sigma_kernel: torch.Tensor, trunc: torch.Tens
     """Per element ``K √(σ_FD² + (u σ_grad)²) + K_T · truncation`` (``sigma_kernel``:
     ``u σ_grad``), above the floor."""
     return (K_SIGMA * torch.sqrt(sigma**2 + sigma_kernel**2) + K_TRUNC * trunc
-            + _floor(u))
+            + floor(u))
 
 
 def lazy_truncation(err: torch.Tensor, tol: Any, per: int, truncation: Any) -> torch.Tensor:
