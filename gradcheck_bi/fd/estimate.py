@@ -235,22 +235,26 @@ def weight_grad(
     h = weight_step(w0, step_rel)
     with torch.no_grad():
         ys = [forward(w0 + o * h).reshape(-1, n_cols) for o in level_offsets().tolist()]
-        y0 = forward(w0).reshape(-1, n_cols).to(torch.float64)
-    stacked = torch.stack(ys)  # (2L, R, D)
+        ys.append(forward(w0).reshape(-1, n_cols))
+    # (2L + 1, R, D): the points, then y0; exact in fp64 once, for the sums, each point's
+    # variance (one pass for all: row sums are the same bits in any batch) and the terms
+    points = torch.stack(ys).to(torch.float64)
+    stacked, y0 = points[:-1], points[-1]
     # Sums over rows, as fixed-order row sums of the transposes: (2L, D).
     sums = level_sums(stacked.transpose(1, 2), y0.T, g2.T)
     n_lev = len(LEVELS)
     odd, even = sums[:n_lev], sums[n_lev:]
     grad = stencil_sum(odd, stencil) / h
     u = unit_roundoff(x.dtype)
-    pv = point_var(stacked, g2, u)  # each point's, (2L, D): one pass over the stack
-    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, y0, g2, u)[None]
+    pv_all = point_var(points, g2, u)  # each point's and y0's, (2L + 1, D)
+    pv = pv_all[:-1]
+    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, pv_all[-1])[None]
     lam = noise_scale(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).
     sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
-    terms = g2 * (stacked[0].to(torch.float64) - stacked[n_lev].to(torch.float64)) / (2 * h)
+    terms = g2 * (stacked[0] - stacked[n_lev]) / (2 * h)
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma, trunc, terms,

@@ -214,13 +214,12 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
     return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
 
 
-def dw_remainder_var(pv: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
-                     u: float) -> torch.Tensor:
+def dw_remainder_var(pv: torch.Tensor, pv0: torch.Tensor) -> torch.Tensor:
     """Model variance of :func:`stencil_remainder` per column: each point's (``pv``, the
     :func:`point_var` of the ``(2L, R, D)`` outputs, the ``+o`` points first) times
-    ``c_o²``, and ``y0``'s (a column's own here) times ``Y0_VAR``."""
+    ``c_o²``, and ``y0``'s (``pv0``: a column's own here) times ``Y0_VAR``."""
     n = len(REMAINDER)
-    total = Y0_VAR * point_var(y0[None], g2, u)[0]
+    total = Y0_VAR * pv0
     for j, c in enumerate(REMAINDER):
         total = total + c * c * (pv[j] + pv[n + j])
     return total
