@@ -67,10 +67,9 @@ from gradcheck_bi.tolerance.noise import (
     Y0_VAR,
     model_sigma,
     noise_floor,
-    noise_scale,
+    noise_scales,
     pow2_scale,
     reached_sigma,
-    robust_noise_scale,
     stencil_remainder,
     unit_roundoff,
 )
@@ -273,8 +272,7 @@ def input_grad_outputs(
     resid_var = REMAINDER_VAR + (0.0 if coupled else Y0_VAR)
     p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
     resid, model_var = stencil_remainder(even) / p2, resid_var * (sigma_m / p2) ** 2
-    lam = noise_scale(resid, model_var, centre=coupled)
-    robust = robust_noise_scale(resid, model_var, centre=coupled)
+    lam, robust = noise_scales(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
         lam, robust = max(lam, 1.0), max(robust, 1.0)
     sigma_e = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows)

@@ -51,8 +51,8 @@ from gradcheck_bi.tolerance.noise import (
     model_sigma,
     noise_floor,
     noise_scale,
+    noise_scales,
     point_var,
-    robust_noise_scale,
     stencil_remainder,
     unit_roundoff,
 )
@@ -75,7 +75,7 @@ class FDEstimate:
     truncation: torch.Tensor | None = None
     # dw only: the (rows, D) terms g·∂y/∂w the analytic dw sums, from the forward
     terms: torch.Tensor | None = None
-    # λ from the remainder's median (tolerance.noise.robust_noise_scale): far below λ where
+    # λ from the remainder's median (tolerance.noise.noise_scales): far below λ where
     # kinks inside a few stencils set the pooled one (checks.fd_judge)
     noise_scale_robust: float | None = None
     # (J_1, J_4): the second differences over the step (:func:`jumps`)
@@ -249,7 +249,7 @@ def weight_grad(
     pv_all = point_var(points, g2, u)  # each point's and y0's, (2L + 1, D)
     pv = pv_all[:-1]
     resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, pv_all[-1])[None]
-    lam = noise_scale(resid, resid_var, centre=False)
+    lam, robust = noise_scales(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).
     sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
@@ -258,4 +258,4 @@ def weight_grad(
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma, trunc, terms,
-                      robust_noise_scale(resid, resid_var, centre=False), jumps(even, h_t))
+                      robust, jumps(even, h_t))

@@ -43,8 +43,7 @@ from gradcheck_bi.fd.step import input_step_rel, weight_step
 from gradcheck_bi.tolerance.noise import (
     REMAINDER_VAR,
     noise_floor,
-    noise_scale,
-    robust_noise_scale,
+    noise_scales,
     stencil_remainder,
 )
 
@@ -132,11 +131,11 @@ def weight_grad_each(
     sel[cols.to(w0.device)] = True
     var0 = u * u * ((g64 * y0) ** 2).sum()
     resid = stencil_remainder(even)[sel][:, None]
-    lam = noise_scale(resid, REMAINDER_VAR * var0, centre=True)
+    lam, robust = noise_scales(resid, REMAINDER_VAR * var0, centre=True)
     sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc,
-                      noise_scale_robust=robust_noise_scale(resid, REMAINDER_VAR * var0, True),
+                      noise_scale_robust=robust,
                       jumps=jumps(even, h_t))

@@ -189,21 +189,28 @@ MEDIAN_ABS_NORMAL = 0.6745
 TRIM = 1000.0
 
 
-def robust_noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
-    """``λ`` as :func:`noise_scale`, from the remainders within ``TRIM`` times the median's
-    scale (at least the dtype model's) of ``|R| / sqrt(model_var)`` (centred on the median
-    over the ``n``): the rounding where no kink or bend adds to the remainder."""
+def noise_scales(resid: torch.Tensor, model_var: torch.Tensor, centre: bool
+                 ) -> tuple[float, float]:
+    """``(λ, λ_robust)``: :func:`noise_scale`, and ``λ`` from the remainders within ``TRIM``
+    times the median's scale (at least the dtype model's) of ``|R| / sqrt(model_var)``
+    (centred on the median over the ``n``): the rounding where no kink or bend adds to the
+    remainder. The rows are selected once and the host reads the pooled sum and the median
+    together (on CUDA three syncs fewer than each alone)."""
     var = model_var.expand_as(resid)
     resid, var = _modelled(resid, var)
-    if centre and resid.shape[0] > 0:
-        resid = resid - resid.median(0, keepdim=True).values
+    n = resid.shape[0]
+    dof = (n - int(centre)) * resid.shape[1]
     if resid.numel() == 0:
-        return 1.0
-    z = resid / var.sqrt()
-    scale = max(float(z.abs().median().item()) / MEDIAN_ABS_NORMAL, 1.0)
-    kept = z[z.abs() <= TRIM * scale]
-    dof = kept.numel() * (resid.shape[0] - int(centre)) / resid.shape[0]
-    return math.sqrt((float((kept * kept).sum().item()) + NU_PRIOR) / (dof + NU_PRIOR))
+        return math.sqrt(NU_PRIOR / (dof + NU_PRIOR)), 1.0
+    pooled = resid - resid.mean(0, keepdim=True) if centre else resid
+    z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
+    size = z.abs()
+    ss, median = torch.stack([(pooled * pooled / var).sum(), size.median()]).tolist()
+    scale = max(median / MEDIAN_ABS_NORMAL, 1.0)
+    kept = z[size <= TRIM * scale]
+    dof_kept = kept.numel() * (n - int(centre)) / n
+    return (math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR)),
+            math.sqrt((float((kept * kept).sum().item()) + NU_PRIOR) / (dof_kept + NU_PRIOR)))
 
 # dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
 # r does not depend on w, so its rounding is the same at every point (not noise).
