@@ -67,7 +67,7 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
     assert est.sigma is not None and est.truncation is not None
     floor = combined_floor(est.sigma, est.truncation, rounding)
-    tol = fd_tolerance(floor, float(reference.abs().max()), cfg)
+    tol = fd_tolerance(floor, reference, cfg)
     m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
     at = tuple(m.worst or [])
     noise, rounded = to_host(est.noise_floor[at], rounding[at])
@@ -101,8 +101,7 @@ IMPLAUSIBLE_U = 2.0**-8
 
 def _tolerance(est: fd.FDEstimate, rounding: torch.Tensor, cfg: Config) -> torch.Tensor:
     assert est.sigma is not None and est.truncation is not None
-    return fd_tolerance(combined_floor(est.sigma, est.truncation, rounding),
-                        float(est.grad.abs().max()), cfg)
+    return fd_tolerance(combined_floor(est.sigma, est.truncation, rounding), est.grad, cfg)
 
 
 def _decontaminated(est: fd.FDEstimate, judged: float) -> fd.FDEstimate | None:
