@@ -179,7 +179,13 @@ def detectable(tol: torch.Tensor, reference: torch.Tensor) -> float:
     elements of ``tol / |reference|`` (elements whose reference is 0 count as ``inf``)."""
     if tol.numel() == 0:
         return math.inf
+    return float(detectable_median(tol, reference))
+
+
+def detectable_median(tol: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """:func:`detectable` of a non-empty ``tol`` as a 0-d tensor where it was computed, for
+    a caller that reads it with other numbers (one host sync for all)."""
     ref = reference.abs()
     ratio = torch.where(ref > 0, tol / torch.where(ref > 0, ref, torch.ones_like(ref)),
                         torch.full_like(ref, math.inf))
-    return float(ratio.reshape(-1).median())
+    return ratio.reshape(-1).median()
