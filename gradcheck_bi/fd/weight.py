@@ -70,21 +70,22 @@ def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tenso
     n = w0.shape[-1]
     m = (torch.arange(n, device=w0.device) % 2 == 0).to(w0.dtype)
     with torch.no_grad():
-        y0, yp, ym, yh, ya, yb = (forward(w0 + step * d).reshape(-1, n).to(torch.float64)
-                                  for d in (0 * m, m, -m, m / 2, m + (1 - m), 1 - m))
+        ys = torch.stack([forward(w0 + step * d).reshape(-1, n).to(torch.float64)
+                          for d in (0 * m, m, -m, m / 2, m + (1 - m), 1 - m)])
+    y0, yp, ym, yh, ya, yb = ys
+    a0, ap, am, ah, aa, ab = ys.abs()  # every |y| the bounds add, taken once
     on, off = slice(0, None, 2), slice(1, None, 2)  # m's elements and the others: views
 
-    def within(diff: torch.Tensor, *ys: torch.Tensor) -> torch.Tensor:
-        first, *rest = (y.abs() for y in ys)  # 0 + |y| is |y|: no zeros to start from
-        bound = SLACK * u * sum(rest, first)
+    def within(diff: torch.Tensor, first: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        bound = SLACK * u * sum(rest, first)  # 0 + |y| is |y|: no zeros to start from
         return (diff.abs() <= bound).all()
 
-    on_ys = [y[:, on] for y in (y0, yp, ym, yh)]
+    y0, yp, ym, yh, a0, ap, am, ah = (t[:, on] for t in (y0, yp, ym, yh, a0, ap, am, ah))
     # the three answers brought to the host together: one sync
     separable, second, half = torch.stack([
-        within((ya - yb)[:, off], ya[:, off], yb[:, off]),
-        within(on_ys[1] + on_ys[2] - 2 * on_ys[0], *on_ys[:3], on_ys[0]),
-        within(on_ys[1] + on_ys[0] - 2 * on_ys[3], *on_ys[:2], on_ys[3], on_ys[3])]).tolist()
+        within((ya - yb)[:, off], aa[:, off], ab[:, off]),
+        within(yp + ym - 2 * y0, a0, ap, am, a0),
+        within(yp + y0 - 2 * yh, a0, ap, ah, ah)]).tolist()
     return separable, second and half
 
 
