@@ -39,6 +39,7 @@ from gradcheck_bi.fd.stencil import (
     LEVELS,
     Stencil,
     level_offsets,
+    level_offsets_on,
     richardson_truncation,
     stencil_sum,
     stencil_var,
@@ -162,7 +163,7 @@ def directional_input_grad(
     v = torch.randn(directions, n_rows, n_cols, generator=gen, dtype=torch.float64)
     v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
     n_lev = len(LEVELS)
-    signed = level_offsets().to(dev)
+    signed = level_offsets_on(dev)
     y0 = _unperturbed(forward, x.detach(), width)
     # Stack (direction, row) pairs as rows m = k·R + r.
     n_m = directions * n_rows
