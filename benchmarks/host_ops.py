@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gradcheck_bi.checks.family import run_op_check
+from gradcheck_bi.checks.rows import run_op_check
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.vocab import Config
