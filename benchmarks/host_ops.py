@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -66,6 +68,22 @@ class HostOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@contextlib.contextmanager
+def _tolist_counted(counter: HostOps) -> Iterator[None]:
+    """``tolist`` dispatches no aten op on CPU; on CUDA it is a copy to the host and a sync."""
+    real = torch.Tensor.tolist
+
+    def tolist(self: torch.Tensor) -> Any:
+        counter.counts["syncs"] += 1
+        return real(self)
+
+    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.tolist = real  # type: ignore[method-assign]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--op", default="rms_norm")
@@ -81,7 +99,7 @@ def main() -> int:
     for check in args.check or list(OPS[args.op].gradient_checks):
         cfg = Config(check=check, op=args.op, shape=shape, dtype=args.dtype, device="cpu")
         run_op_check(fn, cfg)  # compiles and caches out of the count
-        with HostOps() as counter:
+        with HostOps() as counter, _tolist_counted(counter):
             m = run_op_check(fn, cfg)
         counts = " ".join(f"{k} {counter.counts[k]}"
                           for k in ("host", "views", "gpu_eq", "syncs", "masks"))
