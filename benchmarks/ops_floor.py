@@ -1,6 +1,6 @@
 """Every op's gradient checks beside their forward floor (the goal: ≤ 1.5×).
 
-    PYTHONPATH=. python benchmarks/ops_floor.py [--device cuda] [--shape 64,8192] [--reps 3]
+    PYTHONPATH=. python benchmarks/ops_floor.py [--device cuda] [--shape 64,8192 ...] [--reps 3]
 
 For each op (its correct kernel from tests/kernels/, the bundled ``after`` for rms_norm, or
 ``--kernel REF``), times every gradient check of the op (d<input> and d<parameter>,
@@ -201,7 +201,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="fp32")
-    ap.add_argument("--shape", default="64,8192")
+    ap.add_argument("--shape", action="append",
+                    help="D1,D2,... (repeat for several shapes; default 64,8192)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--op", action="append")
     ap.add_argument("--kernel", help="with one --op: this kernel instead of tests/kernels'")
@@ -213,15 +214,16 @@ def main() -> int:
     args = ap.parse_args()
     if args.kernel and len(args.op or []) != 1:
         ap.error("--kernel needs exactly one --op")
-    shape = tuple(int(s) for s in args.shape.split(","))
     print("| op | shape | device/dtype | checks (s) | forward floor (s) | ratio |")
     print("| --- | --- | --- | ---: | ---: | ---: |")
-    for op in args.op or list(KERNELS):
-        r = side_by_side(op, args.kernel or KERNELS[op], shape, args.dtype, args.device, args.reps,
-                         args.profile, args.timeline)
-        name = f"{op} ({args.kernel})" if args.kernel else op
-        print(f"| {name} | {args.shape} | {args.device}/{args.dtype} | {r['check_s']:.2f} | "
-              f"{r['floor_s']:.2f} | {r['ratio']:.2f}× |", flush=True)
+    for text in args.shape or ["64,8192"]:
+        shape = tuple(int(s) for s in text.split(","))
+        for op in args.op or list(KERNELS):
+            r = side_by_side(op, args.kernel or KERNELS[op], shape, args.dtype, args.device,
+                             args.reps, args.profile, args.timeline)
+            name = f"{op} ({args.kernel})" if args.kernel else op
+            print(f"| {name} | {text} | {args.device}/{args.dtype} | {r['check_s']:.3f} | "
+                  f"{r['floor_s']:.3f} | {r['ratio']:.2f}× |", flush=True)
     return 0
 
 

@@ -324,3 +324,18 @@ def test_usable_cores_count_our_own_recent_threads_as_ours(
     monkeypatch.setattr(fd.threads.time, "monotonic",
                         lambda: fd.threads._own[0] + 1.0)  # a minute later: forgotten
     assert fd.threads.usable_cores() == 1
+
+
+@pytest.mark.parametrize("centre", [False, True])
+def test_noise_scales_pools_as_noise_scale_and_the_robust_one_leaves_a_kink_out(
+        centre: bool) -> None:
+    gen = torch.Generator().manual_seed(7)
+    resid = 3.0 * torch.randn(6, 500, generator=gen, dtype=torch.float64)  # λ ≈ 3
+    var = torch.ones(1, 500, dtype=torch.float64)
+    var[0, 11] = 0.0  # an output exactly 0: its row does not count
+    lam, robust = noise.noise_scales(resid, var, centre)
+    assert lam == noise.noise_scale(resid, var, centre), (lam, robust)
+    assert 2.7 < lam < 3.3 and 2.7 < robust < 3.3, (lam, robust)
+    resid[2, 7] += 1e12  # one stencil straddles a kink
+    lam, robust = noise.noise_scales(resid, var, centre)
+    assert lam > 1e9 and 2.7 < robust < 3.3, (lam, robust)

@@ -20,8 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "independent"))
 import orders
 
 from gradcheck_bi.checks import run_check
+from gradcheck_bi.sums.reduction import row_sum
 from gradcheck_bi.tolerance.noise import K_SIGMA
-from gradcheck_bi.tolerance.summation import any_order_var, forward_factor
+from gradcheck_bi.tolerance.summation import any_order_var, forward_factor, order_sums
 from gradcheck_bi.vocab import Config
 
 # Many rows, few columns: dw's sum over the rows is long, dx and the forward stay cheap.
@@ -63,6 +64,9 @@ def test_any_order_var_is_the_mean_over_orders() -> None:
         total += (prefix * prefix).sum()
     expected = float(any_order_var(t[None])[0])
     assert abs(float(total) / trials - expected) < 0.03 * expected
+    var, q, s = order_sums(t[None])  # V with the sums it is made of
+    assert (float(var[0]), float(q[0]), float(s[0])) == (
+        expected, float(row_sum(t * t)), float(row_sum(t))), (var, q, s)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -23,6 +23,7 @@ did run and judged every other element.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -43,7 +44,7 @@ from gradcheck_bi.tolerance.noise import (
     unit_roundoff,
 )
 from gradcheck_bi.tolerance.rules import fd_tolerance, per_element_ratio
-from gradcheck_bi.tolerance.summation import combined_floor, detectable, dw_sigma
+from gradcheck_bi.tolerance.summation import combined_floor, detectable_median, dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 Refine = Callable[[torch.Tensor], Refined]
@@ -67,22 +68,28 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     :func:`~gradcheck_bi.checks._measure.measured_per_element`."""
     assert est.sigma is not None and est.truncation is not None
     floor = combined_floor(est.sigma, est.truncation, rounding)
-    tol = fd_tolerance(floor, float(reference.abs().max()), cfg)
+    tol = fd_tolerance(floor, reference, cfg)
     m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
     at = tuple(m.worst or [])
-    noise, rounded = to_host(est.noise_floor[at], rounding[at])
+    # the details' numbers, read by the host together: one sync where one each took four
+    steps = est.step.reshape(-1)
+    read = [steps.min(), steps.max(), est.noise_floor.max(), est.noise_floor[at], rounding[at]]
+    if tol.numel():
+        read.append(detectable_median(tol, reference))
+    step_min, step_max, floor_max, noise, rounded, *median = to_host(*read)
+    m.details.update(step_min=step_min, step_max=step_max, noise_floor_max=floor_max)
     m.details["noise_floor"], m.details["rounding_floor"] = noise, K_SIGMA * rounded
-    m.details["detectable_rel"] = detectable(tol, reference)
+    m.details["detectable_rel"] = median[0] if median else math.inf
     return m
 
 
 def _fd_details(est: Estimate) -> dict[str, Any]:
-    steps = est.step.reshape(-1)
-    step_min, step_max, floor_max = to_host(steps.min(), steps.max(), est.noise_floor.max())
+    """The estimate's details; its step range and largest floor are read by
+    :func:`fd_verdict` (``None`` here, in the order the report lists them)."""
     return {
         "stencil": est.stencil.name,
-        "step_min": step_min, "step_max": step_max,
-        "noise_floor_max": floor_max,
+        "step_min": None, "step_max": None,
+        "noise_floor_max": None,
         "k_sigma": K_SIGMA,
         "k_trunc": K_TRUNC,
         "noise_scale": est.noise_scale,  # λ: the forward's measured rounding / dtype model
@@ -101,8 +108,7 @@ IMPLAUSIBLE_U = 2.0**-8
 
 def _tolerance(est: fd.FDEstimate, rounding: torch.Tensor, cfg: Config) -> torch.Tensor:
     assert est.sigma is not None and est.truncation is not None
-    return fd_tolerance(combined_floor(est.sigma, est.truncation, rounding),
-                        float(est.grad.abs().max()), cfg)
+    return fd_tolerance(combined_floor(est.sigma, est.truncation, rounding), est.grad, cfg)
 
 
 def _decontaminated(est: fd.FDEstimate, judged: float) -> fd.FDEstimate | None:

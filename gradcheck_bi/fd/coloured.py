@@ -57,7 +57,7 @@ from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
     Stencil,
-    level_offsets,
+    level_offsets_on,
     richardson_truncation,
     stencil_sum,
 )
@@ -67,10 +67,9 @@ from gradcheck_bi.tolerance.noise import (
     Y0_VAR,
     model_sigma,
     noise_floor,
-    noise_scale,
+    noise_scales,
     pow2_scale,
     reached_sigma,
-    robust_noise_scale,
     stencil_remainder,
     unit_roundoff,
 )
@@ -152,7 +151,7 @@ def _steps_taken(sums: torch.Tensor, taken: torch.Tensor, h: torch.Tensor
     Rescaling each level by the step it really took removes it to first order.
     """
     n_lev = len(LEVELS)
-    nominal = 2 * torch.tensor(LEVELS, dtype=torch.float64, device=h.device)[:, None, None] * h
+    nominal = 2 * level_offsets_on(h.device)[:n_lev, None, None] * h
     width = taken[:n_lev] - taken[n_lev:]
     scale = torch.where(width > 0, nominal / torch.where(width > 0, width, 1.0), 1.0)
     return sums[:n_lev] * scale, sums[n_lev:]
@@ -201,7 +200,7 @@ def input_grad_outputs(
     widths = [y.shape[-1] for y in y0]
     reach = list(reach) if reach is not None else widths
     n_lev = len(LEVELS)
-    delta = (level_offsets().to(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
+    delta = (level_offsets_on(dev)[:, None] * h[None, :]).to(t.dtype)  # (2L, R)
     sums = torch.empty(2 * n_lev, n_cols, n_rows, dtype=torch.float64, device=dev)
     taken = torch.empty_like(sums)  # the steps x ± o h actually took, after rounding
     per_call, batch = plan(tuple(t.shape), t.dtype, dev, max_memory)
@@ -273,8 +272,7 @@ def input_grad_outputs(
     resid_var = REMAINDER_VAR + (0.0 if coupled else Y0_VAR)
     p2 = pow2_scale(sigma_m)  # one per row where coupled (centring subtracts across columns)
     resid, model_var = stencil_remainder(even) / p2, resid_var * (sigma_m / p2) ** 2
-    lam = noise_scale(resid, model_var, centre=coupled)
-    robust = robust_noise_scale(resid, model_var, centre=coupled)
+    lam, robust = noise_scales(resid, model_var, centre=coupled)
     if not coupled:  # all-or-nothing roundings: at least the dtype model's
         lam, robust = max(lam, 1.0), max(robust, 1.0)
     sigma_e = (lam * stencil.rss_weight * sigma_m / h).expand(n_cols, n_rows)

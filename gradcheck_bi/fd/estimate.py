@@ -39,6 +39,7 @@ from gradcheck_bi.fd.stencil import (
     LEVELS,
     Stencil,
     level_offsets,
+    level_offsets_on,
     richardson_truncation,
     stencil_sum,
     stencil_var,
@@ -51,8 +52,8 @@ from gradcheck_bi.tolerance.noise import (
     model_sigma,
     noise_floor,
     noise_scale,
+    noise_scales,
     point_var,
-    robust_noise_scale,
     stencil_remainder,
     unit_roundoff,
 )
@@ -75,7 +76,7 @@ class FDEstimate:
     truncation: torch.Tensor | None = None
     # dw only: the (rows, D) terms g·∂y/∂w the analytic dw sums, from the forward
     terms: torch.Tensor | None = None
-    # λ from the remainder's median (tolerance.noise.robust_noise_scale): far below λ where
+    # λ from the remainder's median (tolerance.noise.noise_scales): far below λ where
     # kinks inside a few stencils set the pooled one (checks.fd_judge)
     noise_scale_robust: float | None = None
     # (J_1, J_4): the second differences over the step (:func:`jumps`)
@@ -162,7 +163,7 @@ def directional_input_grad(
     v = torch.randn(directions, n_rows, n_cols, generator=gen, dtype=torch.float64)
     v = (v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)).to(dev)
     n_lev = len(LEVELS)
-    signed = level_offsets().to(dev)
+    signed = level_offsets_on(dev)
     y0 = _unperturbed(forward, x.detach(), width)
     # Stack (direction, row) pairs as rows m = k·R + r.
     n_m = directions * n_rows
@@ -235,23 +236,27 @@ def weight_grad(
     h = weight_step(w0, step_rel)
     with torch.no_grad():
         ys = [forward(w0 + o * h).reshape(-1, n_cols) for o in level_offsets().tolist()]
-        y0 = forward(w0).reshape(-1, n_cols).to(torch.float64)
-    stacked = torch.stack(ys)  # (2L, R, D)
+        ys.append(forward(w0).reshape(-1, n_cols))
+    # (2L + 1, R, D): the points, then y0; exact in fp64 once, for the sums, each point's
+    # variance (one pass for all: row sums are the same bits in any batch) and the terms
+    points = torch.stack(ys).to(torch.float64)
+    stacked, y0 = points[:-1], points[-1]
     # Sums over rows, as fixed-order row sums of the transposes: (2L, D).
     sums = level_sums(stacked.transpose(1, 2), y0.T, g2.T)
     n_lev = len(LEVELS)
     odd, even = sums[:n_lev], sums[n_lev:]
     grad = stencil_sum(odd, stencil) / h
     u = unit_roundoff(x.dtype)
-    pv = point_var(stacked, g2, u)  # each point's, (2L, D): one pass over the stack
-    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, y0, g2, u)[None]
-    lam = noise_scale(resid, resid_var, centre=False)
+    pv_all = point_var(points, g2, u)  # each point's and y0's, (2L + 1, D)
+    pv = pv_all[:-1]
+    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, pv_all[-1])[None]
+    lam, robust = noise_scales(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).
     sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
-    terms = g2 * (stacked[0].to(torch.float64) - stacked[n_lev].to(torch.float64)) / (2 * h)
+    terms = g2 * (stacked[0] - stacked[n_lev]) / (2 * h)
     trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma, trunc, terms,
-                      robust_noise_scale(resid, resid_var, centre=False), jumps(even, h_t))
+                      robust, jumps(even, h_t))

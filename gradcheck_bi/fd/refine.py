@@ -35,7 +35,7 @@ from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
     Stencil,
-    level_offsets,
+    level_offsets_on,
     richardson_truncation,
     stencil_sum,
 )
@@ -96,7 +96,7 @@ def refine_elements(
     cols = order[:, :n_blocks].T.contiguous()  # (B, R)
     used = torch.arange(n_blocks, device=dev)[:, None] < counts[None, :]
     n_lev = len(LEVELS)
-    delta = (level_offsets().to(dev)[:, None] * fine[None, :]).to(t.dtype)  # (2L, R)
+    delta = (level_offsets_on(dev)[:, None] * fine[None, :]).to(t.dtype)  # (2L, R)
     per_call = max(1, CPU_CHUNK_ELEMENTS // (2 * n_lev * n_rows * n_cols))
     ladder = ladder_base(dev)
     rows_idx = torch.arange(n_rows, device=dev)
@@ -118,7 +118,7 @@ def refine_elements(
             sums += (d * g).sum(-1)
         odd = sums[:n_lev] - sums[n_lev:]  # S_o = Σ g (y(+o) - y(-o)), each difference exact
         width = taken[:n_lev] - taken[n_lev:]
-        nominal = 2 * torch.tensor(LEVELS, dtype=torch.float64, device=dev)[:, None, None]
+        nominal = 2 * level_offsets_on(dev)[:len(LEVELS), None, None]
         odd = odd * torch.where(width > 0, nominal * fine / torch.where(width > 0, width, 1.0),
                                 1.0)
         est = stencil_sum(odd, stencil) / fine

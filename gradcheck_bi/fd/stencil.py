@@ -11,6 +11,7 @@ estimate) and one more even level for the rounding remainder
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -51,6 +52,13 @@ STENCILS = {s.name: s for s in (CENTRAL2, CENTRAL4)}
 def level_offsets() -> torch.Tensor:
     """``[+o..., -o...]`` for ``o`` in ``LEVELS``, fp64: the order points are stacked in."""
     return torch.tensor([*LEVELS, *(-o for o in LEVELS)], dtype=torch.float64)
+
+
+@functools.lru_cache(maxsize=8)
+def level_offsets_on(device: torch.device) -> torch.Tensor:
+    """:func:`level_offsets` on ``device``, made once and only read: a copy from the host
+    per check is, on CUDA, a wait for the device."""
+    return level_offsets().to(device)
 
 
 def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Tensor:

@@ -189,21 +189,28 @@ MEDIAN_ABS_NORMAL = 0.6745
 TRIM = 1000.0
 
 
-def robust_noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> float:
-    """``λ`` as :func:`noise_scale`, from the remainders within ``TRIM`` times the median's
-    scale (at least the dtype model's) of ``|R| / sqrt(model_var)`` (centred on the median
-    over the ``n``): the rounding where no kink or bend adds to the remainder."""
+def noise_scales(resid: torch.Tensor, model_var: torch.Tensor, centre: bool
+                 ) -> tuple[float, float]:
+    """``(λ, λ_robust)``: :func:`noise_scale`, and ``λ`` from the remainders within ``TRIM``
+    times the median's scale (at least the dtype model's) of ``|R| / sqrt(model_var)``
+    (centred on the median over the ``n``): the rounding where no kink or bend adds to the
+    remainder. The rows are selected once and the host reads the pooled sum and the median
+    together (on CUDA four syncs where each alone took six)."""
     var = model_var.expand_as(resid)
     resid, var = _modelled(resid, var)
-    if centre and resid.shape[0] > 0:
-        resid = resid - resid.median(0, keepdim=True).values
+    n = resid.shape[0]
+    dof = (n - int(centre)) * resid.shape[1]
     if resid.numel() == 0:
-        return 1.0
-    z = resid / var.sqrt()
-    scale = max(float(z.abs().median().item()) / MEDIAN_ABS_NORMAL, 1.0)
-    kept = z[z.abs() <= TRIM * scale]
-    dof = kept.numel() * (resid.shape[0] - int(centre)) / resid.shape[0]
-    return math.sqrt((float((kept * kept).sum().item()) + NU_PRIOR) / (dof + NU_PRIOR))
+        return math.sqrt(NU_PRIOR / (dof + NU_PRIOR)), 1.0
+    pooled = resid - resid.mean(0, keepdim=True) if centre else resid
+    z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
+    size = z.abs()
+    ss, median = torch.stack([(pooled * pooled / var).sum(), size.median()]).tolist()
+    scale = max(median / MEDIAN_ABS_NORMAL, 1.0)
+    kept = z[size <= TRIM * scale]
+    dof_kept = kept.numel() * (n - int(centre)) / n
+    return (math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR)),
+            math.sqrt((float((kept * kept).sum().item()) + NU_PRIOR) / (dof_kept + NU_PRIOR)))
 
 # dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
 # r does not depend on w, so its rounding is the same at every point (not noise).
@@ -214,13 +221,12 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
     return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
 
 
-def dw_remainder_var(pv: torch.Tensor, y0: torch.Tensor, g2: torch.Tensor,
-                     u: float) -> torch.Tensor:
+def dw_remainder_var(pv: torch.Tensor, pv0: torch.Tensor) -> torch.Tensor:
     """Model variance of :func:`stencil_remainder` per column: each point's (``pv``, the
     :func:`point_var` of the ``(2L, R, D)`` outputs, the ``+o`` points first) times
-    ``c_o²``, and ``y0``'s (a column's own here) times ``Y0_VAR``."""
+    ``c_o²``, and ``y0``'s (``pv0``: a column's own here) times ``Y0_VAR``."""
     n = len(REMAINDER)
-    total = Y0_VAR * point_var(y0[None], g2, u)[0]
+    total = Y0_VAR * pv0
     for j, c in enumerate(REMAINDER):
         total = total + c * c * (pv[j] + pv[n + j])
     return total

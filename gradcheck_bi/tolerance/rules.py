@@ -15,11 +15,17 @@ import torch
 from gradcheck_bi.vocab import Config
 
 
-def fd_tolerance(floor: torch.Tensor, scale: float, cfg: Config) -> torch.Tensor:
+def fd_tolerance(floor: torch.Tensor, scale: float | torch.Tensor, cfg: Config
+                 ) -> torch.Tensor:
     """Per-element tolerance: the noise floor, or ``--atol`` in its place; ``--rtol`` adds
-    ``rtol × scale`` (the largest |gradient|) to every element."""
+    ``rtol × scale`` (the largest |gradient|; given as the gradient, its largest magnitude
+    is read only then: no host sync without ``--rtol``) to every element."""
     tol = torch.full_like(floor, cfg.atol) if cfg.atol is not None else floor
-    return tol + cfg.rtol * scale if cfg.rtol is not None else tol
+    if cfg.rtol is None:
+        return tol
+    if isinstance(scale, torch.Tensor):
+        scale = float(scale.abs().max())
+    return tol + cfg.rtol * scale
 
 
 def per_element_ratio(err: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:

@@ -92,10 +92,16 @@ R_PER_TERM = ONE_SIGN / 8
 def any_order_var(terms: torch.Tensor) -> torch.Tensor:
     """``(n + 1)(Q/6 + S²/3) - Q/n`` over the last dim: ``Σ`` of the expected squared partial
     sums that an order walking one accumulator rounds (see the module docstring)."""
+    return order_sums(terms)[0]
+
+
+def order_sums(terms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(any_order_var, Q, S)`` over the last dim: the variance with the two sums it is made
+    of, which the models below need again (each sum taken once)."""
     n = terms.shape[-1]
     q = row_sum(terms * terms)
     s = row_sum(terms)
-    return (n + 1) * (q / 6 + s * s / 3) - q / n
+    return (n + 1) * (q / 6 + s * s / 3) - q / n, q, s
 
 
 def forward_factor(n_cols: int, extra: float = 0.0) -> float:
@@ -109,34 +115,34 @@ def forward_factor(n_cols: int, extra: float = 0.0) -> float:
 
 def rsigma_var(x: torch.Tensor, eps: float) -> torch.Tensor:
     """``v_r`` per row (shape ``x.shape[:-1] + (1,)``): r's relative variance in ``u²``."""
-    sq = x * x
-    total = row_sum(sq)
+    var, _, total = order_sums(x * x)
+    return _rsigma_var(var, total, x.shape[-1], eps)
+
+
+def _rsigma_var(var: torch.Tensor, total: torch.Tensor, n_cols: int,
+                eps: float) -> torch.Tensor:
+    """:func:`rsigma_var` from the mean square's :func:`order_sums` ``V`` and ``S``."""
     safe = torch.where(total > 0, total, torch.ones_like(total))
-    v_ms = torch.where(total > 0, any_order_var(sq) / (safe * safe), torch.zeros_like(total))
-    ms = total / x.shape[-1]
+    v_ms = torch.where(total > 0, var / (safe * safe), torch.zeros_like(total))
+    ms = total / n_cols
     f = ms / (ms + eps) if eps > 0 else torch.ones_like(ms)
     return (ONE_SIGN * f * f * v_ms / 4 + OPS_RSQRT).unsqueeze(-1)
 
 
-def _parts(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor,
-           eps: float) -> tuple[torch.Tensor, ...]:
-    x64, g64 = x.detach().to(torch.float64), g.detach().to(torch.float64)
-    gamma64 = gamma.detach().to(torch.float64)
-    r = torch.rsqrt(row_sum(x64 * x64).unsqueeze(-1) / x.shape[-1] + eps)
-    return x64, g64, gamma64, r
-
-
 def dx_sigma(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
     """Per element of dx, the RMS of the kernel's own rounding in units of ``u`` (fp64)."""
-    x64, g64, gamma64, r = _parts(x, gamma, g, eps)
+    x64, g64, gamma64 = (t.detach().to(torch.float64) for t in (x, g, gamma))
     d = x.shape[-1]
+    var_ms, _, total = order_sums(x64 * x64)  # r's sum and its rounding: one pass each
+    r = torch.rsqrt(total.unsqueeze(-1) / d + eps)
     gxg = g64 * x64 * gamma64
-    s = row_sum(gxg).unsqueeze(-1)
+    var_s, q_s, s = order_sums(gxg)
     a = g64 * gamma64 * r
-    b = r**3 * x64 * s / d
-    v_s = (any_order_var(gxg) + OPS_TERM * row_sum(gxg * gxg)).unsqueeze(-1)
-    var = ((a - 3 * b) ** 2 * rsigma_var(x64, eps) + OPS_DIRECT * a * a
-           + OPS_VARIANCE * b * b + (r**3 * x64 / d) ** 2 * v_s)
+    rx = r**3 * x64
+    b = rx * s.unsqueeze(-1) / d
+    v_s = (var_s + OPS_TERM * q_s).unsqueeze(-1)
+    var = ((a - 3 * b) ** 2 * _rsigma_var(var_ms, total, d, eps) + OPS_DIRECT * a * a
+           + OPS_VARIANCE * b * b + (rx / d) ** 2 * v_s)
     return var.sqrt()
 
 
@@ -154,8 +160,8 @@ def dx_magnitude(x: torch.Tensor, gamma: torch.Tensor, g: torch.Tensor,
 def dw_sigma(terms: torch.Tensor) -> torch.Tensor:
     """Per element of dw (shape ``(D,)``), the RMS of the kernel's own rounding in ``u``, from
     its ``(R, D)`` terms ``g ∂y/∂w`` (measured on the forward: ``FDEstimate.terms``)."""
-    cols = terms.T.contiguous()  # (D, R): sums over the rows
-    return (OPS_TERM * row_sum(cols * cols) + any_order_var(cols)).sqrt()
+    var, q, _ = order_sums(terms.T.contiguous())  # (D, R): sums over the rows
+    return (OPS_TERM * q + var).sqrt()
 
 
 def combined_floor(sigma_fd: torch.Tensor, truncation: torch.Tensor,
@@ -173,7 +179,13 @@ def detectable(tol: torch.Tensor, reference: torch.Tensor) -> float:
     elements of ``tol / |reference|`` (elements whose reference is 0 count as ``inf``)."""
     if tol.numel() == 0:
         return math.inf
+    return float(detectable_median(tol, reference))
+
+
+def detectable_median(tol: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """:func:`detectable` of a non-empty ``tol`` as a 0-d tensor where it was computed, for
+    a caller that reads it with other numbers (one host sync for all)."""
     ref = reference.abs()
     ratio = torch.where(ref > 0, tol / torch.where(ref > 0, ref, torch.ones_like(ref)),
                         torch.full_like(ref, math.inf))
-    return float(ratio.reshape(-1).median())
+    return ratio.reshape(-1).median()
