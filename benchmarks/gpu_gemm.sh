@@ -26,7 +26,7 @@ kernels)
     one "torch_$dt" --kernel tests/kernels/gemm.py:GemmFn --device cuda --dtype $dt
   done ;;
 mutants)
-  for m in DbiasFirstRow DbFirstRow DaFirstSlice CotangentAsContiguous SmallDefectNN; do
+  for m in DbiasFirstRow DbFirstRow DaFirstSlice CotangentAsContiguous SmallDefectNN SplitKBelow32Rows; do
     one "mutant_$m" --kernel "tests/kernels/gemm_mutants.py:$m" --device cuda --dtype fp32
   done ;;
 ratio)
