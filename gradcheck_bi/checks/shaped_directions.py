@@ -27,9 +27,8 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     A direction is :func:`rank_one`: an outer product of normals drawn per row and per
     column, ``t = a bᵀ``, never formed. Each level writes ``x ± o h a bᵀ`` straight into the
     point's own tensor in one op from its unperturbed values (rounded once to its dtype, as
-    the kernel gets it), keeps ``x₊`` in the dtype and takes the step ``x₊ − x₋`` into one
-    fp64 buffer in one op computed in fp64 (:func:`_taken`), the analytic side's
-    ``⟨d<role>, x₊ − x₋⟩`` from it. A direction reads back its levels' sums once.
+    the kernel gets it) and keeps the step it took (``x₊ − x₋``, exact) in one fp64 buffer.
+    A direction's levels are queued and their sums read back once.
     The kernel's own rounding projected, ``‖t ∘ σ_grad‖² = Σ_r a_r² Σ_c b_c² σ_rc²``, and
     the gradient's ``α`` projected, ``|a|ᵀ α |b|``, are matrix products over the rows, one
     pass for every direction. The truncation (level 4h: two of six calls) is computed for a
@@ -49,21 +48,22 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     projected = _projected(abs_g, factors).tolist() if bool((abs_g > 0).any()) else None
     flat_grad = analytic.reshape(-1)
     orig = t.clone()
-    plus = torch.empty_like(orig)  # x₊ while the kernel is called at x₋
     taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
     out = []
 
     def level(d: tuple[torch.Tensor, torch.Tensor], o: int) -> list[torch.Tensor]:
         """Level ``o`` along ``d``, on the device: ``Σ ⟨g, y₊ − y₋⟩`` per output and
-        ``⟨d<role>, x₊ − x₋⟩`` (:func:`_estimates` reads them back)."""
+        ``⟨d<role>, x₊ − x₋⟩`` (``estimates`` reads them back)."""
         ys = []
         for sign in (1, -1):
             torch.addcmul(orig, *d, value=sign * o * h, out=t)
             if sign > 0:
-                plus.copy_(t)
+                taken.copy_(t)
+            else:
+                taken.sub_(t)
             ys.append(forward(kernel, point))
         sums = [(g[k] * (ys[0][k] - ys[1][k])).sum() for k in g]
-        return [*sums, torch.dot(flat_grad, _taken(plus, t, taken).reshape(-1))]
+        return [*sums, torch.dot(flat_grad, taken.reshape(-1))]
 
     def estimates(d: tuple[torch.Tensor, torch.Tensor], levels: tuple[int, ...]
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -103,18 +103,6 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     finally:
         t.copy_(orig)
     return out
-
-
-def _taken(plus: torch.Tensor, minus: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """The step ``x₊ − x₋`` in fp64 (``out``), read from the kernel's dtype in one op.
-
-    ``addcmul(x₊, x₋, 1, value=−1)`` computes in fp64 where the ``1`` is fp64 (a tensor
-    with dimensions, stride 0, so it promotes the op): ``x₊ + (−1·x₋·1)`` with ``−x₋``
-    exact and one rounding, ``fl₆₄(x₊ − x₋)`` — the same bits as an fp64 copy of ``x₊``
-    minus ``x₋``, in 4 + 4 bytes read and 8 written per element instead of 4 + 8 + 8 + 8
-    and 8 + 8."""
-    one = torch.ones((), dtype=torch.float64, device=out.device).expand(out.shape)
-    return torch.addcmul(plus, minus, one, value=-1, out=out)
 
 
 def _projected(v: torch.Tensor, factors: list[tuple[torch.Tensor, torch.Tensor]],
