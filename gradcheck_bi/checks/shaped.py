@@ -314,8 +314,11 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     # memory waits for the GPU's queue, so one per colour kept the host from running ahead
     # of the kernel calls (the GPU idled while the host prepared each colour)
     idxs = [index_of(pick, s_sizes, c_sizes) for pick in colours.picks]
-    dev_idxs: list[tuple[torch.Tensor, ...]] = []
-    for n in range(0, len(idxs), SEND_BLOCK):  # these colours, each axis stacked
+    dev_idxs: list[tuple[Any, ...]] = []
+    if not s_sizes:  # a colour of one element: its place as ints, each write a view's copy
+        # (a 0-dim index on the device is read back by the host at every write: a sync)
+        dev_idxs = [tuple(int(i) for i in idx) for idx in idxs]
+    for n in range(0, len(idxs) if s_sizes else 0, SEND_BLOCK):  # each axis stacked
         sent = [torch.stack(axis).to(tp.device)
                 for axis in zip(*idxs[n:n + SEND_BLOCK], strict=True)]
         dev_idxs += [tuple(axis[j] for axis in sent) for j in range(len(sent[0]))]
@@ -420,7 +423,7 @@ STACK_MAX = 2**22  # output elements up to which a colour's calls are reduced to
 
 
 def _level_sums(kernel: ShapedKernel, point: Point, tp: torch.Tensor,
-                at: tuple[torch.Tensor, ...], moved: torch.Tensor, g: dict[str, torch.Tensor],
+                at: tuple[Any, ...], moved: torch.Tensor, g: dict[str, torch.Tensor],
                 outs: list[tuple[str, tuple[str, ...]]], shared: tuple[str, ...]
                 ) -> list[torch.Tensor]:
     """Per level, ``Σ ⟨g, y₊ − y₋⟩`` over every axis not shared: the kernel called at each

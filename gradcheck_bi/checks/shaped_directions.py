@@ -28,6 +28,7 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     column, ``t = a bᵀ``, never formed. Each level writes ``x ± o h a bᵀ`` straight into the
     point's own tensor in one op from its unperturbed values (rounded once to its dtype, as
     the kernel gets it) and keeps the step it took (``x₊ − x₋``, exact) in one fp64 buffer.
+    A direction's levels are queued and their sums read back once.
     The kernel's own rounding projected, ``‖t ∘ σ_grad‖² = Σ_r a_r² Σ_c b_c² σ_rc²``, and
     the gradient's ``α`` projected, ``|a|ᵀ α |b|``, are matrix products over the rows, one
     pass for every direction. The truncation (level 4h: two of six calls) is computed for a
@@ -41,18 +42,18 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     # 1.5 Σ|g|α / h
     lost = 1.5 * sum(float((g[k].abs() * m.output_absolute[k]).sum()) for k in g) / h
     factors = [rank_one(t.shape, gen, t.device) for _ in range(count)]
-    sigma_k = u * _projected(m.grad_sigma[role], factors, square=True).sqrt()
+    # on the host, each read back once (not once per direction)
+    sigma_k = (u * _projected(m.grad_sigma[role], factors, square=True).sqrt()).tolist()
     abs_g = m.grad_absolute[role]
-    projected = _projected(abs_g, factors) if bool((abs_g > 0).any()) else None
+    projected = _projected(abs_g, factors).tolist() if bool((abs_g > 0).any()) else None
     flat_grad = analytic.reshape(-1)
     orig = t.clone()
     taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
     out = []
 
-    def level(d: tuple[torch.Tensor, torch.Tensor], o: int
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Level ``o`` along ``d``: the finite difference's and the analytic gradient's
-        second-order estimates of ``⟨d<role>, t⟩``."""
+    def level(d: tuple[torch.Tensor, torch.Tensor], o: int) -> list[torch.Tensor]:
+        """Level ``o`` along ``d``, on the device: ``Σ ⟨g, y₊ − y₋⟩`` per output and
+        ``⟨d<role>, x₊ − x₋⟩`` (``estimates`` reads them back)."""
         ys = []
         for sign in (1, -1):
             torch.addcmul(orig, *d, value=sign * o * h, out=t)
@@ -61,25 +62,39 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
             else:
                 taken.sub_(t)
             ys.append(forward(kernel, point))
-        fd = sum(float((g[k] * (ys[0][k] - ys[1][k])).sum()) for k in g)
-        an = float(torch.dot(flat_grad, taken.reshape(-1)))
-        return (torch.tensor(fd / (2 * o * h), dtype=torch.float64),
-                torch.tensor(an / (2 * o * h), dtype=torch.float64))
+        sums = [(g[k] * (ys[0][k] - ys[1][k])).sum() for k in g]
+        return [*sums, torch.dot(flat_grad, taken.reshape(-1))]
+
+    def estimates(d: tuple[torch.Tensor, torch.Tensor], levels: tuple[int, ...]
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per level of ``levels`` along ``d``, the finite difference's and the analytic
+        gradient's second-order estimates of ``⟨d<role>, t⟩``: every level queued, one read
+        back."""
+        got = [level(d, o) for o in levels]
+        flat = torch.stack([v for lv in got for v in lv]).tolist()
+        n = len(g) + 1
+        res = []
+        for j, o in enumerate(levels):
+            part = flat[j * n:(j + 1) * n]
+            fd = sum(part[:-1])  # the outputs' sums added in order, as Python floats
+            res.append((torch.tensor(fd / (2 * o * h), dtype=torch.float64),
+                        torch.tensor(part[-1] / (2 * o * h), dtype=torch.float64)))
+        return res
 
     def one(i: int) -> None:
         """Direction ``i``: its error and tolerance, appended to ``out``."""
         d = factors[i]
-        fds, ans = map(list, zip(*(level(d, o) for o in LEVELS[:2]), strict=True))
+        fds, ans = map(list, zip(*estimates(d, LEVELS[:2]), strict=True))
         e_fd, e_an = ((4 * e[0] - e[1]) / 3 for e in (fds, ans))  # combine's E4(h)
         w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64)
                           for o in LEVELS[:2]])
         sigma_fd = u * math.sqrt(noise * float(w))
         err = abs(float(e_fd) - float(e_an))
-        tol = K_SIGMA * math.hypot(sigma_fd, float(sigma_k[i])) + lost
+        tol = K_SIGMA * math.hypot(sigma_fd, sigma_k[i]) + lost
         if projected is not None:
-            tol += float(projected[i])
+            tol += projected[i]
         if not err <= tol:  # only then the truncation, from level 4h (two more calls)
-            fds.append(level(d, LEVELS[2])[0])
+            fds.append(estimates(d, LEVELS[2:3])[0][0])
             tol += K_TRUNC * float(combine(fds)[1])
         out.append((err, tol))
 

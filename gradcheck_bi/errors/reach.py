@@ -161,10 +161,12 @@ class Reach:
         ``tiny``. Two counts decide it, not the three masks of :meth:`_own`'s search."""
         if not mag.numel():
             return None
-        lo, hi = (float(v) for v in torch.aminmax(mag))
-        if lo == 0.0 and int(torch.count_nonzero(mag < self.tiny)) \
-                == mag.numel() - int(torch.count_nonzero(mag)):
-            lo = self.tiny
+        lo, hi = torch.stack(torch.aminmax(mag)).tolist()  # one read back, not two
+        if lo == 0.0:
+            below, nonzero = torch.stack([torch.count_nonzero(mag < self.tiny),
+                                          torch.count_nonzero(mag)]).tolist()
+            if below == mag.numel() - nonzero:
+                lo = self.tiny
         return lo, hi
 
     def _own(self, a: torch.Tensor | None, result: torch.Tensor,
