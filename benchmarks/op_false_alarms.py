@@ -91,6 +91,11 @@ def main() -> int:
         dtypes = tuple(args[args.index("--dtypes") + 1].split(","))
     ops = (tuple(args[args.index("--ops") + 1].split(",")) if "--ops" in args
            else tuple(op_false_alarms.KERNELS))
+    unknown = [op for op in ops if op not in op_false_alarms.KERNELS]
+    if unknown:
+        print(f"op_false_alarms: no correct kernel for {', '.join(unknown)}; the row ops here: "
+              f"{', '.join(op_false_alarms.KERNELS)}", file=sys.stderr)
+        return 2
     device = args[args.index("--device") + 1] if "--device" in args else "cpu"
     started = time.perf_counter()
     power: dict[tuple[str, str], float | None] = {}
