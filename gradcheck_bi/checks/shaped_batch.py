@@ -47,7 +47,7 @@ def same_as_contiguous(kernel: ShapedKernel, cfg: Config) -> str | None:
 # Batch sizes a probe row is placed in besides alone, its point's n rows and n + 3: below
 # any block (3), one past the row-block heights and split heuristics real kernels switch at
 # (32, 64, 128 rows: a tile's height, a split-K or persistent schedule keyed on M) and past
-# 1024 and 4096 (the norms' largest, :mod:`gradcheck_bi.checks.family.batch`). A row alone
+# 1024 and 4096 (the norms' largest, :mod:`gradcheck_bi.checks.rows.batch`). A row alone
 # and in one of these sizes sit on either side of any switch up to 4096 rows.
 BATCH_SIZES = (3, 33, 65, 129, 1025)
 # A batch's rows hold at most this many elements (inputs, outputs): a size past it is left

@@ -170,14 +170,23 @@ def noise_scale(resid: torch.Tensor, model_var: torch.Tensor, centre: bool) -> f
 
     Rows whose model variance is 0 (an output that is exactly 0) do not count.
     """
-    var = model_var.expand_as(resid)
-    resid, var = _modelled(resid, var)
-    if centre:
-        resid = resid - resid.mean(0, keepdim=True)
-    dof = (resid.shape[0] - int(centre)) * resid.shape[1]
-    ss = float((resid * resid / var).sum().item()) if resid.numel() else 0.0
-    return math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR))
+    resid, var = _modelled(resid, model_var.expand_as(resid))
+    ss = float(_sum_of_squares(resid, var, centre)) if resid.numel() else 0.0
+    return _pooled_scale(ss, _dof(resid, centre))
 
+
+def _sum_of_squares(resid: torch.Tensor, var: torch.Tensor, centre: bool) -> torch.Tensor:
+    """``Σ SS / model_var`` of :func:`noise_scale`, on ``resid``'s device (not read back)."""
+    pooled = resid - resid.mean(0, keepdim=True) if centre else resid
+    return (pooled * pooled / var).sum()
+
+
+def _dof(resid: torch.Tensor, centre: bool) -> int:
+    return (resid.shape[0] - int(centre)) * resid.shape[1]
+
+
+def _pooled_scale(ss: float, dof: float) -> float:
+    return math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR))
 
 
 # λ without the outliers: a kink inside some stencils puts those columns' remainders orders of
@@ -196,21 +205,19 @@ def noise_scales(resid: torch.Tensor, model_var: torch.Tensor, centre: bool
     (centred on the median over the ``n``): the rounding where no kink or bend adds to the
     remainder. The rows are selected once and the host reads the pooled sum and the median
     together (on CUDA four syncs where each alone took six)."""
-    var = model_var.expand_as(resid)
-    resid, var = _modelled(resid, var)
-    n = resid.shape[0]
-    dof = (n - int(centre)) * resid.shape[1]
+    resid, var = _modelled(resid, model_var.expand_as(resid))
+    n, dof = resid.shape[0], _dof(resid, centre)
     if resid.numel() == 0:
-        return math.sqrt(NU_PRIOR / (dof + NU_PRIOR)), 1.0
-    pooled = resid - resid.mean(0, keepdim=True) if centre else resid
+        return _pooled_scale(0.0, dof), 1.0
     z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
     size = z.abs()
-    ss, median = torch.stack([(pooled * pooled / var).sum(), size.median()]).tolist()
+    ss, median = torch.stack([_sum_of_squares(resid, var, centre), size.median()]).tolist()
     scale = max(median / MEDIAN_ABS_NORMAL, 1.0)
     kept = z[size <= TRIM * scale]
     dof_kept = kept.numel() * (n - int(centre)) / n
-    return (math.sqrt((ss + NU_PRIOR) / (dof + NU_PRIOR)),
-            math.sqrt((float((kept * kept).sum().item()) + NU_PRIOR) / (dof_kept + NU_PRIOR)))
+    return (_pooled_scale(ss, dof),
+            _pooled_scale(float((kept * kept).sum().item()), dof_kept))
+
 
 # dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
 # r does not depend on w, so its rounding is the same at every point (not noise).
