@@ -124,12 +124,13 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
             if check not in checks_of(spec):  # e.g. dz asked of an RMSNorm, dw of no weight
                 continue
             gamma = OPS[spec.op].offset_param  # what the point's control and zcg act on
-            if (control != sweep.weights[0] or zcg) and not takes_gamma(spec):
+            has_gamma = takes_gamma(spec)
+            if (control != sweep.weights[0] or zcg) and not has_gamma:
                 continue  # no γ: its controls and zcg would repeat one point
             if layout.startswith("weight-") and not any(takes(spec, p.name)
                                                         for p in OPS[spec.op].params):
                 continue
-            if gamma is not None and not takes_gamma(spec):
+            if gamma is not None and not has_gamma:
                 control = gamma.identity  # γ ≡ 1: no affine
             mode: dict[str, Any] = {BY_KEY["zcg"].field: zcg}  # γ's mode (ops.record.ZCG)
             cfg = Config(

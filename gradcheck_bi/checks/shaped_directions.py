@@ -46,6 +46,10 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     sigma_k = (u * _projected(m.grad_sigma[role], factors, square=True).sqrt()).tolist()
     abs_g = m.grad_absolute[role]
     projected = _projected(abs_g, factors).tolist() if bool((abs_g > 0).any()) else None
+    # the finite difference's noise, the same for every direction: ⟨g, y₊ − y₋⟩'s rounding
+    # through E4(h)'s two levels
+    w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64) for o in LEVELS[:2]])
+    sigma_fd = u * math.sqrt(noise * float(w))
     flat_grad = analytic.reshape(-1)
     orig = t.clone()
     taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
@@ -86,9 +90,6 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
         d = factors[i]
         fds, ans = map(list, zip(*estimates(d, LEVELS[:2]), strict=True))
         e_fd, e_an = ((4 * e[0] - e[1]) / 3 for e in (fds, ans))  # combine's E4(h)
-        w = noise_weight([torch.tensor(2 * o * h, dtype=torch.float64)
-                          for o in LEVELS[:2]])
-        sigma_fd = u * math.sqrt(noise * float(w))
         err = abs(float(e_fd) - float(e_an))
         tol = K_SIGMA * math.hypot(sigma_fd, sigma_k[i]) + lost
         if projected is not None:
