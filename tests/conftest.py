@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -12,6 +14,18 @@ import torch
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+def load_benchmark(stem: str, name: str | None = None) -> ModuleType:
+    """``benchmarks/STEM.py`` as the module ``name`` (``stem`` unless a test module of that
+    name exists), registered in ``sys.modules`` (a dataclass in it needs that)."""
+    name = name or stem
+    spec = importlib.util.spec_from_file_location(name, Path(ROOT) / "benchmarks" / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def rand(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0,

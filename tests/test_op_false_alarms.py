@@ -4,12 +4,11 @@ per dtype run is ``benchmarks/op_false_alarms.py`` (docs/false_alarms.md records
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_benchmark
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "independent"))
 import op_false_alarms
@@ -22,15 +21,6 @@ def test_a_few_random_configurations_per_op() -> None:
     assert not bad, "false alarms:\n" + "\n".join(bad)
 
 
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "op_false_alarms.py"
-    spec = importlib.util.spec_from_file_location("op_false_alarms_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(("op", "check"), [("rms_norm", "dw"),  # Megatron's apply
                                            ("fused_add_rms_norm", "dresidual")])  # 2 outputs
 def test_a_relative_gradient_defect_is_caught(op: str, check: str) -> None:
@@ -39,7 +29,7 @@ def test_a_relative_gradient_defect_is_caught(op: str, check: str) -> None:
     from gradcheck_bi.checks import run_check
     from gradcheck_bi.vocab import Config
 
-    bench = _bench()
+    bench = load_benchmark("op_false_alarms", "op_false_alarms_bench")
     fn = op_false_alarms.kernel(op_false_alarms.KERNELS[op]).fn
     cfg = Config(check=check, op=op, shape=(3, 40))
     assert run_check(bench.DefectiveNorm(fn, 0.0), cfg).passed

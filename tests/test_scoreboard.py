@@ -9,28 +9,14 @@ must classify every non-pass, and the comparison must report a changed outcome.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_benchmark
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scoreboard = _load("scoreboard")
-targets = _load("scoreboard_targets")
+scoreboard = load_benchmark("scoreboard")
+targets = load_benchmark("scoreboard_targets")
 EXPECTED = scoreboard.load_expected()
 
 SAMPLE = [

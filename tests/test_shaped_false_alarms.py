@@ -9,33 +9,21 @@ the slow one 10 per op and dtype; the full run (200 per dtype) is recorded in do
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_benchmark
 
 from gradcheck_bi.checks.shaped import run_shaped_check
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Variant
 
-
-def _load() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "shaped_false_alarms.py"
-    spec = importlib.util.spec_from_file_location("shaped_false_alarms", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["shaped_false_alarms"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load()
+harness = load_benchmark("shaped_false_alarms")
 merge = sys.modules["merge_false_alarms"]  # imported by the harness from benchmarks/
 
 

@@ -8,13 +8,11 @@ checked one.
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
+from conftest import load_benchmark
 
 from gradcheck_bi.checks import batch_sizes
 from gradcheck_bi.fd.budget import batch_rows
@@ -22,16 +20,7 @@ from gradcheck_bi.fd.budget import batch_rows
 ONE_POINT = ["--kernel", "after", "--shape", "2,8,256", "--weight", "randn", "--zcg", "off"]
 
 
-def _shapes_module() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "shapes.py"
-    spec = importlib.util.spec_from_file_location("shapes_bench", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-shapes = _shapes_module()
+shapes = load_benchmark("shapes", "shapes_bench")
 
 
 def _forward_shapes(seen: Counter[tuple[str, tuple[int, ...], str, str]]
