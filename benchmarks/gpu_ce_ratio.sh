@@ -8,17 +8,7 @@
 #      more run under cProfile: where the time above the floor goes.
 # Prints each command's output, its exit code and seconds.
 set -u
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-git log -1 --format='commit %h %s' 2>/dev/null | cut -c1-100
-python -c "import torch; print('torch', torch.__version__)"
-step() {  # a limit in seconds, then the command
-  local limit=$1; shift
-  echo "=== $*"
-  local t0=$SECONDS
-  timeout "$limit" "$@"
-  echo "=== exit $? in $((SECONDS - t0)) s"
-}
+. "$(dirname "$0")/gpu_step.sh"
 step 60 python -c "
 import torch
 x = torch.randn(64, 4096, device='cuda')

@@ -9,16 +9,7 @@
 #   4. the Triton GEMM's dA at (64, 4096, 4096) fp32 against its floor (gemm_ratio.py).
 # Prints each command's output and its exit code and seconds.
 set -u
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-step() {  # a limit in seconds, then the command
-  local limit=$1; shift
-  echo "=== $*"
-  local t0=$SECONDS
-  timeout "$limit" "$@"
-  echo "=== exit $? in $((SECONDS - t0)) s"
-}
+. "$(dirname "$0")/gpu_step.sh"
 step 120 /usr/bin/time -f "wall %e s, host peak RSS %M KiB" python -m gradcheck_bi run \
   --kernel torch.nn.functional:cross_entropy --shape 4096,128256 --device cuda --dtype fp32 \
   --no-progress --format text
