@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.kernels.adapting.signature import ctor_slots, fill, role_of
+from gradcheck_bi.kernels.adapting.signature import VARIADIC, ctor_slots, fill, role_of
 from gradcheck_bi.vocab import KernelLoadError, first_line
 
 PROBE_D = 8  # the hidden size a module is built at once on CPU, when loaded
@@ -167,7 +167,7 @@ def required_inputs(module: torch.nn.Module) -> list[str]:
     except (TypeError, ValueError):
         return []
     return [p.name for p in params if p.default is inspect.Parameter.empty
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            and p.kind not in VARIADIC]
 
 
 def _output_shape(module: torch.nn.Module) -> tuple[int, ...] | None:

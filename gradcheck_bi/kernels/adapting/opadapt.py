@@ -40,8 +40,8 @@ from gradcheck_bi.kernels.adapting.recognise import (
     roles_of,
 )
 from gradcheck_bi.kernels.adapting.signature import (
-    _POSITIONAL,
     NO_OP,
+    POSITIONAL,
     Slot,
     ctor_parameters,
     fill,
@@ -302,7 +302,7 @@ def _unfilled(obj: Any, kind: str, forward: list[inspect.Parameter],
     eps[, zero_centered_gamma])`` against RMSNorm where it has three or four positional
     ones, else not run."""
     named = ", ".join(repr(n) for n in unfilled)
-    if len(forward) not in (3, 4) or any(p.kind not in _POSITIONAL for p in forward) \
+    if len(forward) not in (3, 4) or any(p.kind not in POSITIONAL for p in forward) \
             or kernel_args:
         return Seen(why=f"no role fills {named}", unfilled=tuple(unfilled))
     order = ("x", "weight", "eps", "zcg")

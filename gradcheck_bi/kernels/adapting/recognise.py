@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradcheck_bi.kernels.adapting.behaviour import Seen, Variant
+from gradcheck_bi.kernels.adapting.signature import VARIADIC
 from gradcheck_bi.kernels.calling.textsig import signature
 from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
 from gradcheck_bi.ops.names import GENERIC_NAMES, OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError
 
-_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 _KEPT = ("residual", "prenorm")  # roles an optional parameter keeps its default for
 
 
@@ -84,7 +84,7 @@ def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]
         sig = signature(fn)
     except (TypeError, ValueError):
         return []
-    params = [p for p in sig.parameters.values() if p.kind not in _VARIADIC]
+    params = [p for p in sig.parameters.values() if p.kind not in VARIADIC]
     return params[1:] if skip_first else params
 
 

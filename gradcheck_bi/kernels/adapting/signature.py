@@ -57,13 +57,13 @@ _CTOR_NAMES = {
     "norm_before_gate": "norm_before_gate",
     "config": "config", "cfg": "config",
 }
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 # A constructor's parameters that count or size heads: a norm per head (StableLM's, xLSTM's).
 _HEAD_NAMES = ("num_heads", "n_heads", "nheads", "n_head", "num_attention_heads", "head_dim",
                "head_size", "num_key_value_heads")
 # What a readable signature looks like, for messages: a norm's, a GLU's, a loss's.
 _EXAMPLES = "f(x, weight, eps), f(a, b), f(logits, target), …"
-_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 # The check of a kernel no op here computes, and the end of a refusal that points to it.
 GENERIC = ("--generic --shape … per input (gradcheck_bi.check(fn, inputs=(…)) from Python), "
            "which checks its backward against its own forward")
@@ -90,7 +90,7 @@ def parameters(fn: Callable[..., Any], what: str) -> list[inspect.Parameter]:
         raise KernelLoadError(
             f"kernel {what}: its signature cannot be read (a compiled builtin?); wrap it in "
             f"a Python function that names its parameters ({_EXAMPLES})") from None
-    return [p for p in sig.parameters.values() if p.kind not in _VARIADIC]
+    return [p for p in sig.parameters.values() if p.kind not in VARIADIC]
 
 
 def ctor_parameters(factory: Callable[..., Any], what: str) -> list[inspect.Parameter]:
@@ -106,7 +106,7 @@ def ctor_parameters(factory: Callable[..., Any], what: str) -> list[inspect.Para
     star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in every)
     stars = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in every)
     if not isinstance(factory, type) or not (star or stars) or any(
-            p.kind in _POSITIONAL for p in every):
+            p.kind in POSITIONAL for p in every):
         return own
     owners = [c for c in factory.__mro__ if "__init__" in c.__dict__ and c is not object]
     if len(owners) < 2:  # the constructor's own class, then the base it hands them to
@@ -167,7 +167,7 @@ def call_slots(fn: Callable[..., Any], what: str, kernel_args: dict[str, Any],
     slots = [s for s in found if isinstance(s, Slot)]
     roles = {s.role for s in slots}
     if _unknown(found) or not {"weight", "eps"} <= roles:
-        positional = [p for p in params if p.kind in _POSITIONAL]
+        positional = [p for p in params if p.kind in POSITIONAL]
         if len(positional) == len(params) and len(params) in (3, 4):
             return [_slot(p, role) for p, role in zip(params, _MEGATRON_ORDER, strict=False)]
         missing = _unknown(found) or [r for r in ("weight", "eps") if r not in roles]
