@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import where_differs
 
 from gradcheck_bi.errors import derived, forward_sigma
 from gradcheck_bi.kernels import resolve
@@ -407,3 +408,43 @@ def test_a_direction_projected_from_its_factors_is_the_whole_tensors(shape):
         assert math.isclose(float(norms[i]), want, rel_tol=1e-13), (i, float(norms[i]), want)
         want = float((t.abs() * alpha).sum())
         assert math.isclose(float(sums[i]), want, rel_tol=1e-13), (i, float(sums[i]), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(3, 5, 300), (37, 7)])
+def test_a_direction_level_fused_writes_and_projects_as_the_torch_ops(shape, dtype):
+    """The fused level (Triton's interpreter here, compiled on CUDA) writes ``x ± v a bᵀ``
+    as torch's ``addcmul`` does (rounded once to the dtype from fp64; an fp64 tensor's last
+    bit may differ where one of them fuses the multiply-add) and projects the fp64 gradient
+    on exactly the ``x₊ − x₋`` it wrote, as an fp64 step buffer and ``torch.dot`` do, to
+    rounding."""
+    pytest.importorskip("triton")
+    from gradcheck_bi.checks.shaped_directions import rank_one
+    from gradcheck_bi.fd import _triton_directions
+
+    gen = torch.Generator().manual_seed(7)
+    x0 = (3 * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+    x0.view(-1)[::11] = 0.0  # where the step is all of x₊ − x₋
+    grad = torch.randn(shape, generator=gen, dtype=torch.float64)
+    a, b = rank_one(torch.Size(shape), gen, torch.device("cpu"))
+    v = 0.37 * 1e-3
+    va = (v * a).reshape(-1)
+    x = torch.full_like(x0, float("nan"))
+    got = []
+    for sign, d in ((1, None), (-1, grad)):
+        projected = _triton_directions.level(x0, va, b, x, d)
+        assert (projected is None) == (d is None)
+        want = torch.addcmul(x0, a, b, value=sign * v, out=torch.empty_like(x0))
+        if dtype == torch.float32:
+            assert torch.equal(x, want), where_differs(x, want)
+        else:
+            ulp = torch.finfo(dtype).eps * want.abs()
+            assert bool(((x - want).abs() <= ulp).all()), where_differs(x, want)
+        got.append((x.clone(), projected))
+    step = got[0][0].double() - got[1][0].double()
+    want = torch.dot(grad.reshape(-1), step.reshape(-1))
+    scale = float(torch.dot(grad.abs().reshape(-1), step.abs().reshape(-1)))
+    projected = got[1][1]
+    assert projected is not None
+    assert abs(float(projected) - float(want)) <= 1e-14 * scale, \
+        (float(projected), float(want), scale)

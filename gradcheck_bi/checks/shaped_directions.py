@@ -13,8 +13,10 @@ import torch
 from gradcheck_bi.checks.shaped_point import Point, forward, seed_of
 from gradcheck_bi.errors import Derived
 from gradcheck_bi.fd.plan import DIRECTIONS, LEVELS, combine, noise_weight
+from gradcheck_bi.fd.reduce import FUSED_MIN_ELEMENTS
 from gradcheck_bi.fd.threads import run_steps
 from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel
+from gradcheck_bi.sums.reduction import chosen_backend, resolve_backend, triton_available
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
 
 
@@ -52,22 +54,36 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     sigma_fd = u * math.sqrt(noise * float(w))
     flat_grad = analytic.reshape(-1)
     orig = t.clone()
-    taken = torch.empty(t.shape, dtype=torch.float64, device=t.device)
+    fused = _fused(t, analytic)
+    taken = None if fused else torch.empty(t.shape, dtype=torch.float64, device=t.device)
     out = []
 
     def level(d: tuple[torch.Tensor, torch.Tensor], o: int) -> list[torch.Tensor]:
         """Level ``o`` along ``d``, on the device: ``Σ ⟨g, y₊ − y₋⟩`` per output and
         ``⟨d<role>, x₊ − x₋⟩`` (``estimates`` reads them back)."""
-        ys = []
-        for sign in (1, -1):
-            torch.addcmul(orig, *d, value=sign * o * h, out=t)
-            if sign > 0:
-                taken.copy_(t)
-            else:
-                taken.sub_(t)
-            ys.append(forward(kernel, point))
+        if fused:  # both signs' writes and the projection in two passes
+            from gradcheck_bi.fd import _triton_directions
+
+            va = (o * h * d[0]).reshape(-1)  # v·a first, as addcmul forms it
+            _triton_directions.level(orig, va, d[1], t)
+            y_plus = forward(kernel, point)
+            projected = _triton_directions.level(orig, va, d[1], t, analytic)
+            assert projected is not None
+            along = projected
+            ys = [y_plus, forward(kernel, point)]
+        else:
+            assert taken is not None
+            ys = []
+            for sign in (1, -1):
+                torch.addcmul(orig, *d, value=sign * o * h, out=t)
+                if sign > 0:
+                    taken.copy_(t)
+                else:
+                    taken.sub_(t)
+                ys.append(forward(kernel, point))
+            along = torch.dot(flat_grad, taken.reshape(-1))
         sums = [(g[k] * (ys[0][k] - ys[1][k])).sum() for k in g]
-        return [*sums, torch.dot(flat_grad, taken.reshape(-1))]
+        return [*sums, along]
 
     def estimates(d: tuple[torch.Tensor, torch.Tensor], levels: tuple[int, ...]
                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -104,6 +120,19 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     finally:
         t.copy_(orig)
     return out
+
+
+def _fused(t: torch.Tensor, analytic: torch.Tensor) -> bool:
+    """Whether a level runs as :mod:`gradcheck_bi.fd._triton_directions`' two passes: where
+    ``row_sum`` runs Triton (compiled on CUDA; the interpreter on CPU when that backend is
+    forced), on a contiguous fp32/fp64 tensor of rows and columns, on CUDA from
+    :data:`~gradcheck_bi.fd.reduce.FUSED_MIN_ELEMENTS` elements (a compile costs more below)."""
+    if (t.dim() < 2 or t.dtype not in (torch.float32, torch.float64)
+            or not t.is_contiguous() or not analytic.is_contiguous()
+            or analytic.dtype != torch.float64 or resolve_backend(t) != "triton"
+            or not triton_available()):
+        return False
+    return not (t.is_cuda and t.numel() < FUSED_MIN_ELEMENTS and chosen_backend() is None)
 
 
 def _projected(v: torch.Tensor, factors: list[tuple[torch.Tensor, torch.Tensor]],
