@@ -170,13 +170,14 @@ class Propagate(TorchDispatchMode):
     def _pointwise(self, func: Any, name: str, args: tuple[Any, ...],
                    kwargs: dict[str, Any], result: torch.Tensor) -> torch.Tensor:
         # in place on one buffer: at (512, 32000) every temporary is a 128 MiB pass
-        mag = result.abs()
-        if self.reach is not None:  # |result|'s range, while the buffer still holds it
-            self.span = self.reach.span(mag)
+        if self.reach is not None:  # |result|'s range
+            self.span = self.reach.span(result)
+        c = ROUNDINGS.get(name, 1.0)
         if name in TERMS:  # rounded relative to terms that cancel in the result
             mag = TERMS[name](args).abs().to(result.dtype)
-        c = ROUNDINGS.get(name, 1.0)
-        var = (mag.mul_(c) if c != 1.0 else mag).square_()
+            var = (mag.mul_(c) if c != 1.0 else mag).square_()
+        else:  # (c|r|)² from r itself, no |r| buffer: |fl(c r)| = fl(c |r|), the same bits
+            var = (result * c).square_() if c != 1.0 else result.square()
         rule = SLOPES.get(f"{name}.{func._overloadname}")
         for i, a in enumerate(args):
             s = self.of(a) if _is_float(a) else None

@@ -154,15 +154,24 @@ class Reach:
         assert total is not None
         return total.expand(result.shape).clone() if total.shape != result.shape else total
 
-    def span(self, mag: torch.Tensor) -> tuple[float, float] | None:
-        """``mag``'s (a result's magnitudes) least and largest value as the range sees
-        them: an exact zero is in every range, so where every value below ``tiny`` is one
-        (the maximum of a row minus itself, an ignored row's gradient), the least stands at
-        ``tiny``. Two counts decide it, not the three masks of :meth:`_own`'s search."""
-        if not mag.numel():
+    def span(self, values: torch.Tensor) -> tuple[float, float] | None:
+        """``|values|``' least and largest value as the range sees them (``values``: a
+        result, signed or its magnitudes): an exact zero is in every range, so where every
+        value below ``tiny`` is one (the maximum of a row minus itself, an ignored row's
+        gradient), the least stands at ``tiny``. One pass where the values share a sign
+        (their magnitudes' extremes are theirs); two counts decide a zero, not the three
+        masks of :meth:`_own`'s search."""
+        if not values.numel():
             return None
-        lo, hi = torch.stack(torch.aminmax(mag)).tolist()  # one read back, not two
+        lo, hi = torch.stack(torch.aminmax(values)).tolist()  # one read back, not two
+        mag = None
+        if lo < 0 < hi:  # both signs: the least magnitude is no extreme of the values
+            mag = values.abs()
+            lo, hi = torch.stack(torch.aminmax(mag)).tolist()
+        elif hi <= 0:
+            lo, hi = -hi, -lo
         if lo == 0.0:
+            mag = values.abs() if mag is None else mag
             below, nonzero = torch.stack([torch.count_nonzero(mag < self.tiny),
                                           torch.count_nonzero(mag)]).tolist()
             if below == mag.numel() - nonzero:
@@ -175,7 +184,7 @@ class Reach:
         below ``tiny`` (flushed or a subnormal); a non-finite carried ``α`` (an input's
         ``∞`` times a zero) is the result's magnitude."""
         if span is None:
-            span = self.span(result.abs())
+            span = self.span(result)
         if span is None or (span[1] <= self.max and span[0] >= self.tiny):
             return a  # every value in range (the usual case: one pass, or none)
         mag = result.abs()
