@@ -108,12 +108,9 @@ def _context_lost_by(result: Result) -> bool:
     it surfaced after cannot be trusted whatever it measured."""
     if not torch.cuda.is_initialized():
         return False  # nothing ran on the GPU here
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
+    why = gpu.unusable()
+    if why is None:
         return False
-    except Exception as exc:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if result.status != "error":
         result.status, result.as_expected = "error", False
         result.message = (f"the CUDA context was unusable after this point ({why}; CUDA "

@@ -17,6 +17,15 @@ points and collects the results, and worker processes measure them:
   first point, which then goes to the next worker), the worker is **spawned**: it imports
   and loads the kernels by reference again (seconds). A kernel handed over as an object
   (the API) cannot be loaded by a spawned process: its CUDA points then run here;
+* one process for recognition and measurement: a kernel that runs on CUDA only is
+  recognised in a forked child that starts CUDA for it
+  (:mod:`gradcheck_bi.kernels.adapting.sandbox`), and that child is **kept**: it becomes the
+  first worker of the CUDA lane (:func:`_adopt`), so the CUDA context, the Triton kernels
+  its forward loaded and its recognition are paid once, as in a run without isolation. It
+  gets the points as references (its own kernel is the one it built; a bundled one costs
+  nothing), so it takes the lane only where the lane measures its kernel and no other but
+  bundled ones, and nothing only this process holds; else it is released and the worker
+  forked as above. If it dies, the next worker is forked as any other;
 * a worker takes one point at a time and sends back its :class:`~gradcheck_bi.vocab.Result`
   (with the warnings it raised); one that dies leaves its point an ``error`` that names how
   it died and what the kernel was running (:mod:`gradcheck_bi.kernels.calling.phase`); a point past

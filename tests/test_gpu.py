@@ -107,6 +107,7 @@ def test_a_recording_child_that_started_cuda_becomes_the_cuda_worker(
     # A kernel whose recognition ran on CUDA: the child that recorded it started CUDA, is
     # kept, and measures the run's CUDA points; the CPU points still go to a forked worker.
     monkeypatch.setattr(gpu, "start_in_child", lambda device=None: None)  # CUDA starts there
+    monkeypatch.setattr(gpu, "unusable", lambda: None)  # and its context still runs work
     sandbox.isolated(lambda: sandbox.call(lambda: resolve("after"), "its forward", "cuda"),
                      "after", "after", None)
     kept = sandbox._kept
@@ -120,6 +121,14 @@ def test_a_recording_child_that_started_cuda_becomes_the_cuda_worker(
     assert {r.status for r in results if r.device == "cpu"} == {"pass"}
     assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
     assert not kept.process.is_alive() and sandbox.take_kept() is None
+
+
+def test_a_recording_child_whose_cuda_context_broke_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "start_in_child", lambda device=None: None)
+    monkeypatch.setattr(gpu, "unusable", lambda: "an illegal memory access was encountered")
+    sandbox.isolated(lambda: sandbox.call(lambda: 7, "its forward", "cuda"), "k", "k", None)
+    assert sandbox.take_kept() is None
 
 
 def test_a_parent_running_cuda_spawns_its_cuda_workers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -240,7 +240,8 @@ def _child(conn: Any, build: Callable[[], Any] | None,
             load, ref, kernel_args = loadable
             load(ref, kernel_args)
         kind = "cuda" if _cuda_refused == "" else "cpu"  # "": CUDA started here
-        kept = keep is not None and build is not None and kind in keep[3]
+        kept = (keep is not None and build is not None and kind in keep[3]
+                and (kind != "cuda" or gpu.unusable() is None))  # a context the probe broke
         _send(conn, "done", kind if kept else None)
     except _NeedsCuda:
         _send(conn, "cuda", None)
