@@ -21,7 +21,8 @@ from gradcheck_bi.runner import resolve_kernels, run
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import Result
 
-# A correct RMSNorm (user_rmsnorm.py's) whose forward appends its process's pid to a file.
+# A correct RMSNorm (user_rmsnorm.py's) whose forward appends its process's pid and the
+# input's shape to a file.
 PID_LOGGING = '''
 import os
 
@@ -34,7 +35,7 @@ class PidLogging(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, zero_centered_gamma):
         with open({log!r}, "a") as log:
-            log.write(f"{{os.getpid()}}\\n")
+            log.write(f"{{os.getpid()}} {{tuple(x.shape)}}\\n")
         return Correct.forward(ctx, x, weight, eps, zero_centered_gamma)
 
     @staticmethod
@@ -70,17 +71,20 @@ def test_the_recording_child_measures_the_points_of_its_kernel(
     monkeypatch.setenv("GRADCHECK_BI_KEEP_RECORDER", keep)
     ref, log = _logging_kernel(tmp_path)
     specs = resolve_kernels([ref, "after"])
-    recorded = set(log.read_text().split())  # the load-time calls: in the recording child
+    at_load = [line.split(" ", 1) for line in log.read_text().splitlines()]
     results = run(_small([s.name for s in specs]), specs)
-    called = log.read_text().split()
-    assert str(os.getpid()) not in called, "the kernel was called in the reporting process"
+    at_points = [line.split(" ", 1) for line in log.read_text().splitlines()[len(at_load):]]
     assert {r.status for r in results} == {"pass"}, [(r.kernel, r.message) for r in results]
+    recorder = {pid for pid, _ in at_load}
+    measurer = {pid for pid, _ in at_points}
+    assert len(recorder) == len(measurer) == 1 and str(os.getpid()) not in recorder | measurer, \
+        (recorder, measurer, os.getpid())
     if keep:  # one process: recognition and every point (the bundled kernel's too)
-        assert started == [("cpu", "kept")], started
-        assert set(called) == recorded and len(recorded) == 1, (recorded, called)
+        assert started == [("cpu", "kept")] and measurer == recorder, (started, recorder, measurer)
     else:
-        assert started == [("cpu", "fork")], started
-        assert len(set(called) - recorded) == 1, (recorded, called)
+        assert started == [("cpu", "fork")] and measurer != recorder, (started, recorder, measurer)
+    # the worker measured the kernel the child had recognised: it did not recognise it again
+    assert not {shape for _, shape in at_load} & {shape for _, shape in at_points}, at_points
     assert sandbox.take_kept() is None, "a recording child was left waiting"
 
 

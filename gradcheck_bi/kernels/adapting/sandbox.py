@@ -132,7 +132,7 @@ def isolated(build: Callable[[], T], name: str, ref: str | None,
     ``ref``, ``kernel_args``: how a spawned child loads the kernel (``ref`` ``None``: it
     cannot). Raises :class:`KernelCrashed` when the child dies or hangs."""
     global _mode
-    key = (name, ref, repr(kernel_args))
+    key = (name, ref, repr(kernel_args or {}))  # as a worker resolves it: loaded_with
     if _built is not None and _built[0] == key:  # a kept child, now a worker: built here
         return _built[1]  # type: ignore[no-any-return]
     if _mode is not None or _off or os.environ.get("GRADCHECK_BI_ISOLATE", "1") == "0" \
