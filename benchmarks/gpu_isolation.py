@@ -6,7 +6,9 @@ For each run below, first one **census** run in this process (``gradcheck-bi run
 entry point, uncounted: it also warms Triton's cache for the timed runs), which prints
 the worker processes the run started (device kind, fork or spawn), the recording
 children of the load-time calls (fork or spawn) and whether CUDA was ever initialised in
-the process that writes the report. Then ``--pairs`` pairs of fresh processes
+the process that writes the report (a CUDA worker that is a kernel's recording child kept
+for it, ``cuda/kept recording child``, is also counted among the recording children). Then
+``--pairs`` pairs of fresh processes
 (``python -m gradcheck_bi run …``), ``GRADCHECK_BI_ISOLATE=1`` and ``=0``, the order
 alternating from pair to pair; each pair's wall-clock ratio, and the medians. A run whose
 pairs would not fit in what is left of ``--budget`` seconds is cut short, and says so.
@@ -42,11 +44,13 @@ def census(args: list[str]) -> tuple[float, int]:
     children: collections.Counter[str] = collections.Counter()
     worker_init, record = workers._Worker.__init__, sandbox._record
 
-    def watched_worker(self: Any, lane: Any, *rest: Any) -> None:
+    def watched_worker(self: Any, lane: Any, device: Any, points: Any, tasks: Any,
+                       kept: Any = None) -> None:
         # a forked worker of a process that had a thread pool runs torch on one thread
         threads = "" if lane.start == "spawn" or fd_threads.fork_keeps_threads() else ", 1 thread"
-        started[f"{lane.kind}/{lane.start}{threads}"] += 1
-        worker_init(self, lane, *rest)
+        how = "kept recording child" if kept is not None else lane.start
+        started[f"{lane.kind}/{how}{threads}"] += 1
+        worker_init(self, lane, device, points, tasks, kept)
 
     def watched_record(start: str, *rest: Any) -> Any:
         children[start] += 1

@@ -16,6 +16,11 @@ So this process asks only NVML (:func:`present`, through ``torch.cuda.device_cou
 its children while CUDA is untouched (:func:`forkable`), and a forked child that needs CUDA
 starts it first thing (:func:`start_in_child`); where that fails (a library that called
 ``cuInit`` here at import, no NVML to ask), the caller spawns instead, as before.
+
+One CUDA process per GPU for the run: a recording child that started CUDA (a kernel that
+runs on CUDA only) is kept after recognition while its context still runs work
+(:func:`unusable`), and becomes the CUDA worker (:mod:`gradcheck_bi.workers`), instead of a
+second process paying a second context and loading the kernel's Triton kernels again.
 """
 
 from __future__ import annotations
@@ -58,6 +63,22 @@ def start_in_child(device: str | None = None) -> str | None:
         if device is not None:
             torch.cuda.set_device(device)
     except Exception as exc:  # torch's bad-fork refusal, the driver's initialisation error
-        text = str(exc).strip()
-        return text.splitlines()[0] if text else type(exc).__name__
+        return _why(exc)
     return None
+
+
+def unusable() -> str | None:
+    """In a process running CUDA: why its context no longer runs work (an illegal address
+    or a failed device assert leaves it refusing everything, reported at a later call),
+    ``None`` while it does."""
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+    except Exception as exc:
+        return _why(exc)
+    return None
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

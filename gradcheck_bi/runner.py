@@ -81,6 +81,8 @@ def run_points(
         start = "fork" if sys.platform.startswith("linux") else "spawn"
         done = workers.measure(ordered, on_result, devices or None, cpu_start=start)
     else:
+        if (kept := sandbox.take_kept()) is not None:  # no worker to become
+            kept.release()
         fd_threads.apply_policy(fd_threads.fixed_threads())
         measure = PointMeasurer()
         done = []

@@ -1,7 +1,9 @@
 """A worker process's life: measure each point index it is sent, send back the result.
 
 Started by :mod:`gradcheck_bi.workers` (forked, with the points in memory; or spawned, with
-the points as references to load). SIGINT is ignored (the user's Ctrl-C stops the parent,
+the points as references to load; or handed to a kernel's kept recording child,
+:mod:`gradcheck_bi.kernels.adapting.sandbox`, with the points as references, its own kernel
+loaded and recognised already). SIGINT is ignored (the user's Ctrl-C stops the parent,
 which stops the worker), so a ``KeyboardInterrupt`` here is the kernel's; the phase the
 kernel is in is written where the parent can read it after a death
 (:mod:`gradcheck_bi.kernels.calling.phase`); a forked CUDA worker starts CUDA before its first point
@@ -56,7 +58,7 @@ def serve(conn: Any, phase_buffer: Any, kind: str, device: str | None, threads: 
             return
         if device is not None and device.startswith("cuda"):
             torch.cuda.set_device(device)
-        if points is not None and not keeps_threads:
+        if not keeps_threads:
             fd_threads.limit_threads(1)  # see fd.threads: a forked child of a parallel parent
         fd_threads.apply_policy(threads)
         watch.listen(lambda fn, shape: _send(conn, ("slow", _name_of(fn), shape)))
@@ -106,12 +108,9 @@ def _context_lost_by(result: Result) -> bool:
     it surfaced after cannot be trusted whatever it measured."""
     if not torch.cuda.is_initialized():
         return False  # nothing ran on the GPU here
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
+    why = gpu.unusable()
+    if why is None:
         return False
-    except Exception as exc:
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if result.status != "error":
         result.status, result.as_expected = "error", False
         result.message = (f"the CUDA context was unusable after this point ({why}; CUDA "

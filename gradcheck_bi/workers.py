@@ -17,6 +17,15 @@ points and collects the results, and worker processes measure them:
   first point, which then goes to the next worker), the worker is **spawned**: it imports
   and loads the kernels by reference again (seconds). A kernel handed over as an object
   (the API) cannot be loaded by a spawned process: its CUDA points then run here;
+* one process for recognition and measurement: a kernel that runs on CUDA only is
+  recognised in a forked child that starts CUDA for it
+  (:mod:`gradcheck_bi.kernels.adapting.sandbox`), and that child is **kept**: it becomes the
+  first worker of the CUDA lane (:func:`_adopt`), so the CUDA context, the Triton kernels
+  its forward loaded and its recognition are paid once, as in a run without isolation. It
+  gets the points as references (its own kernel is the one it built; a bundled one costs
+  nothing), so it takes the lane only where the lane measures its kernel and no other but
+  bundled ones, and nothing only this process holds; else it is released and the worker
+  forked as above. If it dies, the next worker is forked as any other;
 * a worker takes one point at a time and sends back its :class:`~gradcheck_bi.vocab.Result`
   (with the warnings it raised); one that dies leaves its point an ``error`` that names how
   it died and what the kernel was running (:mod:`gradcheck_bi.kernels.calling.phase`); a point past
@@ -44,6 +53,7 @@ from typing import Any
 from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import expected, judge
+from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.kernels.adapting.loader import Crashed
 from gradcheck_bi.kernels.adapting.sandbox import main_module_hidden
 from gradcheck_bi.kernels.calling import phase, watch
@@ -98,6 +108,7 @@ def measure(points: list[Point], on_result: OnResult | None = None,
 
     for i in range(len(points)):
         queue[route(i)].append(i)
+    _adopt(sandbox.take_kept(), lanes, queue, points, refs)
     results: list[Result | None] = [None] * len(points)
     count = 0
 
@@ -149,7 +160,28 @@ def measure(points: list[Point], on_result: OnResult | None = None,
     finally:
         for worker in running:
             worker.stop()
+        for lane in lanes.values():
+            if lane.kept is not None:  # never needed
+                lane.kept.release()
     return [r for r in results if r is not None]
+
+
+def _adopt(kept: sandbox.Kept | None, lanes: dict[str, _Lane],
+           queue: dict[str, collections.deque[int]], points: list[Point],
+           refs: list[Loadable | None]) -> None:
+    """The kernel's kept recording child becomes the first worker of its device's lane where
+    that lane measures the kernel and nothing it would have to load anew (other kernels
+    than the bundled ones, or an object only this process holds); else it is released."""
+    if kept is None:
+        return
+    lane, mine = lanes.get(kept.kind), queue.get(kept.kind, collections.deque())
+    specs = [points[i][0] for i in mine]
+    if (lane is not None and lane.start == "fork" and all(refs[i] is not None for i in mine)
+            and any(s.ref == kept.ref for s in specs)
+            and all(s.ref == kept.ref or s.source == "bundled" for s in specs)):
+        lane.kept = kept
+    else:
+        kept.release()
 
 
 class Hangs:
@@ -209,6 +241,7 @@ class _Lane:
     def __init__(self, kind: str, start: str, devices: list[str | None]) -> None:
         self.kind, self.start, self.devices = kind, start, devices
         self.workers: dict[int, _Worker] = {}
+        self.kept: sandbox.Kept | None = None  # a recording child to be its first worker
 
     def slots(self) -> list[int]:
         """The slots whose worker has room for a point, is dead or not started yet."""
@@ -218,7 +251,8 @@ class _Lane:
     def worker(self, slot: int, points: list[Point], tasks: list[Any]) -> _Worker:
         w = self.workers.get(slot)
         if w is None or not w.alive:
-            w = self.workers[slot] = _Worker(self, self.devices[slot], points, tasks)
+            kept, self.kept = self.kept, None
+            w = self.workers[slot] = _Worker(self, self.devices[slot], points, tasks, kept)
         return w
 
 
@@ -227,28 +261,35 @@ class _Worker:
     (:attr:`point`) is the one it measures now, its clock started when it began."""
 
     def __init__(self, lane: _Lane, device: str | None, points: list[Point],
-                 tasks: list[Any]) -> None:
+                 tasks: list[Any], kept: sandbox.Kept | None = None) -> None:
         import multiprocessing as mp
 
         ctx: Any = mp.get_context(lane.start)
         self.lane, self.device = lane, device
-        self.phase = ctx.RawArray("c", phase.SIZE)
-        self.conn, theirs = ctx.Pipe()
         forked = lane.start == "fork"
-        args = (theirs, self.phase, lane.kind, device, fd_threads.fixed_threads(),
-                forked and fd_threads.fork_keeps_threads(), points if forked else None,
-                None if forked else tasks)
-        self.process = ctx.Process(target=serve, args=args, daemon=True)
-        sys.stdout.flush()  # a forked child must not write this process's buffers again
-        sys.stderr.flush()
-        with warnings.catch_warnings():  # Python >= 3.12 warns of fork with threads alive
-            warnings.simplefilter("ignore", DeprecationWarning)
-            if forked:
-                self.process.start()
-            else:
-                with main_module_hidden():
+        # keeps_threads: whether torch may run on several threads there (a fresh process, or
+        # a fork of a process that never had a thread pool: fd.threads)
+        settings = (lane.kind, device, fd_threads.fixed_threads(),
+                    not forked or fd_threads.fork_keeps_threads())
+        if kept is not None:  # the kernel's recording child, waiting: it loads by reference
+            self.process, self.conn, self.phase = kept.process, kept.conn, kept.phase
+            kept.hand_over(serve, (*settings, None, tasks))
+        else:
+            self.phase = ctx.RawArray("c", phase.SIZE)
+            self.conn, theirs = ctx.Pipe()
+            args = (theirs, self.phase, *settings, points if forked else None,
+                    None if forked else tasks)
+            self.process = ctx.Process(target=serve, args=args, daemon=True)
+            sys.stdout.flush()  # a forked child must not write this process's buffers again
+            sys.stderr.flush()
+            with warnings.catch_warnings():  # Python >= 3.12 warns of fork with threads alive
+                warnings.simplefilter("ignore", DeprecationWarning)
+                if forked:
                     self.process.start()
-        theirs.close()
+                else:
+                    with main_module_hidden():
+                        self.process.start()
+            theirs.close()
         self.assigned: collections.deque[int] = collections.deque()
         self.deadline: float | None = None
         self.alive = True

@@ -6,7 +6,9 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import pytest
 import torch
 
 # Test kernel files import their siblings as ``tests.kernels.NAME`` (the CLI runs them from
@@ -14,6 +16,24 @@ import torch
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every worker process a run starts: (its device kind, ``fork`` or ``spawn``, or
+    ``kept``: a kernel's recording child handed over, :mod:`gradcheck_bi.workers`)."""
+    from gradcheck_bi import workers
+
+    seen: list[tuple[str, str]] = []
+    original = workers._Worker.__init__
+
+    def init(self: Any, lane: Any, device: Any, points: Any, tasks: Any,
+             kept: Any = None) -> None:
+        seen.append((lane.kind, "kept" if kept is not None else lane.start))
+        original(self, lane, device, points, tasks, kept)
+
+    monkeypatch.setattr(workers._Worker, "__init__", init)
+    return seen
 
 
 def load_benchmark(stem: str, name: str | None = None) -> ModuleType:

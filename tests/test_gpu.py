@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from gradcheck_bi import gpu, workers
+from gradcheck_bi import gpu
 from gradcheck_bi.cli import main
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting import sandbox, shaped_adapt
@@ -52,20 +52,6 @@ def cuda_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(gpu, "present", lambda: True)  # one GPU, as NVML would say
     monkeypatch.setattr(gpu, "count", lambda: 1)
     return calls
-
-
-@pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Every worker process started: (its device kind, fork or spawn)."""
-    seen: list[tuple[str, str]] = []
-    original = workers._Worker.__init__
-
-    def init(self: Any, lane: Any, *args: Any) -> None:
-        seen.append((lane.kind, lane.start))
-        original(self, lane, *args)
-
-    monkeypatch.setattr(workers._Worker, "__init__", init)
-    return seen
 
 
 def _cuda_too() -> Sweep:
@@ -113,6 +99,36 @@ def test_a_forked_worker_that_cannot_start_cuda_hands_its_points_to_a_spawned_on
     assert on_cuda and {r.status for r in on_cuda} == {"unsupported"}, \
         [r.message for r in on_cuda]
     assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
+
+
+def test_a_recording_child_that_started_cuda_becomes_the_cuda_worker(
+        cuda_calls: list[str], started: list[tuple[str, str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel whose recognition ran on CUDA: the child that recorded it started CUDA, is
+    # kept, and measures the run's CUDA points; the CPU points still go to a forked worker.
+    monkeypatch.setattr(gpu, "start_in_child", lambda device=None: None)  # CUDA starts there
+    monkeypatch.setattr(gpu, "unusable", lambda: None)  # and its context still runs work
+    sandbox.isolated(lambda: sandbox.call(lambda: resolve("after"), "its forward", "cuda"),
+                     "after", "after", None)
+    kept = sandbox._kept
+    assert kept is not None and kept.kind == "cuda", kept
+    results = run(_cuda_too())
+    assert started == [("cpu", "fork"), ("cuda", "kept")], started
+    on_cuda = [r for r in results if r.device == "cuda"]
+    # measured there as in a forked worker: torch (built without CUDA) refuses the device
+    assert on_cuda and {r.status for r in on_cuda} == {"unsupported"}, \
+        [r.message for r in on_cuda]
+    assert {r.status for r in results if r.device == "cpu"} == {"pass"}
+    assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
+    assert not kept.process.is_alive() and sandbox.take_kept() is None
+
+
+def test_a_recording_child_whose_cuda_context_broke_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu, "start_in_child", lambda device=None: None)
+    monkeypatch.setattr(gpu, "unusable", lambda: "an illegal memory access was encountered")
+    sandbox.isolated(lambda: sandbox.call(lambda: 7, "its forward", "cuda"), "k", "k", None)
+    assert sandbox.take_kept() is None
 
 
 def test_a_parent_running_cuda_spawns_its_cuda_workers(monkeypatch: pytest.MonkeyPatch) -> None:

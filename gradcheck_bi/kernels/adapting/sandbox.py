@@ -20,6 +20,14 @@ twice:
 A child that dies, ends or runs past the limit (:func:`limit`: the sweep's ``timeout``) is a
 :class:`~gradcheck_bi.vocab.KernelCrashed` naming how and in which call.
 ``GRADCHECK_BI_ISOLATE=0`` (or no ``fork``) calls the kernel here.
+
+A forked child that started CUDA is **kept** (:class:`Kept`) once it has recorded: it holds
+the kernel's import, its recognition, a CUDA context and the Triton kernels its forward
+loaded — what the run's CUDA worker would pay for again. It waits, and the run's worker
+pool takes it (:func:`take_kept`) and makes it the worker of its device
+(:mod:`gradcheck_bi.workers`), or releases it. One is kept at a time (a later one releases the
+earlier). ``GRADCHECK_BI_KEEP_RECORDER`` names the device kinds a child is kept for
+(``cuda`` by default; ``cpu,cuda`` exercises the hand-over on CPU; empty: none).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gradcheck_bi import gpu
+from gradcheck_bi.kernels.calling import phase
 from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.vocab import KernelCrashed, Unsupported, first_line
 
@@ -50,6 +59,8 @@ _cuda_refused: str | None = None  # why CUDA cannot start in this child ("": it 
 _replay: collections.deque[tuple[str, Any]] = collections.deque()
 _limit_s: float | None = None
 _off = False
+_built: tuple[Any, Any] | None = None  # in a kept child: (its kernel's key, what build() gave)
+_kept: Kept | None = None  # here: the recording child kept for the run's workers
 # How a spawned child loads a kernel by reference: registry.resolve, set there (it imports
 # this module, not the other way round).
 loader: Callable[[str, dict[str, Any]], Any] | None = None
@@ -121,10 +132,13 @@ def isolated(build: Callable[[], T], name: str, ref: str | None,
     ``ref``, ``kernel_args``: how a spawned child loads the kernel (``ref`` ``None``: it
     cannot). Raises :class:`KernelCrashed` when the child dies or hangs."""
     global _mode
+    key = (name, ref, repr(kernel_args or {}))  # as a worker resolves it: loaded_with
+    if _built is not None and _built[0] == key:  # a kept child, now a worker: built here
+        return _built[1]  # type: ignore[no-any-return]
     if _mode is not None or _off or os.environ.get("GRADCHECK_BI_ISOLATE", "1") == "0" \
             or not hasattr(os, "fork"):
         return build()
-    outcomes = _record("fork", build, name, None)
+    outcomes = _record("fork", build, name, None, key)
     if outcomes is None and ref is not None and loader is not None:
         outcomes = _record("spawn", None, name, (loader, ref, dict(kernel_args or {})))
     if outcomes is None:  # only CUDA runs it, and no fresh process can load it
@@ -140,14 +154,17 @@ def isolated(build: Callable[[], T], name: str, ref: str | None,
 
 
 def _record(start: str, build: Callable[[], Any] | None, name: str,
-            loadable: tuple[Any, str, dict[str, Any]] | None
+            loadable: tuple[Any, str, dict[str, Any]] | None, key: Any = None
             ) -> list[tuple[str, Any]] | None:
-    """The outcomes of a child's kernel calls, in order; ``None``: it asked for CUDA."""
+    """The outcomes of a child's kernel calls, in order; ``None``: it asked for CUDA.
+    ``key`` (``(name, ref, kernel args)``, forked only): the child may be kept (:class:`Kept`)."""
     import multiprocessing as mp
 
     ctx: Any = mp.get_context(start)
     mine, theirs = ctx.Pipe()
-    child = ctx.Process(target=_child, args=(theirs, build, loadable, start == "fork"),
+    kinds = _keep_for() if key is not None and start == "fork" else frozenset()
+    keep = (key, ctx.RawArray("c", phase.SIZE), os.getpid(), kinds) if kinds else None
+    child = ctx.Process(target=_child, args=(theirs, build, loadable, start == "fork", keep),
                         daemon=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -157,6 +174,7 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
     theirs.close()
     outcomes: list[tuple[str, Any]] = []
     doing, end = "", None if _limit_s is None else time.monotonic() + _limit_s
+    kept = None
     try:
         while True:
             left = None if end is None else max(0.0, end - time.monotonic())
@@ -176,13 +194,20 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
             elif kind == "ended":
                 raise KernelCrashed(f"kernel {name}: the kernel raised {value} while it was "
                                     f"recognised at load ({doing or 'loading'})")
+            elif kind == "done":
+                if value is not None and keep is not None:  # it waits to be a worker
+                    kept = Kept(value, child, mine, keep[1], keep[0][1])
+                return outcomes
             else:
-                return outcomes if kind == "done" else None
+                return None
     finally:
-        if child.is_alive():
-            child.kill()
-        child.join()
-        mine.close()
+        if kept is not None:
+            _hold(kept)
+        else:
+            if child.is_alive():
+                child.kill()
+            child.join()
+            mine.close()
 
 
 def _death(code: int | None) -> str:
@@ -192,9 +217,12 @@ def _death(code: int | None) -> str:
 
 
 def _child(conn: Any, build: Callable[[], Any] | None,
-           loadable: tuple[Any, str, dict[str, Any]] | None, forked: bool) -> None:
-    """A recording child's life: adapt the kernel (``build``, or load it by reference)."""
-    global _mode, _conn, _forked
+           loadable: tuple[Any, str, dict[str, Any]] | None, forked: bool,
+           keep: tuple[Any, Any, int, frozenset[str]] | None) -> None:
+    """A recording child's life: adapt the kernel (``build``, or load it by reference); then,
+    if it is kept, wait to serve as a worker (``keep``: the kernel's key, the phase buffer,
+    the parent's pid, the device kinds a child is kept for)."""
+    global _mode, _conn, _forked, _built
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the user's Ctrl-C stops the parent
     faulthandler.disable()
     _mode, _conn, _forked = "record", conn, forked
@@ -203,24 +231,91 @@ def _child(conn: Any, build: Callable[[], Any] | None,
 
         torch.set_num_threads(1)
         gc.freeze()  # the inherited heap is out of this child's collections (as a worker's)
+    built = None
     try:
         if build is not None:
-            build()
+            built = build()
         else:
             assert loadable is not None
             load, ref, kernel_args = loadable
             load(ref, kernel_args)
-        _send(conn, "done", None)
+        kind = "cuda" if _cuda_refused == "" else "cpu"  # "": CUDA started here
+        kept = (keep is not None and build is not None and kind in keep[3]
+                and (kind != "cuda" or gpu.unusable() is None))  # a context the probe broke
+        _send(conn, "done", kind if kept else None)
     except _NeedsCuda:
         _send(conn, "cuda", None)
     except Exception:  # refused as a kernel: the replay raises it again, here
         _send(conn, "done", None)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt: the kernel's own
         _send(conn, "ended", first_line(exc))
+    else:
+        if kept and keep is not None:
+            _mode, _conn, _built = None, None, (keep[0], built)
+            _serve_when_asked(conn, keep[1], keep[2])
     finally:
         with contextlib.suppress(Exception):
             conn.close()
         os._exit(0)
+
+
+def _serve_when_asked(conn: Any, phase_buffer: Any, parent: int) -> None:
+    """A kept child: wait for ``(target, args)`` and run ``target(conn, phase_buffer, *args)``
+    (a worker's life); ``None``, or the parent gone, ends the wait."""
+    while not conn.poll(1.0):
+        if os.getppid() != parent:
+            return
+    message = conn.recv()
+    if message is not None:
+        target, args = message
+        target(conn, phase_buffer, *args)
+
+
+def _keep_for() -> frozenset[str]:
+    kinds = os.environ.get("GRADCHECK_BI_KEEP_RECORDER", "cuda")
+    return frozenset(k.strip() for k in kinds.split(",") if k.strip())
+
+
+class Kept:
+    """A forked recording child that recorded a kernel and waits to become the worker of
+    ``kind`` (``"cuda"``: it started CUDA; ``"cpu"``: kept by ``GRADCHECK_BI_KEEP_RECORDER``):
+    its process, this process's end of its pipe, the phase buffer it will write
+    (:mod:`gradcheck_bi.kernels.calling.phase`) and the kernel's ``ref`` (``None``: an object
+    handed to the API)."""
+
+    def __init__(self, kind: str, process: Any, conn: Any, phase_buffer: Any,
+                 ref: str | None) -> None:
+        self.kind, self.process, self.conn, self.phase, self.ref = (
+            kind, process, conn, phase_buffer, ref)
+
+    def hand_over(self, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """Make it a worker: it runs ``target(its conn, its phase buffer, *args)``."""
+        self.conn.send((target, args))
+
+    def release(self) -> None:
+        """Tell it to end, and reap it."""
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.conn.send(None)
+        self.process.join(10.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def _hold(kept: Kept) -> None:
+    global _kept
+    if _kept is not None:
+        _kept.release()
+    _kept = kept
+
+
+def take_kept() -> Kept | None:
+    """The recording child kept since the last call, if any: the caller makes it a worker
+    (:meth:`Kept.hand_over`) or releases it (:meth:`Kept.release`)."""
+    global _kept
+    kept, _kept = _kept, None
+    return kept
 
 
 @contextlib.contextmanager
