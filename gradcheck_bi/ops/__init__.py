@@ -37,19 +37,16 @@ DEFAULT_OP = "rms_norm"
 
 def discover() -> dict[str, ShapedOp]:
     """Every op: each module of this package whose ``OP`` is a
-    :class:`~gradcheck_bi.ops.shaped.ShapedOp` (a new op is its module, nothing else), the
-    default op first, then by name."""
+    :class:`~gradcheck_bi.ops.shaped.ShapedOp` (a new op is its module, nothing else); the
+    row engine's first (the default op, then by name), then the others by name."""
     import importlib
     import pkgutil
 
-    found: dict[str, ShapedOp] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: (i.name != DEFAULT_OP,
-                                                                      i.name)):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        op = getattr(module, "OP", None)
-        if isinstance(op, ShapedOp):
-            found[op.name] = op
-    return found
+    found = [op for info in pkgutil.iter_modules(__path__)
+             if isinstance(op := getattr(importlib.import_module(f"{__name__}.{info.name}"),
+                                         "OP", None), ShapedOp)]
+    found.sort(key=lambda op: (op.rows is None, op.name != DEFAULT_OP, op.name))
+    return {op.name: op for op in found}
 
 
 # Every op's one record.
