@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradcheck_bi.ops.fields import Axis
+
 if TYPE_CHECKING:
     from gradcheck_bi.ops.record import Op
 
@@ -74,30 +76,6 @@ class Output:
 
     name: str
     axes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One axis of the op's sweep: an option given to the kernel (``passed``) or a control
-    of the data it gets (the cotangent, a rank, whether a bias is there).
-
-    ``values``: every value swept by default, the first the op's default. ``blind``: the
-    value that hides a defect (a cotangent of 1.0, γ = ones for a norm, a multiplier at 1);
-    swept like the others, and named in the table. ``names``: parameter names that bind a
-    kernel's argument to this option. ``fixed_ok``: a kernel without the parameter is
-    checked at the values it computes (its forward decides which, one probe each).
-    """
-
-    name: str
-    values: tuple[Any, ...]
-    passed: bool = False
-    blind: Any = None
-    names: tuple[str, ...] = ()
-    words: str = ""
-
-    @property
-    def default(self) -> Any:
-        return self.values[0]
 
 
 @dataclass(frozen=True)
