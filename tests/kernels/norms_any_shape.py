@@ -1,8 +1,8 @@
-"""The package's RMSNorm and LayerNorm records with their row plans taken away, so that the
+"""The package's norm records with their row plans taken away, so that the
 shaped engine checks them from the record alone: the evidence that a norm's record is
 complete as an op of any shape, and how much sharper its row plan is (docs/shaped_ops.md, "A
-norm as an op of any shape"). Named ``rms_norm_any`` and ``layer_norm_any`` so that they never
-meet the package's own ``rms_norm`` and ``layer_norm`` (:data:`gradcheck_bi.ops.OPS`, checked
+norm as an op of any shape"). Named ``rms_norm_any``, ``layer_norm_any``, … so that they
+never meet the package's own ``rms_norm``, ``layer_norm``, … (:data:`gradcheck_bi.ops.OPS`, checked
 by the row engine); :func:`registered` adds them to :data:`gradcheck_bi.ops.SHAPED` for as
 long as a test needs them (recognition then offers them to every kernel it reads, so never for
 longer).
@@ -29,9 +29,10 @@ from collections.abc import Iterator
 
 from gradcheck_bi.ops import OPS, SHAPED
 
-RMS_NORM_ANY = dataclasses.replace(OPS["rms_norm"], name="rms_norm_any", rows=None)
-LAYER_NORM_ANY = dataclasses.replace(OPS["layer_norm"], name="layer_norm_any", rows=None)
-ANY = {op.name: op for op in (RMS_NORM_ANY, LAYER_NORM_ANY)}
+# Every norm's record without its row plan, as ``<op>_any``.
+ANY = {f"{name}_any": dataclasses.replace(op, name=f"{name}_any", rows=None)
+       for name, op in OPS.items() if op.rows is not None}
+RMS_NORM_ANY, LAYER_NORM_ANY = ANY["rms_norm_any"], ANY["layer_norm_any"]
 
 
 @contextlib.contextmanager
