@@ -10,7 +10,7 @@ the axes off their default and the layout (docs/shaped_ops.md, "A norm as an op 
 benchmarks/shaped_false_alarms.py draws them, the correct kernels (:data:`CORRECT`).
 
 ``time``: dx of the bundled RMSNorm at SHAPE (default 64,8192, fp32) by the row engine (op
-rms_norm) and the shaped engine (rms_norm_any, dx and dweight), each twice in one process.
+rms_norm) and the shaped engine (rms_norm_any, dx and dw), each twice in one process.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def timing(shape: tuple[int, ...], dtype: str) -> None:
               f"passed={m.passed} err={m.max_abs_err:.3e} tol={m.tolerance:.3e}")
     spec = resolve(BUNDLED, {"op": nas.RMS_NORM_ANY.name})
     variant = nas.RMS_NORM_ANY.variants()[0].values
-    for check in ("dx", "dweight"):
+    for check in ("dx", "dw"):
         for _ in range(2):
             start = time.perf_counter()
             m = run_shaped_check(spec.fn, Config(check=check, dtype=dtype, shape=shape,

@@ -27,7 +27,7 @@ from typing import Any
 
 from gradcheck_bi.checks import run_check
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.sweep import checks_of
 from gradcheck_bi.vocab import Config
 
@@ -57,7 +57,7 @@ def smallest_caught(op: str, dtype: str, device: str = "cpu") -> float | None:
     kernel catches at the default point (None: not even 1e-1)."""
     spec = op_false_alarms.kernel(op_false_alarms.KERNELS[op])
     cfgs = [Config(check=c, op=op, dtype=dtype, device=device)
-            for c in checks_of(spec) if c in OPS[op].gradient_checks]
+            for c in checks_of(spec) if c in ROWS[op].gradient_checks]
     assert all(run_check(spec.fn, cfg).passed for cfg in cfgs), "correct kernel fails"
     return smallest(lambda delta: any(not run_check(DefectiveNorm(spec.fn, delta), cfg).passed
                                       for cfg in cfgs))[0]

@@ -33,7 +33,7 @@ from torch.utils._pytree import tree_flatten
 from gradcheck_bi.checks.rows import run_op_check
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.sweep import checks_of
 from gradcheck_bi.vocab import Config
 
@@ -134,7 +134,7 @@ def count(op: str, shape: tuple[int, ...], dtype: str, checks: list[str] | None,
           top: int, device: str = "cpu", ref: str = KERNEL) -> None:
     spec = resolve(ref, {"op": op})
     fn = as_op_kernel(spec.fn)
-    for check in checks or [c for c in OPS[op].gradient_checks if c in checks_of(spec)]:
+    for check in checks or [c for c in ROWS[op].gradient_checks if c in checks_of(spec)]:
         cfg = Config(check=check, op=op, shape=shape, dtype=dtype, device=device)
         run_op_check(fn, cfg)  # untimed: caches, the kept draw
         n = 1

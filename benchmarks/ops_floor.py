@@ -39,7 +39,7 @@ from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import op_forward
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.sweep import checks_of
 from gradcheck_bi.vocab import Config
 
@@ -101,7 +101,7 @@ def side_by_side(op: str, ref: str, shape: tuple[int, ...], dtype: str, device: 
     extra: dict[str, Any] = {"group_size": shape[-1] // 4 if op == "rms_norm_gated" else None,
                              "norm_before_gate": True if op == "rms_norm_gated" else None}
     cfgs = [Config(check=c, op=op, shape=shape, dtype=dtype, device=device, **extra)
-            for c in OPS[op].gradient_checks if c in checks_of(spec)]
+            for c in ROWS[op].gradient_checks if c in checks_of(spec)]
     run_floor = floor(fn, cfgs[0])
 
     def run_checks() -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 from gradcheck_bi import fd
 from gradcheck_bi.kernels.calling.layout import LAYOUTS
-from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, OPS, SHAPED
+from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, OPS, ROWS, SHAPED
 from gradcheck_bi.ops.fields import BadValue, chosen, nonnegative, positive
 from gradcheck_bi.ops.fields import PointAxis as Axis
 
@@ -111,9 +111,9 @@ def memory(v: Any) -> int:
 
 def _declared(json: str) -> tuple[Axis, ...]:
     """The point's fields the op records declare (a parameter's controls, an option the JSON
-    carries) whose JSON presence is ``json``, once each, in the order of :data:`OPS`."""
+    carries) whose JSON presence is ``json``, once each, in the order of :data:`ROWS`."""
     found: dict[str, Axis] = {}
-    for op in OPS.values():
+    for op in ROWS.values():
         for a in op.point_axes:
             if a.json == json:
                 found.setdefault(a.field, a)
@@ -145,7 +145,7 @@ AXES: tuple[Axis, ...] = (
     Axis("step_rel", positive, "step_rel", setting=True),
     Axis("max_memory", memory, "max_memory", json="never", cli="--max-memory"),
     Axis("directions", count, "directions", json="never", cli="--directions"),
-    chosen("op", (*OPS, *SHAPED), None, json="op", cli="--op"),  # every op `ops` lists
+    chosen("op", tuple(OPS), None, json="op", cli="--op"),  # every op `ops` lists
     *OP_AXES_OWN,
     # Not in the JSON as a point field: a result says the precision it was judged at
     # (Result.working_precision) only where that is coarser than its dtype.
@@ -194,7 +194,7 @@ def spelled(axis: Axis, value: Any) -> str:
 
 
 def _op(row: dict[str, Any]) -> Any:
-    return OPS.get(row.get("op", DEFAULT_OP))
+    return ROWS.get(row.get("op", DEFAULT_OP))
 
 
 def weight_words(row: dict[str, Any]) -> list[str]:

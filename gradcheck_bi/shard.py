@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.vocab import Config
 
 # Forward calls per point; an input's gradient: × D in full mode.
@@ -69,7 +69,7 @@ def _input_checks(op: str) -> set[str]:
     """The checks whose finite differences perturb an input column by column (``dx``,
     ``dresidual``, ...; every gradient check of an op of any shape: ``da``, ``dA``,
     ``dlogits``, ...); ``dx`` for an op no record names."""
-    record = OPS.get(op)
+    record = ROWS.get(op)
     if record is not None:
         return {f"d{name}" for name in record.inputs}
     shaped = SHAPED.get(op)

@@ -51,7 +51,7 @@ from gradcheck_bi._version import __version__
 from gradcheck_bi.checks.at_step import gradient
 from gradcheck_bi.checks.probe import probe
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel
-from gradcheck_bi.ops import OPS, Op
+from gradcheck_bi.ops import ROWS, Op
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.vocab import HALF_DTYPES, Config, KernelSpec, Unsupported
 
@@ -259,7 +259,7 @@ def measure_curve(spec: KernelSpec, cfg: Config, steps: Sequence[float],
         err = (grad.analytic - grad.fd_at(step)).abs().max()
         errs.append(float(torch.nan_to_num(err, nan=math.inf)))
     rounding, truncation = fit_slopes(steps, errs, stencil.order)
-    op = OPS[cfg.op]
+    op = ROWS[cfg.op]
     if op.gradient_checks[cfg.check] not in op.inputs:  # y is linear in γ and β: no truncation
         truncation = None
     return Curve(spec.name, cfg.control, cfg.zero_centered_gamma, list(steps), errs,
@@ -274,10 +274,10 @@ def plot_op(kernels: Sequence[KernelSpec], check: str = "dx") -> Op:
     if len(ops) > 1:
         raise ValueError("plot one op at a time (h/ℓ means another ℓ for each): "
                          + ", ".join(f"{s.name} is {s.op}" for s in kernels))
-    if ops[0] not in OPS:
+    if ops[0] not in ROWS:
         raise ValueError(f"plot draws the norm family's ops; {ops[0]} is an op of any shape, "
                          "whose steps are planned per colour: `gradcheck-bi run` checks it")
-    op = OPS[ops[0]]
+    op = ROWS[ops[0]]
     if check not in op.gradient_checks:
         raise ValueError(f"{op.name} has no {check}: its gradients are "
                          f"{', '.join(op.gradient_checks)}")
@@ -289,7 +289,7 @@ def point_config(spec: KernelSpec, check: str, **fields: Any) -> Config:
     ops have at the value a point that leaves it unset takes (:meth:`~gradcheck_bi.ops.
     fields.PointAxis.unset_at`: a gated norm's group the whole row, normalised before the
     gate; a β randn), and none of a parameter the kernel does not take (``spec.fixed``)."""
-    op, cfg = OPS[spec.op], Config(check=check, op=spec.op, **fields)
+    op, cfg = ROWS[spec.op], Config(check=check, op=spec.op, **fields)
     absent = {a.field for p in op.params if p.name in dict(spec.fixed) for a in p.axes}
     own: dict[str, Any] = {a.field: None if a.field in absent else a.unset_at(cfg.shape[-1])
                            for a in op.point_axes if a.json == "op"}

@@ -21,7 +21,7 @@ from typing import Any
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting.loader import normal_ref
 from gradcheck_bi.kernels.calling.layout import LAYOUTS, applies
-from gradcheck_bi.ops import ALL_CHECKS, OPS, SHAPED, Op
+from gradcheck_bi.ops import ALL_CHECKS, ROWS, SHAPED, Op
 from gradcheck_bi.ops.fields import PointAxis
 from gradcheck_bi.ops.shaped import ShapedOp, Variant
 from gradcheck_bi.point import AXES, BY_KEY, OP_AXES_OWN, OP_KEYS
@@ -123,12 +123,12 @@ def grid(sweep: Sweep, kernels: list[KernelSpec]) -> Iterator[tuple[KernelSpec, 
                 continue
             if check not in checks_of(spec):  # e.g. dz asked of an RMSNorm, dw of no weight
                 continue
-            gamma = OPS[spec.op].offset_param  # what the point's control and zcg act on
+            gamma = ROWS[spec.op].offset_param  # what the point's control and zcg act on
             has_gamma = takes_gamma(spec)
             if (control != sweep.weights[0] or zcg) and not has_gamma:
                 continue  # no γ: its controls and zcg would repeat one point
             if layout.startswith("weight-") and not any(takes(spec, p.name)
-                                                        for p in OPS[spec.op].params):
+                                                        for p in ROWS[spec.op].params):
                 continue
             if gamma is not None and not has_gamma:
                 control = gamma.identity  # γ ≡ 1: no affine
@@ -239,13 +239,13 @@ def _variant_has(op: ShapedOp, variant: Variant, check: str) -> bool:
 def takes(spec: KernelSpec, name: str) -> bool:
     """Whether the kernel takes its op's parameter ``name`` (not absent: ``spec.fixed``;
     Megatron's ``apply`` has no β)."""
-    return OPS[spec.op].has(name) and name not in dict(spec.fixed)
+    return ROWS[spec.op].has(name) and name not in dict(spec.fixed)
 
 
 def takes_gamma(spec: KernelSpec) -> bool:
     """Whether the kernel takes the parameter its point's control and zcg act on (its op's
     :attr:`~gradcheck_bi.ops.record.Op.offset_param`, γ)."""
-    gamma = OPS[spec.op].offset_param
+    gamma = ROWS[spec.op].offset_param
     return gamma is not None and takes(spec, gamma.name)
 
 
@@ -253,7 +253,7 @@ def checks_of(spec: KernelSpec) -> tuple[str, ...]:
     """Its op's checks, less those of the parameters it does not take."""
     if spec.op in SHAPED:
         return SHAPED[spec.op].checks
-    op = OPS[spec.op]
+    op = ROWS[spec.op]
     return tuple(c for c in op.checks
                  if c not in {p.check for p in op.params if not takes(spec, p.name)})
 
@@ -268,7 +268,7 @@ def op_points(spec: KernelSpec, cfg: Config, sweep: Sweep) -> Iterator[Config]:
     OP_AXES_OWN`: β's control, the options an op's record declares) that the kernel's op
     has, and of its own options; a parameter the kernel does not take at its identity (an
     optional one: absent), an option it fixes (``spec.fixed``) at its value alone."""
-    op, fixed = OPS[spec.op], dict(spec.fixed)
+    op, fixed = ROWS[spec.op], dict(spec.fixed)
     crossed = [_values(spec, op, axis, sweep, cfg.shape[-1], fixed) for axis in OP_AXES_OWN]
     for *values, own in itertools.product(*crossed, own_options(op, fixed)):
         yield replace(cfg, op=spec.op, variant=own,
@@ -352,7 +352,7 @@ def _checks_absent(checks: list[str], op_name: str, has: tuple[str, ...]) -> str
     >>> _checks_absent(["dA"], "swiglu", ("forward", "da", "db", "batch_invariance"))
     "check dA does not apply to swiglu, whose gradients are da, db (dA is gemm's)"
     """
-    every: dict[str, Op | ShapedOp] = {**OPS, **SHAPED}
+    every: dict[str, Op | ShapedOp] = {**ROWS, **SHAPED}
     op = every[op_name]
     owners = {c: " or ".join(f"{o.name}'s" for o in every.values()
                              if c in o.checks and o.name != op_name) for c in checks}

@@ -16,7 +16,7 @@ import torch
 
 from gradcheck_bi import fd
 from gradcheck_bi.fd.coloured import check_input_budget
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.sweep import Sweep
 from gradcheck_bi.vocab import DTYPES, HALF_DTYPES, Config, KernelSpec
 
@@ -30,18 +30,18 @@ def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
     for _, cfg, _ in points:
         key = (cfg.op, cfg.check, cfg.shape, cfg.dtype, cfg.mode, cfg.directions, cfg.stencil,
                cfg.max_memory)
-        if cfg.op not in OPS:  # an op of any shape holds one perturbed copy at a time
+        if cfg.op not in ROWS:  # an op of any shape holds one perturbed copy at a time
             continue
-        name = OPS[cfg.op].gradient_checks.get(cfg.check)
+        name = ROWS[cfg.op].gradient_checks.get(cfg.check)
         if name is None or key in seen:
             continue
         seen.add(key)
         # bf16/fp16 gradients are differenced in a lifted dtype, fp64 at most.
         fd_dtype = torch.float64 if cfg.dtype in HALF_DTYPES else DTYPES[cfg.dtype]
         shape = tuple(cfg.shape)
-        if cfg.mode == "directional" and name in OPS[cfg.op].inputs:  # a row per direction
+        if cfg.mode == "directional" and name in ROWS[cfg.op].inputs:  # a row per direction
             shape = (cfg.directions, *shape)
-        elif name in OPS[cfg.op].inputs:
+        elif name in ROWS[cfg.op].inputs:
             check_input_budget(shape, fd_dtype, cfg.max_memory)
             continue
         fd.check_budget(shape, fd.STENCILS[cfg.stencil], fd_dtype, cfg.max_memory)
@@ -53,9 +53,9 @@ def preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
     every level of every column of every row, each reaching the row of every output."""
     work: dict[torch.dtype, int] = {}
     for _, cfg, _ in points:
-        if cfg.op not in OPS:
+        if cfg.op not in ROWS:
             continue
-        op = OPS[cfg.op]
+        op = ROWS[cfg.op]
         if (cfg.device != "cpu" or cfg.mode != "full"
                 or op.gradient_checks.get(cfg.check) not in op.inputs):
             continue

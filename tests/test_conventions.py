@@ -12,7 +12,7 @@ import torch
 
 from gradcheck_bi import cli
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import sweep_of
 from gradcheck_bi.vocab import KernelLoadError
@@ -46,12 +46,12 @@ def test_gated_reference_adds_the_bias_before_the_gate(before: bool) -> None:
     gen = torch.Generator().manual_seed(3)
     x, z = (torch.randn(4, 16, generator=gen, dtype=torch.float64) for _ in range(2))
     w, b = (torch.randn(16, generator=gen, dtype=torch.float64) for _ in range(2))
-    ours = OPS["rms_norm_gated"].reference(
+    ours = ROWS["rms_norm_gated"].reference(
         {"x": x, "z": z}, {"weight": w, "bias": b},
         {"eps": 1e-6, "group_size": None, "norm_before_gate": before})["y"]
     assert torch.allclose(ours, _mamba_reference(x, w, b, z, 1e-6, before), rtol=0,
                           atol=1e-14)
-    sig = OPS["rms_norm_gated"].reference(
+    sig = ROWS["rms_norm_gated"].reference(
         {"x": x, "z": z}, {"weight": w, "bias": b},
         {"eps": 1e-6, "group_size": None, "norm_before_gate": True,
          "activation": "sigmoid"})["y"]

@@ -25,7 +25,7 @@ from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.step import pow2
 from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.calling.opcall import op_grads
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep, checks_of, grid, not_run
 from gradcheck_bi.vocab import Config, KernelLoadError, Unsupported
@@ -55,16 +55,16 @@ def test_references_match_formulas_written_here() -> None:
     x, r, z = (torch.randn(4, 24, generator=g, dtype=torch.float64) for _ in range(3))
     w, b = (torch.randn(24, generator=g, dtype=torch.float64) for _ in range(2))
     eps = 1e-5
-    ref = OPS["layer_norm"].reference({"x": x}, {"weight": w, "bias": b}, {"eps": eps})
+    ref = ROWS["layer_norm"].reference({"x": x}, {"weight": w, "bias": b}, {"eps": eps})
     assert torch.allclose(ref["y"], F.layer_norm(x, (24,), w, b, eps), rtol=0, atol=1e-13)
-    fused = OPS["fused_add_rms_norm"].reference({"x": x, "residual": r}, {"weight": w},
+    fused = ROWS["fused_add_rms_norm"].reference({"x": x, "residual": r}, {"weight": w},
                                                {"eps": eps})
     s = x + r
     by_hand = s / torch.sqrt((s * s).sum(-1, keepdim=True) / 24 + eps) * w
     assert torch.equal(fused["residual_out"], s)
     assert torch.allclose(fused["y"], by_hand, rtol=0, atol=1e-13)
     for before in (True, False):
-        out = OPS["rms_norm_gated"].reference({"x": x, "z": z}, {"weight": w},
+        out = ROWS["rms_norm_gated"].reference({"x": x, "z": z}, {"weight": w},
                                              {"eps": eps, "group_size": 8,
                                               "norm_before_gate": before})["y"]
         gate = z / (1 + torch.exp(-z))
@@ -180,7 +180,7 @@ def test_half_precision_points_and_layouts_are_scheduled_for_other_ops() -> None
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "bf16"), ("cpu", "fp32")])
     cfgs = [c for _, c in grid(sweep, [spec])]
     assert {c.dtype for c in cfgs} == {"bf16", "fp32"}
-    assert {c.check for c in cfgs if c.dtype == "bf16"} == set(OPS["layer_norm"].checks)
+    assert {c.check for c in cfgs if c.dtype == "bf16"} == set(ROWS["layer_norm"].checks)
     assert {c.layout for c in cfgs} == {"contiguous", "x-strided", "grad-strided"}
     assert {c.control for c in cfgs if c.layout != "contiguous"} == {"randn"}
     assert not any("layout" in n for n in not_run([sweep], [spec]))
@@ -253,7 +253,7 @@ def test_torch_layer_norm_adapters_pass_on_cpu() -> None:
 def test_ops_command_lists_every_op_and_the_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["ops"]) == 0
     out = capsys.readouterr()[0]
-    for op in OPS.values():
+    for op in ROWS.values():
         assert op.name in out and f"checks {', '.join(op.checks)}" in out
     for shaped in SHAPED.values():  # the ops of any shape too, with their blind controls
         if not shaped.independent:  # a generic check's op, registered by an earlier test
@@ -420,7 +420,7 @@ def test_kernel_without_a_parameter_is_run_at_its_identity_and_not_swept(
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64")], shapes=[(2, 3, 32)],
                   layouts=["contiguous", "weight-strided"])
     results = run(sweep, [spec])
-    gone = {OPS[op].param(n).check for n in absent}
+    gone = {ROWS[op].param(n).check for n in absent}
     assert {r.check for r in results} == set(checks_of(spec)) and not gone & set(checks_of(spec))
     assert all(r.status == "pass" for r in results), [
         (r.check, r.message) for r in results if r.status != "pass"]
@@ -442,7 +442,7 @@ def test_gated_norm_with_a_bias_has_its_optional_part_checked() -> None:
     sweep = Sweep(kernels=[spec.name], targets=[("cpu", "fp64"), ("cpu", "bf16")],
                   shapes=[(2, 3, 32)], weights=["randn"], layouts=["contiguous"])
     results = run(sweep, [spec])
-    assert {r.check for r in results} == set(OPS["rms_norm_gated"].checks)
+    assert {r.check for r in results} == set(ROWS["rms_norm_gated"].checks)
     assert {r.bias for r in results} == {"randn", "zeros"}
     assert all(r.status == "pass" for r in results), [
         (r.check, r.dtype, r.message) for r in results if r.status != "pass"]

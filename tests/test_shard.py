@@ -47,11 +47,11 @@ def test_every_point_goes_to_one_shard_and_the_work_is_balanced() -> None:
 def test_every_input_gradient_is_costed_like_dx() -> None:
     """Each input's gradient differences every column of its input, as dx does: D times a
     parameter's cost, whatever the input is called."""
-    from gradcheck_bi.ops import OPS, SHAPED
+    from gradcheck_bi.ops import ROWS, SHAPED
 
     shape = (4, 256)
     dx = cost(Config(check="dx", shape=shape))
-    checks = [(op, f"d{name}") for op, record in OPS.items() for name in record.inputs]
+    checks = [(op, f"d{name}") for op, record in ROWS.items() for name in record.inputs]
     checks += [(op, c) for op, record in SHAPED.items() for c in record.gradient_checks]
     assert ("gemm", "dA") in checks and ("swiglu", "db") in checks
     for op, check in checks:

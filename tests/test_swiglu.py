@@ -10,7 +10,7 @@ import torch
 
 from gradcheck_bi.errors import forward_sigma
 from gradcheck_bi.kernels import resolve
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.runner import run
 from gradcheck_bi.sweep import Sweep
 
@@ -25,7 +25,7 @@ def _bad(results: list) -> list:
 
 
 def test_is_an_op_of_any_shape_only() -> None:
-    assert "swiglu" not in OPS
+    assert "swiglu" not in ROWS
     assert OP.checks == ("forward", "da", "db", "batch_invariance")
     assert [(a.name, a.values, a.blind) for a in OP.axes] == [
         ("gate_multiplier", (1.0, 0.7), 1.0), ("down_multiplier", (1.0, 1.3), 1.0)]

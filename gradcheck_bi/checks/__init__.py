@@ -28,7 +28,7 @@ from gradcheck_bi.checks.rows import run_op_check
 from gradcheck_bi.checks.rows.batch import batch_sizes
 from gradcheck_bi.checks.shaped import run_shaped_check
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
 
 # The Config fields that set each check's tolerance (or what it is compared with): a
@@ -43,7 +43,7 @@ TOLERANCE_SETTINGS: dict[str, tuple[str, ...]] = {
 }
 # Every op's other gradients as RMSNorm's: an input's (every element or, with --mode
 # directional, projections) at a relative step; a parameter's, every element at a fixed one.
-for _op in OPS.values():
+for _op in ROWS.values():
     for _name, _t in _op.gradient_checks.items():
         TOLERANCE_SETTINGS.setdefault(_name, TOLERANCE_SETTINGS["dx"] if _t in _op.inputs
                                       else TOLERANCE_SETTINGS["dw"])

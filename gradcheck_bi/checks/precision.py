@@ -41,7 +41,7 @@ import torch
 from gradcheck_bi.checks.rows.point import make_point, reference
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import op_forward
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.ops.record import ZCG
 from gradcheck_bi.tolerance.noise import unit_roundoff
 from gradcheck_bi.tolerance.rows import compute_bound, forward_tolerances
@@ -102,7 +102,7 @@ def _controls(spec: KernelSpec, at: Config) -> dict[str, Any]:
     point leaves out (unset) left out."""
     absent = dict(spec.fixed)
     out: dict[str, Any] = {}
-    for p in OPS[at.op].params:
+    for p in ROWS[at.op].params:
         field = p.control.field
         if getattr(at, field) is not None:
             out[field] = p.identity if p.name in absent else "randn"

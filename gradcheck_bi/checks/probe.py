@@ -19,7 +19,7 @@ from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling import phase
 from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.kernels.calling.trace import stops_the_run
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.vocab import Config, KernelSpec, Unsupported
 
 __all__ = ["probe", "refusal"]
@@ -43,7 +43,7 @@ def probe(spec: KernelSpec, device: str, dtype: str, at: Config | None = None) -
             phase.now("forward (probe)")
             shaped_forward(spec.fn, shaped)
             return None
-        options = OPS[spec.op].point_options  # the op's options that are point fields
+        options = ROWS[spec.op].point_options  # the op's options that are point fields
         if at is None:  # each option at the value a point leaves unset, resolved at D = 8
             at = Config(check="forward", shape=(2, 8), op=spec.op,
                         **{a.field: a.unset_at(8) for a in options})

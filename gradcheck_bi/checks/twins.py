@@ -54,7 +54,7 @@ from gradcheck_bi.checks.shaped_batch import same_as_contiguous
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import laid_out, op_grads
 from gradcheck_bi.kernels.calling.writes import allowed_mutations, declared_mutations
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
 
@@ -85,7 +85,7 @@ class Twin:
 
 def judged_by_twin(cfg: Config) -> bool:
     """Whether a point's check can lean on a twin: a gradient check in fp64/fp32."""
-    record = OPS.get(cfg.op) or SHAPED.get(cfg.op)
+    record = ROWS.get(cfg.op) or SHAPED.get(cfg.op)
     return (cfg.dtype in TWIN_DTYPES and record is not None
             and cfg.check in record.gradient_checks)
 
@@ -124,7 +124,7 @@ def against_twin(fn: Any, cfg: Config, twin: Twin) -> Measurement:
     """The layout point ``cfg`` by the rules of this module's docstring: its outputs and the
     gradient it judges (``cfg.check``) against the contiguous call's."""
     laid, flat = _both_layouts(fn, cfg)
-    names = [*OPS[cfg.op].outputs, cfg.check]
+    names = [*ROWS[cfg.op].outputs, cfg.check]
     said = {"compared_with": "contiguous", "tensors": [n for n in names if n in flat]}
     if (set(laid) != set(flat) or cfg.check not in flat
             or any(laid[n].shape != flat[n].shape or laid[n].dtype != flat[n].dtype

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import textwrap
 
-from gradcheck_bi.ops import DEFAULT_OP, OPS, SHAPED, Op
+from gradcheck_bi.ops import DEFAULT_OP, ROWS, SHAPED, Op
 from gradcheck_bi.ops.names import ROLE_NAMES, names_of
 from gradcheck_bi.ops.shaped import Axis, Role, ShapedOp
 
@@ -24,10 +24,10 @@ def _marked_by(op: Op) -> str:
 def rules() -> str:
     """How a kernel's op is read: its parameter names (each op's marks), then its own name,
     then its output (kernels/adapting/recognise.py)."""
-    marked = "; ".join(f"{_marked_by(op)} → {op.name}" for op in OPS.values()
+    marked = "; ".join(f"{_marked_by(op)} → {op.name}" for op in ROWS.values()
                        if op.marks and "bias" not in op.marks)
     biased = " or ".join(op.name + (" with a bias" if op.param("bias").optional else "")
-                         for op in OPS.values() if op.has("bias") and not op.has("z")
+                         for op in ROWS.values() if op.has("bias") and not op.has("z")
                          and not op.inputs[1:])
     return "\n".join(_wrap(
         f"A kernel's op is read from its parameter names: {marked}; a required bias → a "
@@ -86,7 +86,7 @@ def ops_command() -> int:
     """List the ops, their inputs, parameters, outputs and checks, and the parameter names
     that recognise them."""
     out: list[str] = []
-    for op in OPS.values():
+    for op in ROWS.values():
         params = ", ".join(f"{p.name} ({'optional, ' if p.optional else ''}"
                            f"{'γ' if p.name == 'weight' else 'β'} controls "
                            f"{'/'.join(p.controls)})" for p in op.params)

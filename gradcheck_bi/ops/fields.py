@@ -1,4 +1,5 @@
-"""A field of a point, described once, and the rules that check its values.
+"""A field of a point, described once, and the rules that check its values; an axis of an
+op's sweep (:class:`Axis`).
 
 A :class:`PointAxis` is one field of a :class:`~gradcheck_bi.vocab.Config`: its public name,
 its case-file key, how a value is checked and converted, how the reports spell it. The
@@ -150,3 +151,27 @@ def chosen(field: str, options: tuple[str, ...], key: str | None, noun: str = ""
 def all_of(*values: Any) -> Callable[[list[Any] | None, int], list[Any]]:
     """``swept`` for an axis a sweep crosses at ``values`` unless a case names its own."""
     return lambda asked, d: list(asked) if asked is not None else list(values)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of the op's sweep: an option given to the kernel (``passed``) or a control
+    of the data it gets (the cotangent, a rank, whether a bias is there).
+
+    ``values``: every value swept by default, the first the op's default. ``blind``: the
+    value that hides a defect (a cotangent of 1.0, γ = ones for a norm, a multiplier at 1);
+    swept like the others, and named in the table. ``names``: parameter names that bind a
+    kernel's argument to this option. ``fixed_ok``: a kernel without the parameter is
+    checked at the values it computes (its forward decides which, one probe each).
+    """
+
+    name: str
+    values: tuple[Any, ...]
+    passed: bool = False
+    blind: Any = None
+    names: tuple[str, ...] = ()
+    words: str = ""
+
+    @property
+    def default(self) -> Any:
+        return self.values[0]

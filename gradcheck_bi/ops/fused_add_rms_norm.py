@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.norms import rms, row_length
+from gradcheck_bi.ops.norms import norm_op, rms, row_length
 from gradcheck_bi.ops.record import WEIGHT, Grads, Op, Point, Stored, Sums, Tensors
 
 OPS_ADD = 2.0  # + the residual_out cotangent, and its share of the output cast
@@ -60,7 +60,7 @@ def stored_sum(inputs: Tensors) -> Tensors:
     return {"x": s, "residual": torch.zeros_like(s)}
 
 
-OP = Op(
+ROWS = Op(
     "fused_add_rms_norm",
     "residual_out = x + residual; y = rms_norm(residual_out) · γ (a kernel may return y "
     "alone)",
@@ -72,3 +72,4 @@ OP = Op(
     prenorm=True,
     stored=Stored(stored_sum, "s", "x + residual as computed", "residual_out as stored",
                   "the fused add's y against x + residual as computed or as stored"))
+OP = norm_op(ROWS)

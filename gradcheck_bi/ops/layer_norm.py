@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.norms import rms, row_length
+from gradcheck_bi.ops.norms import norm_op, rms, row_length
 from gradcheck_bi.ops.record import BIAS, WEIGHT, Grads, Op, Point, Sums, Tensors
 
 
@@ -101,9 +101,10 @@ def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
                   + 3 * n * row_sum(gg * n).unsqueeze(-1) / d)
 
 
-OP = Op(
+ROWS = Op(
     "layer_norm", "y = (x − mean(x)) · rsqrt(var(x) + eps) · γ + β",
     inputs=("x",), params=(WEIGHT, BIAS), options=("eps",), outputs=("y",),
     reference=reference, step_scale=step_scale, input_rounding=input_rounding,
     input_magnitude=input_magnitude, needs=("x", "weight", "bias", "eps"), marks=("bias",),
     forward_extra=2.0, statistic="the mean and the variance", shift=shift, shared=shared)
+OP = norm_op(ROWS)

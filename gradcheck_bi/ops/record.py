@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from gradcheck_bi.ops.fields import PointAxis, all_of, boolean, chosen
-from gradcheck_bi.ops.shaped import Axis
+from gradcheck_bi.ops.fields import Axis, PointAxis, all_of, boolean, chosen
 from gradcheck_bi.vocab import CONTROLS
 
 Tensors = dict[str, torch.Tensor]

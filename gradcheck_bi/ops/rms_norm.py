@@ -9,7 +9,7 @@ dtype and rounding once passes it in fp32, fp16 and bf16 (tests/kernels/variants
 
 >>> import torch
 >>> x = torch.tensor([[3.0, 4.0]], dtype=torch.float64)
->>> OP.reference({"x": x}, {"weight": torch.ones(2, dtype=torch.float64)}, {"eps": 0.0})["y"]
+>>> ROWS.reference({"x": x}, {"weight": torch.ones(2, dtype=torch.float64)}, {"eps": 0.0})["y"]
 tensor([[0.8485, 1.1314]], dtype=torch.float64)
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops.norms import rms, row_length
+from gradcheck_bi.ops.norms import norm_op, rms, row_length
 from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Grads, Op, Point, Sums, Tensors
 
 
@@ -43,8 +43,9 @@ def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
                              point.cotangents["y"].to(torch.float64), point.options["eps"])
 
 
-OP = Op(
+ROWS = Op(
     "rms_norm", "y = x · rsqrt(mean(x²) + eps) · γ",
     inputs=("x",), params=(WEIGHT, OPTIONAL_BIAS), options=("eps",), outputs=("y",),
     reference=reference, step_scale=step_scale, input_rounding=input_rounding,
     input_magnitude=input_magnitude, needs=("x", "weight", "eps"))
+OP = norm_op(ROWS)

@@ -20,7 +20,7 @@ in 2 of 200 random configurations).
 >>> import torch
 >>> x, z = torch.tensor([[3.0, 4.0]], dtype=torch.float64), torch.zeros(1, 2, dtype=torch.float64)
 >>> p = {"weight": torch.ones(2, dtype=torch.float64), "bias": torch.ones(2, dtype=torch.float64)}
->>> OP.reference({"x": x, "z": z}, p, {"eps": 0.0, "activation": "sigmoid"})["y"]
+>>> ROWS.reference({"x": x, "z": z}, p, {"eps": 0.0, "activation": "sigmoid"})["y"]
 tensor([[0.9243, 1.0657]], dtype=torch.float64)
 """
 
@@ -31,7 +31,15 @@ from typing import Any
 import torch
 
 from gradcheck_bi.ops.fields import BadValue, PointAxis, all_of, boolean
-from gradcheck_bi.ops.norms import GATES, Gate, grouped, normed, rms, row_length
+from gradcheck_bi.ops.norms import (
+    GATES,
+    Gate,
+    grouped,
+    norm_op,
+    normed,
+    rms,
+    row_length,
+)
 from gradcheck_bi.ops.record import OPTIONAL_BIAS, WEIGHT, Grads, Op, Point, Sums, Tensors
 from gradcheck_bi.ops.shaped import Axis
 
@@ -192,7 +200,7 @@ def input_magnitude(point: Point, name: str, sums: Sums) -> torch.Tensor:
     return m_u * (gate.abs() if name == "x" else x.abs() * act.grad_size(z))
 
 
-OP = Op(
+ROWS = Op(
     "rms_norm_gated",
     "statistic over groups of group_size features; norm_before_gate: y = (norm(x)·γ + β)·"
     "act(z), else y = norm(x·act(z))·γ + β; act silu or sigmoid (activation)",
@@ -208,3 +216,4 @@ OP = Op(
     fixable={"group_size": (None,), "norm_before_gate": (True, False),
              "activation": ACTIVATION.values},
     axes=(ACTIVATION,), bias_term=bias_term, point_options=POINT_OPTIONS)
+OP = norm_op(ROWS)

@@ -30,9 +30,14 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from gradcheck_bi.ops.fields import Axis
+
+if TYPE_CHECKING:
+    from gradcheck_bi.ops.record import Op
 
 Tensors = dict[str, torch.Tensor]
 Sizes = dict[str, int]
@@ -54,6 +59,7 @@ class Role:
     grad: bool = True
     optional: bool = False
     names: tuple[str, ...] = ()
+    check_name: str = ""  # its gradient check's name, where not ``d<name>`` (a norm's ``dw``)
 
     @property
     def differentiable(self) -> bool:
@@ -61,7 +67,7 @@ class Role:
 
     @property
     def check(self) -> str:
-        return f"d{self.name}"
+        return self.check_name or f"d{self.name}"
 
 
 @dataclass(frozen=True)
@@ -70,30 +76,6 @@ class Output:
 
     name: str
     axes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One axis of the op's sweep: an option given to the kernel (``passed``) or a control
-    of the data it gets (the cotangent, a rank, whether a bias is there).
-
-    ``values``: every value swept by default, the first the op's default. ``blind``: the
-    value that hides a defect (a cotangent of 1.0, γ = ones for a norm, a multiplier at 1);
-    swept like the others, and named in the table. ``names``: parameter names that bind a
-    kernel's argument to this option. ``fixed_ok``: a kernel without the parameter is
-    checked at the values it computes (its forward decides which, one probe each).
-    """
-
-    name: str
-    values: tuple[Any, ...]
-    passed: bool = False
-    blind: Any = None
-    names: tuple[str, ...] = ()
-    words: str = ""
-
-    @property
-    def default(self) -> Any:
-        return self.values[0]
 
 
 @dataclass(frozen=True)
@@ -198,6 +180,12 @@ class ShapedOp:
     # ``vocab_size`` (the logits' last dim), a linear layer's ``in_features`` and
     # ``out_features``. The kernel is given the size of the tensors of each call.
     size_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # A norm's hand-written row plan (:class:`~gradcheck_bi.ops.record.Op`): its step per
+    # row, its rounding models and its controls as the row engine (:mod:`gradcheck_bi.checks.
+    # rows`) reads them — tighter than the derived model, and cross-checked against it
+    # (tests/test_norm_models.py). An op with one is checked by the row engine; ``None``: by
+    # the shaped engine, from this record alone.
+    rows: Op | None = None
 
     @property
     def checks(self) -> tuple[str, ...]:

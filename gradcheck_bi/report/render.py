@@ -15,7 +15,7 @@ from typing import Any
 from gradcheck_bi._version import __version__
 from gradcheck_bi.fd import CENTRAL4
 from gradcheck_bi.gate import Summary, verdict_line
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.report.tables import (
     Row,
     Table,
@@ -53,7 +53,7 @@ def method_line(table: Table) -> str:
         parts = [HALF_NOTES[table.check]]
     else:
         stencil = _STENCIL_NOTES.get(LIKE.get(table.check, table.check))
-        note = forward_note(OPS[table.op]) if table.check == "forward" else NOTES[table.check]
+        note = forward_note(ROWS[table.op]) if table.check == "forward" else NOTES[table.check]
         parts = [note + (f"; {stencil}" if stencil else "")]
     step = _steps(table)
     if step:

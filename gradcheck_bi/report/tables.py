@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from gradcheck_bi.gate import discrimination_ratio
-from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, OPS, SHAPED
+from gradcheck_bi.ops import ALL_CHECKS, DEFAULT_OP, ROWS, SHAPED
 from gradcheck_bi.ops.record import ZCG
 from gradcheck_bi.point import has_eps, op_words, weight_words
 from gradcheck_bi.vocab import CONTROLS, HALF_DTYPES, Result, format_error
@@ -166,7 +166,7 @@ class Table:
     @property
     def weighted(self) -> bool:
         """Whether the op has a weight: γ controls and zcg exist (its record says)."""
-        return self.column is None and OPS[self.op].offset_param is not None
+        return self.column is None and ROWS[self.op].offset_param is not None
 
     @property
     def controls(self) -> tuple[str, ...]:
@@ -211,7 +211,7 @@ class Table:
         n = sum(len(c.results) for row in self.rows for c in row.cells.values())
         eps = ", ".join(f"{e:g}" for e in self.eps)
         seeds = ", ".join(str(s) for s in self.seeds)
-        eps_part = f" · eps {eps}" if self.op in OPS and OPS[self.op].has("eps") else ""
+        eps_part = f" · eps {eps}" if self.op in ROWS and ROWS[self.op].has("eps") else ""
         return f"shape {shapes}{eps_part} · seed {seeds} · {n} results"
 
     @property
@@ -223,7 +223,7 @@ def build_tables(results: list[Result]) -> list[Table]:
     """Group results into tables by op (the default op first), then in check order, zcg off
     before on, fp32/fp64 before bf16/fp16, rows in first-seen order."""
     tables = []
-    ops = [op for op in OPS if any(r.op == op for r in results)]
+    ops = [op for op in ROWS if any(r.op == op for r in results)]
     for op, check, zcg, half in itertools.product(ops, ALL_CHECKS, (False, True),
                                                   (False, True)):
         mine = [r for r in results if r.check == check and getattr(r, ZCG.public) == zcg

@@ -5,15 +5,15 @@
 >>> "8σ" in NOTES["dx"] and "2× Richardson" in NOTES["dx"]
 True
 >>> from gradcheck_bi.ops import DEFAULT_OP
->>> forward_note(OPS[DEFAULT_OP]) == NOTES["forward"]
+>>> forward_note(ROWS[DEFAULT_OP]) == NOTES["forward"]
 True
->>> "the mean and the variance" in forward_note(OPS["layer_norm"])
+>>> "the mean and the variance" in forward_note(ROWS["layer_norm"])
 True
 """
 
 from __future__ import annotations
 
-from gradcheck_bi.ops import OPS, Op
+from gradcheck_bi.ops import ROWS, Op
 from gradcheck_bi.tolerance.half import FRAC_THRESHOLD, HALF_ULP, K_OPS, MAX_ULP_THRESHOLD
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
 from gradcheck_bi.tolerance.summation import OPS_RSQRT, OPS_SCALE, R_PER_TERM
@@ -45,7 +45,7 @@ def forward_note(op: Op) -> str:
 
 
 # The other row ops (gradcheck_bi.checks.rows): inputs as dx, parameters as dw.
-LIKE = {check: "dx" if name in op.inputs else "dw" for op in OPS.values()
+LIKE = {check: "dx" if name in op.inputs else "dw" for op in ROWS.values()
         for check, name in op.gradient_checks.items() if check not in NOTES}
 NOTES.update({check: NOTES[like] for check, like in LIKE.items()})
 
@@ -74,7 +74,7 @@ HALF_FORWARD = (
     "(the statistic, the op's extra roundings, β, the mean), at most "
     f"{FRAC_THRESHOLD:.0%} of elements not correctly rounded, no overflow; "
     # an op with a second correct reference says which (ops.record.Stored.note)
-    + "".join(f"{op.stored.note}; " for op in OPS.values() if op.stored and op.stored.note)
+    + "".join(f"{op.stored.note}; " for op in ROWS.values() if op.stored and op.stored.note)
     + BY_CONSTRUCTION)
 HALF_NOTES = {
     "forward": HALF_FORWARD,

@@ -71,7 +71,7 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
     from dataclasses import replace
 
     from gradcheck_bi.checks import run_check
-    from gradcheck_bi.ops import OPS
+    from gradcheck_bi.ops import ROWS
     from gradcheck_bi.sweep import checks_of, takes
     from gradcheck_bi.vocab import Config
 
@@ -80,7 +80,7 @@ def run(n: int, dtypes: tuple[str, ...], device: str, seed: int = 20260601,
         if ops is not None and op not in ops:
             continue
         spec = kernel(ref)
-        own = [a for a in OPS[op].axes if a.name not in dict(spec.fixed)]
+        own = [a for a in ROWS[op].axes if a.name not in dict(spec.fixed)]
         rng = random.Random(f"{seed}-{op}-own")
         for i, kw in enumerate(configs(op, n, dtypes, device, seed, widths)):
             if kw["zero_centered_gamma"] not in spec.zcg:

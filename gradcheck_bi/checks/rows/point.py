@@ -27,7 +27,7 @@ import torch
 from gradcheck_bi import lowp
 from gradcheck_bi.inputs import make_inputs, placed
 from gradcheck_bi.kernels.calling.opcall import op_forward
-from gradcheck_bi.ops import OPS, Op
+from gradcheck_bi.ops import ROWS, Op
 from gradcheck_bi.ops.record import ZCG
 from gradcheck_bi.vocab import Config
 
@@ -80,7 +80,7 @@ def options_of(cfg: Config) -> dict[str, Any]:
     (:attr:`~gradcheck_bi.ops.record.Op.point_options`, each at its ``unset`` value where
     the point has none); its own options (:attr:`~gradcheck_bi.ops.record.Op.axes`), from
     ``cfg.variant``."""
-    op = OPS[cfg.op]
+    op = ROWS[cfg.op]
     options: dict[str, Any] = {"eps": cfg.eps, **op.defaults(), **dict(cfg.variant)}
     for axis in op.point_options:
         value = getattr(cfg, axis.field)
@@ -90,7 +90,7 @@ def options_of(cfg: Config) -> dict[str, Any]:
 
 def make_point(cfg: Config) -> OpPoint:
     """The point's tensors; fresh copies every call (a kernel cannot reach the draw)."""
-    op = OPS[cfg.op]
+    op = ROWS[cfg.op]
     x, w, g = make_inputs(cfg)
     *streams, g_res, beta = _extras(cfg.seed, tuple(cfg.shape))
     dt, dev = cfg.torch_dtype, torch.device(cfg.device)

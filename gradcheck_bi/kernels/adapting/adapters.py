@@ -369,7 +369,7 @@ def _signature(obj: Any, name: str, kind: str) -> str:
 def _what_to_do(broken: bool = False) -> str:
     """The end of a line refusing a kernel no op here takes: the ops, --op, the generic
     check (``broken``: its forward raised, so fixing it comes first)."""
-    return (f"if it is one of the tool's ops ({', '.join([*OPS, *SHAPED])}; `gradcheck-bi "
+    return (f"if it is one of the tool's ops ({', '.join(OPS)}; `gradcheck-bi "
             f"ops`), {'fix it or ' if broken else ''}say which with --op NAME, else check it "
             f"with {GENERIC}")
 

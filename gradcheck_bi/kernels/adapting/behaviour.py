@@ -35,7 +35,7 @@ import torch
 from gradcheck_bi import gpu
 from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.kernels.calling.refusal import refusal
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.vocab import first_line
 
 # Within this of a variant's reference (max |y − ref| / max |ref|) the output matches it: a
@@ -60,7 +60,7 @@ class Variant:
     @property
     def words(self) -> str:
         """``layer_norm without bias``, ``rms_norm with a bias, γ = 1 + w``, …"""
-        op = OPS[self.op]
+        op = ROWS[self.op]
         parts = []
         if op.has("weight") and not self.weight:
             parts.append("without weight")
@@ -79,7 +79,7 @@ class Variant:
 
     def reference(self, drawn: dict[str, torch.Tensor], d: int) -> torch.Tensor:
         """Its fp64 output at the drawn tensors (its first output)."""
-        op = OPS[self.op]
+        op = ROWS[self.op]
         params = {}
         if op.has("weight"):
             w = drawn["weight"] if self.weight else torch.ones_like(drawn["weight"])
@@ -102,7 +102,7 @@ def candidates(roles: frozenset[str], ops: tuple[str, ...] | None = None,
     γ or 1 + γ unless a zcg keyword or offset says; each value of an option it does not
     take."""
     out = []
-    for op in (OPS[n] for n in ops or tuple(OPS)):
+    for op in (ROWS[n] for n in ops or tuple(ROWS)):
         if not set(op.inputs) <= roles:
             continue
         weight = op.has("weight") and "weight" in roles
@@ -126,7 +126,7 @@ def drawn_values(dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
     t["bias"] = torch.randn(PROBE_D, generator=gen, dtype=torch.float64)
     t.update({n: torch.randn(shape, generator=gen, dtype=torch.float64) for n in ("a", "b")})
     cast = {n: v.to(device=device, dtype=dtype) for n, v in t.items()}
-    own = {a.name: a.default for op in OPS.values() for a in op.axes}
+    own = {a.name: a.default for op in ROWS.values() for a in op.axes}
     return {**cast, "fp64": t, "eps": _EPS, "zcg": False, "offset": 0.0, "shape": (PROBE_D,),
             "size": PROBE_D, "device": torch.device(device), "dtype": dtype,
             "group_size": PROBE_D, "norm_before_gate": True, "prenorm": True, "none": None,

@@ -47,7 +47,7 @@ from gradcheck_bi.kernels.adapting.signature import (
     fill,
     parameters,
 )
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.ops.names import ROLE_NAMES, ROLE_OF, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError, KernelSpec, Unsupported, first_line
 
@@ -57,24 +57,24 @@ BUILTIN = "built in (γ = 1 + w; the stored weight is γ − 1)"
 
 def _values(op: str, inputs: dict[str, Any], params: dict[str, Any], options: dict[str, Any],
             zcg: bool) -> dict[str, Any]:
-    x = inputs[OPS[op].inputs[0]]
+    x = inputs[ROWS[op].inputs[0]]
     return {**inputs, **params, "eps": options["eps"], "zcg": bool(zcg),
             "offset": 1.0 if zcg else 0.0, "shape": (x.shape[-1],), "size": x.shape[-1],
             "device": x.device, "dtype": next(iter(params.values()), x).dtype,
             "group_size": options.get("group_size"),
             "norm_before_gate": options.get("norm_before_gate"),
-            "prenorm": OPS[op].prenorm, "none": None,
-            **{a.name: options.get(a.name, a.default) for a in OPS[op].axes}}
+            "prenorm": ROWS[op].prenorm, "none": None,
+            **{a.name: options.get(a.name, a.default) for a in ROWS[op].axes}}
 
 
 def _needed(op: str | None) -> set[str]:
     """The roles a call of ``op`` fills (``None``: every role, for the behaviour probe)."""
     if op is None:  # every op's own options too (a gated norm's activation)
-        return set(ROLE_NAMES) | {a.name for o in OPS.values() for a in o.axes}
-    needed = set(OPS[op].inputs) | {p.name for p in OPS[op].params} | {"eps", "zcg", "offset",
+        return set(ROLE_NAMES) | {a.name for o in ROWS.values() for a in o.axes}
+    needed = set(ROWS[op].inputs) | {p.name for p in ROWS[op].params} | {"eps", "zcg", "offset",
                                                                        "shape"}
-    return (needed | set(OPS[op].options) | {a.name for a in OPS[op].axes}
-            | ({"prenorm"} if OPS[op].prenorm else set()))
+    return (needed | set(ROWS[op].options) | {a.name for a in ROWS[op].axes}
+            | ({"prenorm"} if ROWS[op].prenorm else set()))
 
 
 def _slots(params: list[inspect.Parameter], roles: dict[str, str | None], op: str | None,
@@ -144,7 +144,7 @@ class _ModuleCall:
         known = self._forward.get(id(module))
         if known is None or known[0] is not module:
             tensors = module_tensors(module, values["size"])
-            missing = [p.name for p in (OPS[self.op].params if self.op else ())
+            missing = [p.name for p in (ROWS[self.op].params if self.op else ())
                        if p.name not in tensors and not p.optional
                        and p.name not in self.absent]
             if missing:
@@ -292,7 +292,7 @@ def _callee(obj: Any, kind: str) -> Any:
 def _probe_roles(forward: list[inspect.Parameter]) -> dict[str, str | None]:
     """:func:`.recognise.roles_of`, with every op's own options (a gated norm's
     ``activation``) filled at their defaults."""
-    own = {n: a.name for op in OPS.values() for a in op.axes for n in (a.name, *a.names)}
+    own = {n: a.name for op in ROWS.values() for a in op.axes for n in (a.name, *a.names)}
     return {n: r if r is not None else own.get(n.lower()) for n, r in roles_of(forward).items()}
 
 
@@ -385,13 +385,13 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
     absent. ``seen``: the options its output was seen to fix."""
     fixed: list[tuple[str, Any]] = []
     how = []
-    for p in OPS[op].params:
+    for p in ROWS[op].params:
         if p.name not in roles and (params_named or p.optional):
             fixed.append((p.name, None))
             if not p.optional:  # an optional one is absent by default: nothing to say
                     how.append(f"{p.name} absent — the kernel takes none: no {p.check}, run "
                            f"as {p.name}={p.identity}")
-    for option, candidates in OPS[op].fixable.items():
+    for option, candidates in ROWS[op].fixable.items():
         if option in roles:
             continue
         if option in kernel_args:
@@ -406,7 +406,7 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
             why = f"the kernel takes no {option} (run as {option}={value})"
         else:
             value, error = _probe_forward(op, call, option, roles | {
-                p.name for p in OPS[op].params if (p.name, None) not in fixed})
+                p.name for p in ROWS[op].params if (p.name, None) not in fixed})
             why = (f"the kernel takes no {option} and its forward matches {option}={value}"
                    if value is not None and error <= MATCH else
                    f"the kernel takes no {option} and its forward matches no value of it "
@@ -418,8 +418,8 @@ def _fixed(op: str, roles: set[str], call: Callable[[dict[str, Any]], Any],
         how.append(f"{option} not swept — {why}")
     # its own options it does not take (a plain swiglu's multipliers): their default, which
     # is what a kernel without them computes
-    fixed += [(a.name, a.default) for a in OPS[op].axes
-              if a.name not in roles and a.name not in OPS[op].fixable]
+    fixed += [(a.name, a.default) for a in ROWS[op].axes
+              if a.name not in roles and a.name not in ROWS[op].fixable]
     return tuple(fixed), tuple(how)
 
 
@@ -435,7 +435,7 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
              skip_first: bool = False) -> KernelSpec:
     """A :class:`KernelSpec` of ``rec.op`` whose ``fn`` is an :class:`OpAdapted`."""
     call: Callable[[dict[str, Any]], Any]
-    lacks = frozenset(p.name for p in OPS[rec.op].params
+    lacks = frozenset(p.name for p in ROWS[rec.op].params
                       if rec.takes is not None and p.name not in rec.takes)
     if kind == "module":
         module_call = _ModuleCall(obj, rec.op, lacks)
@@ -467,9 +467,9 @@ def adapt_op(obj: Any, kind: str, name: str, source: str, rec: Recognition,
     fixed, fixed_how = _fixed(rec.op, roles, call, kernel_args, named,
                               dict(rec.variant.options) if rec.variant else {})
     if kind == "module":
-        own, own_how = obj.fixed(OPS[rec.op].has("eps"))
+        own, own_how = obj.fixed(ROWS[rec.op].has("eps"))
         fixed, fixed_how = fixed + own, fixed_how + own_how
-    absent = frozenset(n for n, _ in fixed if n not in OPS[rec.op].fixable and n != "eps")
+    absent = frozenset(n for n, _ in fixed if n not in ROWS[rec.op].fixable and n != "eps")
     if kind == "module":
         module_call.absent = module_call.absent | absent
         _check_built(module_call)

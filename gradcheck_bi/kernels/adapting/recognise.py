@@ -39,7 +39,7 @@ from typing import Any
 from gradcheck_bi.kernels.adapting.behaviour import Seen, Variant
 from gradcheck_bi.kernels.adapting.signature import VARIADIC
 from gradcheck_bi.kernels.calling.textsig import signature
-from gradcheck_bi.ops import DEFAULT_OP, OPS, Op
+from gradcheck_bi.ops import DEFAULT_OP, ROWS, Op
 from gradcheck_bi.ops.names import GENERIC_NAMES, OP_WORDS, ROLE_OF, ROLE_WORDS, TENSOR_ROLES
 from gradcheck_bi.vocab import KernelLoadError
 
@@ -93,7 +93,7 @@ def roles_of(params: list[inspect.Parameter], op: str | None = None
     """Each parameter's role by its name (``op``'s own options first: the gated norm's
     ``activation``); with no parameter named as an input, the first is ``x`` (the RMSNorm
     convention)."""
-    own = {n: a.name for a in OPS[op].axes for n in (a.name, *a.names)} if op else {}
+    own = {n: a.name for a in ROWS[op].axes for n in (a.name, *a.names)} if op else {}
     roles: dict[str, str | None] = {p.name: own.get(p.name.lower(), ROLE_OF.get(p.name.lower()))
                                     for p in params}
     if params and "x" not in roles.values() and roles[params[0].name] is None:
@@ -126,7 +126,7 @@ def _marked(every: list[inspect.Parameter]) -> tuple[list[Op], set[str | None]]:
     required = {ROLE_OF.get(p.name.lower()) for p in every
                 if p.default is inspect.Parameter.empty}
     present = {ROLE_OF.get(p.name.lower()) for p in every}
-    chosen = [op for op in OPS.values()
+    chosen = [op for op in ROWS.values()
               if any(m in required for m in op.marks)
               or any(m in present for m in op.optional_marks)]
     # A bias marks a norm with a bias: no second op where another marked one has a bias
@@ -141,7 +141,7 @@ def allowed(chosen: list[Op], roles: set[str]) -> tuple[str, ...]:
     with a bias (an RMSNorm's is optional)."""
     if chosen and "bias" not in chosen[0].marks:
         return (chosen[0].name,)
-    fits = [op.name for op in OPS.values() if set(op.inputs) <= roles
+    fits = [op.name for op in ROWS.values() if set(op.inputs) <= roles
             and (op.has("weight") or "weight" not in roles)
             and (op.has("eps") or "eps" not in roles)
             and (op.has("bias") or not chosen)]
@@ -176,8 +176,8 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
               and r not in TENSOR_ROLES} | (tensors or set())
     unread = not params or (extra is not None and tensors is None)  # not read here
     if forced is not None:
-        if forced not in OPS:
-            raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(OPS)}")
+        if forced not in ROWS:
+            raise KernelLoadError(f"--op {forced!r}: expected one of {', '.join(ROWS)}")
         return Recognition(forced, roles_of(params, forced),
                            f"op {forced} (given by --op) for {what}{listing}",
                            takes=None if unread else frozenset({"weight", "bias"} & taken))
@@ -197,12 +197,12 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                 f"kernel {what}{listing}: its parameters fit "
                 f"{' and '.join(o.name for o in chosen)}, and its output matches neither"
                 f"{closest}; say which with --op NAME (`gradcheck-bi ops` lists the ops)")
-        chosen = [OPS[found.op]] if found is not None else chosen[:1]
-    op = chosen[0] if chosen else OPS[DEFAULT_OP]
+        chosen = [ROWS[found.op]] if found is not None else chosen[:1]
+    op = chosen[0] if chosen else ROWS[DEFAULT_OP]
     if [r for r in op.needs if r not in present and r not in roles.values()]:
         # a mark among names that say nothing else (f(a, b, c, d), f(x, y, weight, bias)):
         # no op is marked, the output decides
-        chosen, op = [], OPS[DEFAULT_OP]
+        chosen, op = [], ROWS[DEFAULT_OP]
     why = "; ".join(dict.fromkeys(
         f"{p.name!r} is {ROLE_WORDS[ROLE_OF[p.name.lower()]]}" for p in every
         if ROLE_OF.get(p.name.lower()) in (*op.marks, *op.optional_marks)))

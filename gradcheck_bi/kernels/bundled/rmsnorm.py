@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.sums.reduction import resolve_backend, row_sum
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -160,4 +160,4 @@ def reference_forward(
     ``rms_norm`` op's reference (:mod:`gradcheck_bi.ops`) at the effective weight."""
     x64 = x.detach().to(torch.float64)
     gamma = weight.detach().to(torch.float64) + (1.0 if zero_centered_gamma else 0.0)
-    return OPS["rms_norm"].reference({"x": x64}, {"weight": gamma}, {"eps": eps})["y"]
+    return ROWS["rms_norm"].reference({"x": x64}, {"weight": gamma}, {"eps": eps})["y"]

@@ -27,7 +27,7 @@ from gradcheck_bi.kernels.calling import phase
 from gradcheck_bi.kernels.calling.layout import lay_out
 from gradcheck_bi.kernels.calling.watch import first_call
 from gradcheck_bi.kernels.calling.writes import allowed_mutations, unchanged
-from gradcheck_bi.ops import OPS
+from gradcheck_bi.ops import ROWS
 from gradcheck_bi.vocab import ContractViolation, first_line
 
 Tensors = dict[str, torch.Tensor]
@@ -51,7 +51,7 @@ def _lay(tensors: Tensors, role: str) -> Tensors:
 
 def outputs_of(op: str, raw: Any, x: torch.Tensor) -> Tensors:
     """``{output name: tensor}`` for what the kernel returned, checked against the contract."""
-    names = OPS[op].outputs
+    names = ROWS[op].outputs
     shape = x.shape
     items = list(raw) if isinstance(raw, (tuple, list)) else [raw]
     if isinstance(raw, (tuple, list)) and len(names) == 1:
@@ -92,7 +92,7 @@ def op_forward(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any
 def _called(fn: Any, inputs: Tensors, params: Tensors, options: dict[str, Any],
             zcg: bool) -> Tensors:
     phase.now("forward")
-    lead = inputs[OPS[fn.op].inputs[0]]
+    lead = inputs[ROWS[fn.op].inputs[0]]
     with first_call(fn, tuple(lead.shape), str(lead.dtype), lead.device.type):
         raw = fn.call(inputs, params, options, zcg)
     return outputs_of(fn.op, raw, lead)
