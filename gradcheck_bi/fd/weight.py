@@ -30,14 +30,15 @@ from collections.abc import Callable
 
 import torch
 
+from gradcheck_bi.fd.chunks import perturbed
 from gradcheck_bi.fd.estimate import FDEstimate, jumps
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
     Stencil,
     level_offsets,
-    richardson_truncation,
-    stencil_sum,
+    level_pairs,
+    stencil_estimate,
     stencil_var,
 )
 from gradcheck_bi.fd.step import input_step_rel, weight_step
@@ -86,20 +87,6 @@ def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tenso
     # the three answers brought to the host together: one sync
     separable, second, half = within.flatten(1).all(1).tolist()
     return separable, second and half
-
-
-# A perturbed weight's row starts on a multiple of this many elements: each is passed to the
-# kernel alone, aligned as a fresh tensor would be (a compiled kernel specialises on it).
-ROW_ALIGN = 16
-
-
-def perturbed(w0: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
-    """``w0 + deltas`` (``deltas``: ``(k, D)``), each row aligned (:data:`ROW_ALIGN`): every
-    perturbed weight in one op, each row as a fresh ``w0 + delta`` would hold it."""
-    n = w0.shape[-1]
-    rows = torch.empty(deltas.shape[0], -(-n // ROW_ALIGN) * ROW_ALIGN, dtype=w0.dtype,
-                       device=w0.device)[:, :n]
-    return torch.add(w0, deltas, out=rows)
 
 
 @functools.lru_cache(maxsize=8)
@@ -153,15 +140,14 @@ def weight_grad_each(
                 pv[p, j] = u * u * ((g64 * y) ** 2).sum()
     odd = sums[:n_lev] - sums[n_lev:]
     even = sums[:n_lev] + sums[n_lev:]
-    grad = stencil_sum(odd, stencil) / h
+    grad, trunc = stencil_estimate(odd, stencil, h)
     sel = torch.zeros(n, dtype=torch.bool, device=w0.device)
     sel[cols.to(w0.device)] = True
     var0 = u * u * ((g64 * y0) ** 2).sum()
     resid = stencil_remainder(even)[sel][:, None]
     lam, robust = noise_scales(resid, REMAINDER_VAR * var0, centre=True)
-    sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
+    sigma = lam * torch.sqrt(stencil_var(level_pairs(pv), stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
-    trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       1 + 2 * n_lev * len(cols), lam, lam * u, sigma, trunc,
                       noise_scale_robust=robust,

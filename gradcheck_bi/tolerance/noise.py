@@ -35,7 +35,9 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -100,9 +102,29 @@ def noise_floor(sigma: torch.Tensor, trunc: torch.Tensor) -> torch.Tensor:
 
 def stencil_remainder(even: torch.Tensor) -> torch.Tensor:
     """``R = Σ c_o A_o`` (``c = REMAINDER``): zero for every smooth term below ``h^6``."""
-    total = REMAINDER[0] * even[0]
-    for c, a in zip(REMAINDER[1:], even[1:], strict=True):
-        total = total + c * a
+    return level_total(weighted_levels(even, REMAINDER), range(len(REMAINDER)))
+
+
+@functools.lru_cache(maxsize=32)
+def _coefficients(values: tuple[float, ...], dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """``values`` as a tensor on ``device``, made once and only read."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def weighted_levels(t: torch.Tensor, values: tuple[float, ...]) -> torch.Tensor:
+    """``values[i] · t[i]`` for every level ``i`` (``t``'s leading dim) in one op, each
+    product the one ``values[i] * t[i]`` makes."""
+    c = _coefficients(values, t.dtype, t.device)
+    return c.view(-1, *([1] * (t.dim() - 1))) * t[: len(values)]
+
+
+def level_total(terms: torch.Tensor, levels: Iterable[int]) -> torch.Tensor:
+    """``terms[l₁] + terms[l₂] + …`` over ``levels``, added in that order."""
+    it = iter(levels)
+    total = terms[next(it)]
+    for i in it:
+        total = total + terms[i]
     return total
 
 
@@ -228,12 +250,12 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
     return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
 
 
-def dw_remainder_var(pv: torch.Tensor, pv0: torch.Tensor) -> torch.Tensor:
-    """Model variance of :func:`stencil_remainder` per column: each point's (``pv``, the
-    :func:`point_var` of the ``(2L, R, D)`` outputs, the ``+o`` points first) times
-    ``c_o²``, and ``y0``'s (``pv0``: a column's own here) times ``Y0_VAR``."""
-    n = len(REMAINDER)
+def dw_remainder_var(pairs: torch.Tensor, pv0: torch.Tensor) -> torch.Tensor:
+    """Model variance of :func:`stencil_remainder` per column: each level's pair of points
+    (``pairs[l] = v(+o) + v(-o)``, each ``v`` the :func:`point_var` of a ``(R, D)`` output)
+    times ``c_o²``, and ``y0``'s (``pv0``: a column's own here) times ``Y0_VAR``."""
+    terms = weighted_levels(pairs, tuple(c * c for c in REMAINDER))
     total = Y0_VAR * pv0
-    for j, c in enumerate(REMAINDER):
-        total = total + c * c * (pv[j] + pv[n + j])
+    for j in range(len(REMAINDER)):
+        total = total + terms[j]
     return total
