@@ -225,20 +225,34 @@ def noise_scales(resid: torch.Tensor, model_var: torch.Tensor, centre: bool
     """``(λ, λ_robust)``: :func:`noise_scale`, and ``λ`` from the remainders within ``TRIM``
     times the median's scale (at least the dtype model's) of ``|R| / sqrt(model_var)``
     (centred on the median over the ``n``): the rounding where no kink or bend adds to the
-    remainder. The rows are selected once and the host reads the pooled sum and the median
-    together (on CUDA four syncs where each alone took six)."""
-    resid, var = _modelled(resid, model_var.expand_as(resid))
+    remainder. Every row is taken first, and whether each has a model variance above 0 read
+    with the pooled sum and the median: one host sync where every row does (the usual case);
+    the rows are selected only where one does not."""
+    var = model_var.expand_as(resid)
+    if resid.numel():
+        z, size, (ss, median, least) = _robust_reads(resid, var, centre)
+        if not least > 0:  # a row with model variance 0 (or NaN): as _modelled selects
+            resid, var = _modelled(resid, var)
+            if resid.numel():
+                z, size, (ss, median, _) = _robust_reads(resid, var, centre)
     n, dof = resid.shape[0], _dof(resid, centre)
     if resid.numel() == 0:
         return _pooled_scale(0.0, dof), 1.0
-    z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
-    size = z.abs()
-    ss, median = torch.stack([_sum_of_squares(resid, var, centre), size.median()]).tolist()
     scale = max(median / MEDIAN_ABS_NORMAL, 1.0)
     kept = z[size <= TRIM * scale]
     dof_kept = kept.numel() * (n - int(centre)) / n
     return (_pooled_scale(ss, dof),
             _pooled_scale(float((kept * kept).sum().item()), dof_kept))
+
+
+def _robust_reads(resid: torch.Tensor, var: torch.Tensor, centre: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """``z`` of :func:`noise_scales`, ``|z|``, and ``[Σ SS / model_var, median |z|, min
+    model_var]`` read by the host together."""
+    z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
+    size = z.abs()
+    reads = torch.stack([_sum_of_squares(resid, var, centre), size.median(), var.amin()])
+    return z, size, reads.tolist()
 
 
 # dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
