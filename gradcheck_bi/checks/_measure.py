@@ -151,8 +151,8 @@ def _worst(ratio: torch.Tensor, err: torch.Tensor, tol: torch.Tensor
     flat = torch.stack([t.reshape(-1).to(torch.float64) for t in (ratio, err, tol)])
     at = torch.argmax(torch.nan_to_num(flat[:2], nan=math.inf), dim=1)  # (2,)
     picked = flat[:, at]  # (3, 2): [ratio, err, tol] at [largest ratio, largest err]
-    got = torch.cat([picked.T.reshape(-1), flat[2].max().reshape(1), at.to(torch.float64)])
-    r_top, r_err, r_tol, _, e_err, e_tol, t_max, i_r, i_e = got.tolist()
+    got = torch.cat([picked.reshape(-1), flat[2].max().reshape(1), at.to(torch.float64)])
+    r_top, _, r_err, e_err, r_tol, e_tol, t_max, i_r, i_e = got.tolist()
     return [r_top, r_err, r_tol, e_err, e_tol, t_max], (_unravel(int(i_r), ratio.shape),
                                                         _unravel(int(i_e), ratio.shape))
 

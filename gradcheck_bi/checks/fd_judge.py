@@ -73,7 +73,8 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     at = tuple(m.worst or [])
     # the details' numbers, read by the host together: one sync where one each took four
     steps = est.step.reshape(-1)
-    read = [steps.min(), steps.max(), est.noise_floor.max(), est.noise_floor[at], rounding[at]]
+    ends = [steps[0], steps[0]] if steps.numel() == 1 else [steps.min(), steps.max()]
+    read = [*ends, est.noise_floor.max(), est.noise_floor[at], rounding[at]]
     if tol.numel():
         read.append(detectable_median(tol, reference))
     step_min, step_max, floor_max, noise, rounded, *median = to_host(*read)
