@@ -169,9 +169,11 @@ def combined_floor(sigma_fd: torch.Tensor, truncation: torch.Tensor,
     """``K_SIGMA · sqrt(σ_fd² + σ_kernel²) + K_TRUNC · T``: the finite difference's noise and
     the kernel's own rounding are independent, so they add in quadrature (squared on a power
     of two per element, :func:`~.noise.pow2_scale`: a σ of 1e-250 does not square to 0)."""
-    p2 = pow2_scale(torch.maximum(sigma_fd, sigma_kernel))
-    a, b = sigma_fd / p2, sigma_kernel / p2
-    return K_SIGMA * p2 * torch.sqrt(a * a + b * b) + K_TRUNC * truncation
+    both = torch.stack(torch.broadcast_tensors(sigma_fd, sigma_kernel))  # each op on both
+    p2 = pow2_scale(both.amax(0))
+    a = both / p2
+    a = a * a
+    return K_SIGMA * p2 * torch.sqrt(a[0] + a[1]) + K_TRUNC * truncation
 
 
 def detectable(tol: torch.Tensor, reference: torch.Tensor) -> float:
