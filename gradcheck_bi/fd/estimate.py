@@ -82,6 +82,8 @@ class FDEstimate:
     noise_scale_robust: float | None = None
     # (J_1, J_4): the second differences over the step (:func:`jumps`)
     jumps: tuple[torch.Tensor, torch.Tensor] | None = None
+    # dw only: the (2L + 1, rows, D) outputs in fp64, the points (+o levels first), then y0
+    points: torch.Tensor | None = None
 
 
 def jumps(even: torch.Tensor, h: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,4 +261,4 @@ def weight_grad(
     terms = g2 * (stacked[0] - stacked[n_lev]) / (2 * h)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma, trunc, terms,
-                      robust, jumps(even, h))
+                      robust, jumps(even, h), points)

@@ -56,7 +56,8 @@ SLACK = 64.0
 
 
 def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tensor, step: float,
-                 u: float) -> tuple[bool, bool]:
+                 u: float, known: tuple[torch.Tensor, torch.Tensor] | None = None
+                 ) -> tuple[bool, bool]:
     """``(separable, linear)`` of ``forward`` in ``w`` at step ``step``, rounding at ``u``
     (the unit roundoff the kernel is judged at). Six forward calls, ``m`` every other
     element:
@@ -69,14 +70,20 @@ def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tenso
       second difference).
 
     The three tests run as one set of ops on every column, the columns each does not look at
-    masked: about twenty ops and one host sync whatever ``D``.
+    masked: about twenty ops and one host sync whatever ``D``. ``known``: ``(y(w), y(w + H))``
+    in fp64, as ``(rows, D)``, where the caller has them (the weight's finite difference
+    evaluates both, :func:`~gradcheck_bi.fd.estimate.weight_grad`): four calls, not six.
     """
     w0 = w.detach()
     n = w0.shape[-1]
-    probes, ignored = _probes(n, w0.dtype, w0.device)
+    probes, unknown, ignored = _probes(n, w0.dtype, w0.device)
+    run = probes if known is None else unknown
     with torch.no_grad():
-        ws = perturbed(w0, step * probes)
+        ws = perturbed(w0, step * run)
         ys = torch.stack([forward(v).reshape(-1, n) for v in ws]).to(torch.float64)
+    if known is not None:
+        yp, ym, yh, yb = ys
+        ys = torch.stack([known[0], yp, ym, yh, known[1], yb])
     y0, yp, ym, yh, ya, yb = ys
     a0, ap, am, ah, aa, ab = ys.abs()  # every |y| the bounds add, taken once
     diff = torch.stack([ya - yb, yp + ym - 2 * y0, yp + y0 - 2 * yh])
@@ -91,15 +98,16 @@ def weight_shape(forward: Callable[[torch.Tensor], torch.Tensor], w: torch.Tenso
 
 @functools.lru_cache(maxsize=8)
 def _probes(n: int, dtype: torch.dtype, device: torch.device
-            ) -> tuple[torch.Tensor, torch.Tensor]:
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`weight_shape`'s six directions ``(0, m, -m, m/2, m + (1 - m), 1 - m)`` (``m``
-    every other element), and per test the columns it does not look at (``(3, 1, D)``: the
+    every other element); the four whose outputs a caller with ``y(w)`` and ``y(w + H)``
+    does not know; and per test the columns it does not look at (``(3, 1, D)``: the
     separable test looks off ``m``, the two linear ones on it). Made once, only read."""
     m = (torch.arange(n, device=device) % 2 == 0).to(dtype)
     probes = torch.stack([0 * m, m, -m, m / 2, m + (1 - m), 1 - m])
     on = m.bool()
     ignored = torch.stack([on, ~on, ~on])[:, None]
-    return probes, ignored
+    return probes, probes[[1, 2, 3, 5]], ignored
 
 
 def fitted_step(w: torch.Tensor, linear: bool, dtype: torch.dtype) -> float:
