@@ -10,7 +10,9 @@ import torch
 from conftest import rand, where_differs
 
 from gradcheck_bi import fd
-from gradcheck_bi.fd.stencil import richardson_truncation, stencil_sum
+from gradcheck_bi.fd.chunks import perturbed
+from gradcheck_bi.fd.stencil import richardson_truncation, stencil_estimate, stencil_sum
+from gradcheck_bi.fd.weight import weight_shape
 from gradcheck_bi.kernels.bundled.rmsnorm import After
 from gradcheck_bi.tolerance import noise
 
@@ -339,3 +341,45 @@ def test_noise_scales_pools_as_noise_scale_and_the_robust_one_leaves_a_kink_out(
     resid[2, 7] += 1e12  # one stencil straddles a kink
     lam, robust = noise.noise_scales(resid, var, centre)
     assert lam > 1e9 and 2.7 < robust < 3.3, (lam, robust)
+
+
+@pytest.mark.parametrize("stencil", [fd.CENTRAL2, fd.CENTRAL4])
+def test_stencil_estimate_is_the_stencil_sum_and_its_truncation_bit_for_bit(
+        stencil: fd.Stencil) -> None:
+    odd = rand(len(fd.LEVELS), 7, 33, seed=23)
+    for h in (0.125, torch.full((7, 1), 0.25, dtype=torch.float64)):
+        est, trunc = stencil_estimate(odd, stencil, h)
+        want = stencil_sum(odd, stencil) / h
+        twice = stencil_sum(odd, stencil, 2) / (2 * h)
+        assert torch.equal(est, want), where_differs(est, want)
+        assert torch.equal(trunc, noise.truncation(want, twice, stencil.order)), (
+            where_differs(trunc, noise.truncation(want, twice, stencil.order)))
+
+
+def test_weighted_levels_are_each_coefficient_times_its_level() -> None:
+    t = rand(3, 5, 9, seed=24)
+    terms = noise.weighted_levels(t, noise.REMAINDER)
+    for i, c in enumerate(noise.REMAINDER):
+        assert torch.equal(terms[i], c * t[i]), (i, where_differs(terms[i], c * t[i]))
+    assert torch.equal(noise.level_total(terms, (2, 0)), terms[2] + terms[0])
+
+
+@pytest.mark.parametrize("n", [33, 128])
+def test_perturbed_weights_are_aligned_rows_of_w_plus_each_delta(n: int) -> None:
+    w, deltas = rand(n, seed=25, dtype=torch.float32), rand(6, n, seed=26, dtype=torch.float32)
+    rows = perturbed(w, deltas)
+    for i in range(6):
+        assert torch.equal(rows[i], w + deltas[i]), (i, where_differs(rows[i], w + deltas[i]))
+        assert rows[i].is_contiguous() and rows[i].data_ptr() % 64 == 0, (i, rows[i].data_ptr())
+
+
+def test_weight_shape_answers_the_same_from_the_estimates_own_points() -> None:
+    x, g, w = rand(4, 10, seed=27), rand(4, 10, seed=28), rand(10, seed=29)
+    for forward in (lambda v: x * v, lambda v: x * v * v,
+                    lambda v: torch.nn.functional.normalize(x * v, dim=-1)):
+        est = fd.weight_grad(forward, w, x, g)
+        assert est.points is not None
+        step = float(est.step) * max(fd.LEVELS)
+        known = (est.points[-1], est.points[fd.LEVELS.index(max(fd.LEVELS))])
+        u = 2.0**-53
+        assert weight_shape(forward, w, step, u, known) == weight_shape(forward, w, step, u)

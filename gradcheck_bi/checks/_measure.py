@@ -89,10 +89,22 @@ def _int_view(dtype: torch.dtype) -> torch.dtype:
 
 def nonfinite(name: str, t: torch.Tensor) -> str:
     """A note naming how many elements of ``t`` are inf or NaN ("" when none are)."""
-    if not t.is_floating_point() or math.isfinite(float(t.detach().sum())):
-        return ""  # the usual case in one op: a sum of finite values (it may overflow: count)
-    bad = int((~torch.isfinite(t)).sum().item())
-    return f"{name} has {bad} non-finite element(s)" if bad else ""
+    return nonfinite_notes((name, t))[0]
+
+
+def nonfinite_notes(*named: tuple[str, torch.Tensor]) -> list[str]:
+    """:func:`nonfinite` of each ``(name, tensor)``, their sums read by the host together
+    (one sync where one each took one)."""
+    floats = [i for i, (_, t) in enumerate(named) if t.is_floating_point()]
+    totals = to_host(*(named[i][1].detach().sum() for i in floats))
+    notes = [""] * len(named)
+    for i, total in zip(floats, totals, strict=True):
+        if math.isfinite(total):
+            continue  # the usual case in one op: a sum of finite values (it may overflow)
+        name, t = named[i]
+        bad = int((~torch.isfinite(t)).sum().item())
+        notes[i] = f"{name} has {bad} non-finite element(s)" if bad else ""
+    return notes
 
 
 _KEPT: ContextVar[list[tuple[torch.Tensor, torch.Tensor]] | None] = ContextVar(
@@ -151,8 +163,8 @@ def _worst(ratio: torch.Tensor, err: torch.Tensor, tol: torch.Tensor
     flat = torch.stack([t.reshape(-1).to(torch.float64) for t in (ratio, err, tol)])
     at = torch.argmax(torch.nan_to_num(flat[:2], nan=math.inf), dim=1)  # (2,)
     picked = flat[:, at]  # (3, 2): [ratio, err, tol] at [largest ratio, largest err]
-    got = torch.cat([picked.T.reshape(-1), flat[2].max().reshape(1), at.to(torch.float64)])
-    r_top, r_err, r_tol, _, e_err, e_tol, t_max, i_r, i_e = got.tolist()
+    got = torch.cat([picked.reshape(-1), flat[2].max().reshape(1), at.to(torch.float64)])
+    r_top, _, r_err, e_err, r_tol, e_tol, t_max, i_r, i_e = got.tolist()
     return [r_top, r_err, r_tol, e_err, e_tol, t_max], (_unravel(int(i_r), ratio.shape),
                                                         _unravel(int(i_e), ratio.shape))
 

@@ -73,7 +73,8 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     at = tuple(m.worst or [])
     # the details' numbers, read by the host together: one sync where one each took four
     steps = est.step.reshape(-1)
-    read = [steps.min(), steps.max(), est.noise_floor.max(), est.noise_floor[at], rounding[at]]
+    ends = [steps[0], steps[0]] if steps.numel() == 1 else [steps.min(), steps.max()]
+    read = [*ends, est.noise_floor.max(), est.noise_floor[at], rounding[at]]
     if tol.numel():
         read.append(detectable_median(tol, reference))
     step_min, step_max, floor_max, noise, rounded, *median = to_host(*read)
@@ -320,8 +321,12 @@ def weight_verdict(judge: Judge, forward: Callable[[torch.Tensor], torch.Tensor]
         return judge.verdict(est)
     x, stencil = judge.x, est.stencil
     big = float(est.step)
+    # y(w) and y(w + 4h), the estimate's own points: weight_shape's step is its outer level
+    known = (None if est.points is None
+             else (est.points[-1], est.points[LEVELS.index(max(LEVELS))]))
     separable, linear = weight_shape(forward, w, big * max(LEVELS),
-                                     judged_roundoff(x.dtype, judge.cfg.working_precision))
+                                     judged_roundoff(x.dtype, judge.cfg.working_precision),
+                                     known)
     if separable and linear:
         return kink_verdict(judge, est, lambda mask: _as_refined(
             fd.weight_grad(forward, w, x, g, stencil, WEIGHT_STEP_REL / REFINE), mask, REFINE))

@@ -2,7 +2,8 @@
 
 A call is padded with unperturbed copies of its rows to a ladder step
 (:func:`~gradcheck_bi.fd.budget.batch_rows`: every call of a check, the last too, is one
-shape for the kernel, whose padding rows' outputs are ignored): :func:`pad_rows`.
+shape for the kernel, whose padding rows' outputs are ignored): :func:`pad_rows`. A
+weight's perturbations, every one at once, each row aligned as a fresh tensor: :func:`perturbed`.
 """
 
 from __future__ import annotations
@@ -17,3 +18,17 @@ def pad_rows(rows: torch.Tensor, batch: int) -> torch.Tensor:
     if n >= batch:
         return rows
     return torch.cat([rows, rows.repeat(-(-(batch - n) // n), 1)[: batch - n]])
+
+
+# A perturbed weight's row starts on a multiple of this many elements: each is passed to the
+# kernel alone, aligned as a fresh tensor would be (a compiled kernel specialises on it).
+ROW_ALIGN = 16
+
+
+def perturbed(w0: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
+    """``w0 + deltas`` (``deltas``: ``(k, D)``), each row aligned (:data:`ROW_ALIGN`): every
+    perturbed weight in one op, each row as a fresh ``w0 + delta`` would hold it."""
+    n = w0.shape[-1]
+    rows = torch.empty(deltas.shape[0], -(-n // ROW_ALIGN) * ROW_ALIGN, dtype=w0.dtype,
+                       device=w0.device)[:, :n]
+    return torch.add(w0, deltas, out=rows)

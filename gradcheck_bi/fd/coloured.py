@@ -58,8 +58,7 @@ from gradcheck_bi.fd.stencil import (
     LEVELS,
     Stencil,
     level_offsets_on,
-    richardson_truncation,
-    stencil_sum,
+    stencil_estimate,
 )
 from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.tolerance.noise import (
@@ -248,7 +247,8 @@ def input_grad_outputs(
         run_steps([functools.partial(call, c0) for c0 in starts], dev)
     calls += len(starts)
     odd, even = _steps_taken(sums, taken, h)
-    grad = (stencil_sum(odd, stencil) / h).T
+    grad, trunc = stencil_estimate(odd, stencil, h)
+    grad = grad.T
     # An uneven step pair leaves G·(δ⁺ + δ⁻) in the even sums: first order, removed.
     even = even - (taken[:n_lev] + taken[n_lev:]) * grad.T[None]
     j1, j4 = jumps(even, h)
@@ -280,7 +280,6 @@ def input_grad_outputs(
     def shaped(v: torch.Tensor) -> torch.Tensor:
         return v.reshape(t.shape).contiguous()
 
-    trunc = richardson_truncation(odd, stencil, h)
     return FDEstimate(shaped(grad), shaped(noise_floor(sigma_e, trunc).T), h,
                       stencil, calls, lam, lam * u, shaped(sigma_e.T), shaped(trunc.T),
                       noise_scale_robust=robust,

@@ -32,15 +32,16 @@ from dataclasses import dataclass
 import torch
 
 from gradcheck_bi.fd.budget import batch_rows, check_budget, chunk_shape, ladder_base
-from gradcheck_bi.fd.chunks import pad_rows
+from gradcheck_bi.fd.chunks import pad_rows, perturbed
 from gradcheck_bi.fd.reduce import level_sums, native_worth
 from gradcheck_bi.fd.stencil import (
     CENTRAL4,
     LEVELS,
     Stencil,
-    level_offsets,
+    level_offsets_in,
     level_offsets_on,
-    richardson_truncation,
+    level_pairs,
+    stencil_estimate,
     stencil_sum,
     stencil_var,
 )
@@ -81,9 +82,11 @@ class FDEstimate:
     noise_scale_robust: float | None = None
     # (J_1, J_4): the second differences over the step (:func:`jumps`)
     jumps: tuple[torch.Tensor, torch.Tensor] | None = None
+    # dw only: the (2L + 1, rows, D) outputs in fp64, the points (+o levels first), then y0
+    points: torch.Tensor | None = None
 
 
-def jumps(even: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def jumps(even: torch.Tensor, h: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(A_1 / h, A_4 / 4h)`` from the even level sums ``A_o = Σ g (y(+o h) + y(-o h) - 2 y0)``:
     at a kink on the point itself each is the jump of the slope, the same at both levels; a
     smooth function gives ``o h f''``, four times larger at the outer level."""
@@ -202,14 +205,13 @@ def directional_input_grad(
         run_steps([functools.partial(call, m0) for m0 in starts], dev)
     calls = 1 + len(starts)
     odd, even = sums[:n_lev], sums[n_lev:]  # (L, K·R)
-    proj = stencil_sum(odd, stencil) / h_m
+    proj, trunc = stencil_estimate(odd, stencil, h_m)
     u = unit_roundoff(x.dtype)
     sigma_m = model_sigma(g2, y0, u)  # (R,)
     resid = stencil_remainder(even).reshape(directions, n_rows)  # a row's y0: shared over K
     lam = noise_scale(resid, REMAINDER_VAR * sigma_m**2, centre=True)
     sigma = (lam * stencil.rss_weight) * sigma_m.repeat(directions) / h_m
     lead = (directions, *x.shape[:-1])
-    trunc = richardson_truncation(odd, stencil, h_m)
     return DirectionalEstimate(veff.reshape(directions, *x.shape), proj.reshape(lead),
                                noise_floor(sigma, trunc).reshape(lead), h,
                                stencil, calls, lam, lam * u, sigma.reshape(lead),
@@ -235,7 +237,8 @@ def weight_grad(
     w0 = w.detach()
     h = weight_step(w0, step_rel)
     with torch.no_grad():
-        ys = [forward(w0 + o * h).reshape(-1, n_cols) for o in level_offsets().tolist()]
+        ws = perturbed(w0, level_offsets_in(w0.dtype, w0.device)[:, None] * h)
+        ys = [forward(v).reshape(-1, n_cols) for v in ws]
         ys.append(forward(w0).reshape(-1, n_cols))
     # (2L + 1, R, D): the points, then y0; exact in fp64 once, for the sums, each point's
     # variance (one pass for all: row sums are the same bits in any batch) and the terms
@@ -245,18 +248,17 @@ def weight_grad(
     sums = level_sums(stacked.transpose(1, 2), y0.T, g2.T)
     n_lev = len(LEVELS)
     odd, even = sums[:n_lev], sums[n_lev:]
-    grad = stencil_sum(odd, stencil) / h
+    grad, trunc = stencil_estimate(odd, stencil, h)
     u = unit_roundoff(x.dtype)
     pv_all = point_var(points, g2, u)  # each point's and y0's, (2L + 1, D)
-    pv = pv_all[:-1]
-    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pv, pv_all[-1])[None]
+    pairs = level_pairs(pv_all[:-1])  # v(+o) + v(-o): the remainder's and the stencil's
+    resid, resid_var = stencil_remainder(even)[None], dw_remainder_var(pairs, pv_all[-1])[None]
     lam, robust = noise_scales(resid, resid_var, centre=False)
     # The analytic dw's own sum over the rows is not the estimate's noise: the check adds it
     # (gradcheck_bi.tolerance.summation).
-    sigma = lam * torch.sqrt(stencil_var(pv, stencil, h))
+    sigma = lam * torch.sqrt(stencil_var(pairs, stencil, h))
     h_t = torch.tensor(h, dtype=torch.float64)
     terms = g2 * (stacked[0] - stacked[n_lev]) / (2 * h)
-    trunc = richardson_truncation(odd, stencil, h_t)
     return FDEstimate(grad, noise_floor(sigma, trunc), h_t, stencil,
                       stencil.points + 1, lam, lam * u, sigma, trunc, terms,
-                      robust, jumps(even, h_t))
+                      robust, jumps(even, h), points)

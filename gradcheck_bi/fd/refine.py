@@ -36,8 +36,7 @@ from gradcheck_bi.fd.stencil import (
     LEVELS,
     Stencil,
     level_offsets_on,
-    richardson_truncation,
-    stencil_sum,
+    stencil_estimate,
 )
 
 # h' = h / REFINE: a kink at distance d from the element leaves the finer stencil clean once
@@ -121,8 +120,7 @@ def refine_elements(
         nominal = 2 * level_offsets_on(dev)[:len(LEVELS), None, None]
         odd = odd * torch.where(width > 0, nominal * fine / torch.where(width > 0, width, 1.0),
                                 1.0)
-        est = stencil_sum(odd, stencil) / fine
-        tr = richardson_truncation(odd, stencil, fine)
+        est, tr = stencil_estimate(odd, stencil, fine)
         jump1, jump4 = jumps(sums[:n_lev] + sums[n_lev:], fine)
         keep = used[b0:b1]
         r_i = rows_idx[None, :].expand_as(c)[keep]

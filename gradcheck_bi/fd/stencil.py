@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradcheck_bi.tolerance.noise import truncation
+from gradcheck_bi.tolerance.noise import level_total, truncation, weighted_levels
 
 # Offsets (× h) the forward is evaluated at, on both sides. Covers the stencils below at h
 # and at 2h, and the three even levels the noise remainder needs.
@@ -61,6 +61,13 @@ def level_offsets_on(device: torch.device) -> torch.Tensor:
     return level_offsets().to(device)
 
 
+@functools.lru_cache(maxsize=8)
+def level_offsets_in(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """:func:`level_offsets` in ``dtype`` on ``device`` (small integers: exact in any float
+    dtype), made once and only read: ``offsets * h`` is each point's ``o * h``."""
+    return level_offsets().to(device=device, dtype=dtype)
+
+
 def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Tensor:
     """``Σ_j w_j S_{scale·o_j}`` from the odd level sums ``odd[l] = S_{LEVELS[l]}``.
 
@@ -73,13 +80,22 @@ def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Te
     return total
 
 
-def richardson_truncation(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor) -> torch.Tensor:
+def richardson_truncation(odd: torch.Tensor, stencil: Stencil,
+                          h: torch.Tensor | float) -> torch.Tensor:
     """The truncation error of ``E(h) = Σ w S_o / h``, from the same stencil at ``2h``
     (:func:`gradcheck_bi.tolerance.noise.truncation`)."""
+    return stencil_estimate(odd, stencil, h)[1]
+
+
+def stencil_estimate(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor | float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(E(h), T)``: the estimate ``Σ w S_o / h`` (the bits of ``stencil_sum(odd) / h``)
+    and its :func:`richardson_truncation`, the stencil at ``h`` taken once for both."""
     both = _at_both_steps(odd, stencil)
     if both is None:
         both = torch.stack([stencil_sum(odd, stencil), stencil_sum(odd, stencil, 2)])
-    return truncation(both[0] / h, both[1] / (2 * h), stencil.order)
+    e_h = both[0] / h
+    return e_h, truncation(e_h, both[1] / (2 * h), stencil.order)
 
 
 def _at_both_steps(odd: torch.Tensor, stencil: Stencil) -> torch.Tensor | None:
@@ -99,12 +115,18 @@ def _at_both_steps(odd: torch.Tensor, stencil: Stencil) -> torch.Tensor | None:
     return total
 
 
-def stencil_var(pv: torch.Tensor, stencil: Stencil, h: float) -> torch.Tensor:
-    """The variance of ``E = Σ w_o S_o / h`` from each point's, ``pv`` (``+o`` levels first):
-    ``Σ_o w_o² (v(+o) + v(-o)) / h²``."""
-    n = len(LEVELS)
+def stencil_var(pairs: torch.Tensor, stencil: Stencil, h: float) -> torch.Tensor:
+    """The variance of ``E = Σ w_o S_o / h`` from each level's pair of points' (``pairs[l] =
+    v(+o) + v(-o)``, ``v`` a point's variance): ``Σ_o w_o² (v(+o) + v(-o)) / h²``."""
     at = {o: i for i, o in enumerate(LEVELS)}
-    total = torch.zeros_like(pv[0])
+    squares = [0.0] * len(LEVELS)
     for o, wt in zip(stencil.offsets, stencil.weights, strict=True):
-        total = total + wt * wt * (pv[at[o]] + pv[n + at[o]])
-    return total / (h * h)
+        squares[at[o]] = wt * wt
+    terms = weighted_levels(pairs, tuple(squares))
+    return level_total(terms, (at[o] for o in stencil.offsets)) / (h * h)
+
+
+def level_pairs(v: torch.Tensor) -> torch.Tensor:
+    """``v(+o) + v(-o)`` per level from the ``(2L, …)`` points (``+o`` levels first)."""
+    n = len(LEVELS)
+    return v[:n] + v[n:]

@@ -44,5 +44,5 @@ def row_steps(x2: torch.Tensor, eps: float, step_rel: float) -> torch.Tensor:
 
 def weight_step(w: torch.Tensor, step_rel: float = WEIGHT_STEP_REL) -> float:
     """A power of two near ``step_rel · max(1, max|w|)``: the one step for every weight."""
-    scale = max(1.0, float(w.detach().to(torch.float64).abs().max()))
+    scale = max(1.0, float(w.detach().abs().max()))  # exact in any float dtype
     return float(2.0 ** round(math.log2(step_rel * scale)))

@@ -35,7 +35,9 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -79,12 +81,12 @@ def pow2_scale(t: torch.Tensor) -> torch.Tensor:
     >>> pow2_scale(torch.tensor([3.0, 0.0, -0.75])).tolist()
     [2.0, 1.0, 0.5]
     """
-    # |t| = m·2^e with m in [0.5, 1): |t| / 2m = 2^(e-1) exactly (a representable quotient
-    # of representable values, subnormals included). 0, inf and NaN give 0/0, inf/inf, NaN:
-    # NaN, made 1. Five ops, where the mask, ones and ldexp took thirteen.
-    a = t.abs()
-    m = torch.frexp(a).mantissa
-    return torch.nan_to_num(a / (m * 2), nan=1.0)
+    # t = m·2^e with |m| in [0.5, 1): t / 2m = 2^(e-1) exactly (a representable quotient
+    # of representable values, subnormals included; the signs cancel, so no |t| is taken).
+    # 0, ±inf and NaN give 0/0, inf/inf, NaN: NaN, made 1. Four ops, where the mask, ones and
+    # ldexp took thirteen.
+    m = torch.frexp(t).mantissa
+    return torch.nan_to_num(t / (m * 2), nan=1.0)
 
 
 def truncation(e_h: torch.Tensor, e_2h: torch.Tensor, order: int) -> torch.Tensor:
@@ -100,9 +102,29 @@ def noise_floor(sigma: torch.Tensor, trunc: torch.Tensor) -> torch.Tensor:
 
 def stencil_remainder(even: torch.Tensor) -> torch.Tensor:
     """``R = Σ c_o A_o`` (``c = REMAINDER``): zero for every smooth term below ``h^6``."""
-    total = REMAINDER[0] * even[0]
-    for c, a in zip(REMAINDER[1:], even[1:], strict=True):
-        total = total + c * a
+    return level_total(weighted_levels(even, REMAINDER), range(len(REMAINDER)))
+
+
+@functools.lru_cache(maxsize=32)
+def _coefficients(values: tuple[float, ...], dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """``values`` as a tensor on ``device``, made once and only read."""
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def weighted_levels(t: torch.Tensor, values: tuple[float, ...]) -> torch.Tensor:
+    """``values[i] · t[i]`` for every level ``i`` (``t``'s leading dim) in one op, each
+    product the one ``values[i] * t[i]`` makes."""
+    c = _coefficients(values, t.dtype, t.device)
+    return c.view(-1, *([1] * (t.dim() - 1))) * t[: len(values)]
+
+
+def level_total(terms: torch.Tensor, levels: Iterable[int]) -> torch.Tensor:
+    """``terms[l₁] + terms[l₂] + …`` over ``levels``, added in that order."""
+    it = iter(levels)
+    total = terms[next(it)]
+    for i in it:
+        total = total + terms[i]
     return total
 
 
@@ -203,20 +225,34 @@ def noise_scales(resid: torch.Tensor, model_var: torch.Tensor, centre: bool
     """``(λ, λ_robust)``: :func:`noise_scale`, and ``λ`` from the remainders within ``TRIM``
     times the median's scale (at least the dtype model's) of ``|R| / sqrt(model_var)``
     (centred on the median over the ``n``): the rounding where no kink or bend adds to the
-    remainder. The rows are selected once and the host reads the pooled sum and the median
-    together (on CUDA four syncs where each alone took six)."""
-    resid, var = _modelled(resid, model_var.expand_as(resid))
+    remainder. Every row is taken first, and whether each has a model variance above 0 read
+    with the pooled sum and the median: one host sync where every row does (the usual case);
+    the rows are selected only where one does not."""
+    var = model_var.expand_as(resid)
+    if resid.numel():
+        z, size, (ss, median, least) = _robust_reads(resid, var, centre)
+        if not least > 0:  # a row with model variance 0 (or NaN): as _modelled selects
+            resid, var = _modelled(resid, var)
+            if resid.numel():
+                z, size, (ss, median, _) = _robust_reads(resid, var, centre)
     n, dof = resid.shape[0], _dof(resid, centre)
     if resid.numel() == 0:
         return _pooled_scale(0.0, dof), 1.0
-    z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
-    size = z.abs()
-    ss, median = torch.stack([_sum_of_squares(resid, var, centre), size.median()]).tolist()
     scale = max(median / MEDIAN_ABS_NORMAL, 1.0)
     kept = z[size <= TRIM * scale]
     dof_kept = kept.numel() * (n - int(centre)) / n
     return (_pooled_scale(ss, dof),
             _pooled_scale(float((kept * kept).sum().item()), dof_kept))
+
+
+def _robust_reads(resid: torch.Tensor, var: torch.Tensor, centre: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """``z`` of :func:`noise_scales`, ``|z|``, and ``[Σ SS / model_var, median |z|, min
+    model_var]`` read by the host together."""
+    z = (resid - resid.median(0, keepdim=True).values if centre else resid) / var.sqrt()
+    size = z.abs()
+    reads = torch.stack([_sum_of_squares(resid, var, centre), size.median(), var.amin()])
+    return z, size, reads.tolist()
 
 
 # dw: the points differ in |y| (γ ± o h), y0 is a column's own (not shared by columns), and
@@ -228,12 +264,12 @@ def point_var(ys: torch.Tensor, g2: torch.Tensor, u: float) -> torch.Tensor:
     return u * u * row_sum((gy * gy).transpose(1, 2).contiguous())
 
 
-def dw_remainder_var(pv: torch.Tensor, pv0: torch.Tensor) -> torch.Tensor:
-    """Model variance of :func:`stencil_remainder` per column: each point's (``pv``, the
-    :func:`point_var` of the ``(2L, R, D)`` outputs, the ``+o`` points first) times
-    ``c_o²``, and ``y0``'s (``pv0``: a column's own here) times ``Y0_VAR``."""
-    n = len(REMAINDER)
+def dw_remainder_var(pairs: torch.Tensor, pv0: torch.Tensor) -> torch.Tensor:
+    """Model variance of :func:`stencil_remainder` per column: each level's pair of points
+    (``pairs[l] = v(+o) + v(-o)``, each ``v`` the :func:`point_var` of a ``(R, D)`` output)
+    times ``c_o²``, and ``y0``'s (``pv0``: a column's own here) times ``Y0_VAR``."""
+    terms = weighted_levels(pairs, tuple(c * c for c in REMAINDER))
     total = Y0_VAR * pv0
-    for j, c in enumerate(REMAINDER):
-        total = total + c * c * (pv[j] + pv[n + j])
+    for j in range(len(REMAINDER)):
+        total = total + terms[j]
     return total

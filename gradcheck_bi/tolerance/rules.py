@@ -36,7 +36,7 @@ def per_element_ratio(err: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
     nonzero one fails.
     """
     ratio = err / tol
-    return torch.where((err == 0) & (tol == 0), torch.zeros_like(ratio), ratio)
+    return torch.where((err == 0) & (tol == 0), 0.0, ratio)
 
 
 def overridden(tol: float, scale: float, cfg: Config) -> float:

@@ -169,9 +169,11 @@ def combined_floor(sigma_fd: torch.Tensor, truncation: torch.Tensor,
     """``K_SIGMA · sqrt(σ_fd² + σ_kernel²) + K_TRUNC · T``: the finite difference's noise and
     the kernel's own rounding are independent, so they add in quadrature (squared on a power
     of two per element, :func:`~.noise.pow2_scale`: a σ of 1e-250 does not square to 0)."""
-    p2 = pow2_scale(torch.maximum(sigma_fd, sigma_kernel))
-    a, b = sigma_fd / p2, sigma_kernel / p2
-    return K_SIGMA * p2 * torch.sqrt(a * a + b * b) + K_TRUNC * truncation
+    both = torch.stack(torch.broadcast_tensors(sigma_fd, sigma_kernel))  # each op on both
+    p2 = pow2_scale(both.amax(0))
+    a = both / p2
+    a = a * a
+    return K_SIGMA * p2 * torch.sqrt(a[0] + a[1]) + K_TRUNC * truncation
 
 
 def detectable(tol: torch.Tensor, reference: torch.Tensor) -> float:
@@ -186,6 +188,5 @@ def detectable_median(tol: torch.Tensor, reference: torch.Tensor) -> torch.Tenso
     """:func:`detectable` of a non-empty ``tol`` as a 0-d tensor where it was computed, for
     a caller that reads it with other numbers (one host sync for all)."""
     ref = reference.abs()
-    ratio = torch.where(ref > 0, tol / torch.where(ref > 0, ref, torch.ones_like(ref)),
-                        torch.full_like(ref, math.inf))
+    ratio = torch.where(ref > 0, tol / ref, math.inf)  # tol / 0 is never taken
     return ratio.reshape(-1).median()

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks._measure import nonfinite
+from gradcheck_bi.checks._measure import nonfinite_notes
 from gradcheck_bi.checks.fd_judge import fd_verdict, rounding_scale
 from gradcheck_bi.checks.rows.point import ExactGrads, OpPoint, input_forward
 from gradcheck_bi.checks.rows.step_choice import step_rel_of
@@ -68,6 +68,6 @@ def check_directional(fn: Any, cfg: Config, point: OpPoint, name: str, returned:
         "coverage": f"d{name} projected on {cfg.directions} random unit direction(s) per "
                     f"row; individual d{name} elements were not checked",
     }
-    notes = [nonfinite(f"analytic {cfg.check}", analytic),
-             nonfinite("finite-difference projection", est.projection)]
+    notes = nonfinite_notes((f"analytic {cfg.check}", analytic),
+                            ("finite-difference projection", est.projection))
     return fd_verdict(err, est, est.projection, rounding, cfg, notes, details)

@@ -17,7 +17,12 @@ from typing import Any
 import torch
 
 from gradcheck_bi import lowp
-from gradcheck_bi.checks._measure import bitwise_diff, locate, measured_per_element, nonfinite
+from gradcheck_bi.checks._measure import (
+    bitwise_diff,
+    locate,
+    measured_per_element,
+    nonfinite_notes,
+)
 from gradcheck_bi.checks.rows.lift import LIFT_NAMES
 from gradcheck_bi.checks.rows.point import (
     OpPoint,
@@ -121,7 +126,7 @@ def check_op_forward(fn: Any, cfg: Config) -> Measurement:
     details.update(returns_y_alone(point, list(outs)))
     details.update(delivered_precision(errs, ref, dtype))
     details["worst_output"] = worst_name
-    notes = [nonfinite(n, y) for n, y in outs.items()] + [_training_note(fn, point, outs)]
+    notes = [*nonfinite_notes(*outs.items()), _training_note(fn, point, outs)]
     problems = [n for n in notes if n]
     max_err, tol, where = worst
     passed = not problems and math.isfinite(max_err) and max_err <= tol
@@ -190,7 +195,7 @@ def check_op_forward_ulp(fn: Any, cfg: Config, point: OpPoint, outs: dict[str, t
         if worst is None or ratio > worst.details.get("ratio", 0.0):
             worst, details["worst_output"] = m, name
     assert worst is not None
-    notes = [nonfinite(n, y) for n, y in outs.items()] + [_training_note(fn, point, outs)]
+    notes = [*nonfinite_notes(*outs.items()), _training_note(fn, point, outs)]
     problems = [n for n in notes if n]
     if failing:  # the fp64 run decides whether a large error can be the formula
         why, right = _in_fp64(fn, point, unit_roundoff(cfg.torch_dtype))

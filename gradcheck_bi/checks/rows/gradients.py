@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi import fd
-from gradcheck_bi.checks._measure import nonfinite
+from gradcheck_bi.checks._measure import nonfinite_notes
 from gradcheck_bi.checks.fd_judge import Judge, kink_verdict, weight_verdict
 from gradcheck_bi.checks.rows.directional import check_directional
 from gradcheck_bi.checks.rows.point import (
@@ -104,8 +104,8 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     if cfg.mode == "directional" and name in point.op.inputs:
         return check_directional(fn, cfg, point, name, returned, analytic)
     est = estimate(fn, point, name, returned, cfg)
-    notes = [nonfinite(f"analytic {cfg.check}", analytic),
-             nonfinite(f"finite-difference {cfg.check}", est.grad)]
+    notes = nonfinite_notes((f"analytic {cfg.check}", analytic),
+                            (f"finite-difference {cfg.check}", est.grad))
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
     if name in point.op.inputs:
         judge = Judge(analytic, kernel_sigma(point, name, ExactGrads(point)), x, cfg, notes,
