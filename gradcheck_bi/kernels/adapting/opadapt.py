@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.adapting import sandbox
-from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, drawn_values, probe
+from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, drawn_values, probe, unlike
 from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.adapting.recognise import (
     _KEPT,
@@ -251,8 +251,9 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
     A call with required parameters no role of any op fills (``f(x, y, power)``) is probed
     in Megatron's order where it has three or four positional ones (RMSNorm's convention,
     matched against RMSNorm alone), else not at all: :attr:`.behaviour.Seen.unfilled` names
-    them. Where the output matches no op, each boolean parameter no role fills is flipped
-    once (:attr:`.behaviour.Seen.flip`)."""
+    them. Where the output matches no op, the point is moved to see whether it moves as
+    every op's does (:attr:`.behaviour.Seen.unlike`), and each boolean parameter no role
+    fills is flipped once (:attr:`.behaviour.Seen.flip`)."""
     call: Callable[[dict[str, Any]], Any]
     unfilled: list[str] = []
     try:
@@ -278,7 +279,10 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
     taken |= {r for p in forward if (r := roles[p.name]) is not None
               and (r not in _KEPT or p.default is inspect.Parameter.empty)}
     seen = probe(call, frozenset(taken))
-    if kind == "module" or not seen.errors or seen.match() is not None:
+    if not seen.errors or seen.match() is not None:
+        return seen
+    seen = replace(seen, unlike=unlike(call, frozenset(taken)))
+    if kind == "module":
         return seen
     return replace(seen, flip=_flipped(obj, kind, name, kernel_args, forward, roles,
                                        frozenset(taken)))
