@@ -386,7 +386,7 @@ def _nearest(nearest: str, found: Found | None) -> list[str]:
 def _matches_nothing(obj: Any, name: str, kind: str, nearest: str, found: Found | None,
                      unlike: str = "") -> str:
     """One line: the kernel's output is no op's here, the nearest of each kind, how it moves
-    unlike every op (``unlike``, where it does), what to do."""
+    unlike every op (``unlike``, where its name or parameters said one), what to do."""
     other = f", and it is none of them with a defect: {unlike}" if unlike else ""
     return (f"kernel {_signature(obj, name, kind)}: its output at a small random point "
             f"matches no op here (nearest: {'; '.join(_nearest(nearest, found))}){other}; "
