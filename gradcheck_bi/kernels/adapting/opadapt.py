@@ -23,7 +23,6 @@ norm_before_gate under its own names) and its ``(D,)`` parameters are bound by n
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -167,14 +166,14 @@ class _ModuleCall:
 
 
 _PINNED = torch.float32
-_DTYPE_CLASH = re.compile(r"mixed dtype|scalar type|same dtype|dtype mismatch", re.IGNORECASE)
 
 
 def pinned_dtype(call: _ModuleCall) -> tuple[torch.dtype | None, str]:
-    """fp32, and the error, for a module whose forward raises a dtype clash when its
-    parameters are fp64 and runs with them in fp32 (EsmFold2LayerNorm casts x to fp32 and
-    hands its weight to ``F.layer_norm``: its weights are kept in fp32 in the model); else
-    ``(None, "")``. One call each way at the load-time probe's point (:mod:`.sandbox`)."""
+    """fp32, and the error, for a module whose forward raises when its parameters are fp64
+    and runs with them in fp32 — the one thing changed, so the clash is their dtype's,
+    whatever the error's words (EsmFold2LayerNorm casts x to fp32 and hands its weight to
+    ``F.layer_norm``: its weights are kept in fp32 in the model); else ``(None, "")``. One
+    call each way at the load-time probe's point (:mod:`.sandbox`)."""
     if call.builder.probe is None:
         return None, ""
 
@@ -190,7 +189,7 @@ def pinned_dtype(call: _ModuleCall) -> tuple[torch.dtype | None, str]:
         return ""
 
     raised = sandbox.call(lambda: attempt(None), "its forward at fp64")
-    if not raised or not _DTYPE_CLASH.search(raised):
+    if not raised:
         return None, ""
     if sandbox.call(lambda: attempt(_PINNED), "its forward at fp64, parameters in fp32"):
         return None, ""
