@@ -23,14 +23,16 @@ TAIL = ("`gradcheck-bi ops`), say which with --op NAME, else check it with --gen
         "against its own forward")
 
 
-def _refused(capsys: pytest.CaptureFixture[str], attr: str, *more: str) -> str:
-    code = cli.main(["run", "--kernel", f"{KERNELS}:{attr}", *SMALL, *more])
+def _refused(capsys: pytest.CaptureFixture[str], attr: str, *more: str,
+             kernels: Path = KERNELS) -> str:
+    code = cli.main(["run", "--kernel", f"{kernels}:{attr}", *SMALL, *more])
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert code == 2 and not out and len(lines) == 1, (code, err)
     assert "x, weight, eps" not in lines[0], lines[0]  # no norm's parameters asked for
-    assert lines[0].startswith("gradcheck-bi: error: kernel ") and "refusals.py:" in lines[0]
-    return lines[0].split("refusals.py:", 1)[1]  # from the kernel's name on
+    where = f"{kernels.name}:"
+    assert lines[0].startswith("gradcheck-bi: error: kernel ") and where in lines[0]
+    return lines[0].split(where, 1)[1]  # from the kernel's name on
 
 
 @pytest.mark.parametrize(("attr", "signature", "unfilled"), [
@@ -124,3 +126,41 @@ def test_unnamed_parameters_in_megatron_order_are_still_an_rmsnorm() -> None:
     spec = adapt(norm, "norm", "api")
     assert spec.recognised.startswith("recognised rms_norm from its output, its parameters "
                                       "(a, b, c) read in Megatron's order"), spec.recognised
+
+
+NOT_NORMS = Path(__file__).parent / "kernels" / "not_norms.py"
+
+
+@pytest.mark.parametrize(("attr", "nearest", "how"), [
+    ("NoNorm", "rms_norm with a bias", "x × 4 moves its output by "),
+    ("InputScaledRMSNorm", "rms_norm", "its output is not affine in the weight"),
+])
+def test_a_norm_by_name_or_parameters_that_computes_none_is_refused(
+        capsys: pytest.CaptureFixture[str], attr: str, nearest: str, how: str) -> None:
+    """x·w + b (MobileBERT's NoNorm: a weight and a bias mark a norm with a bias) and
+    rms_norm(x·(1 + w)) (named RMSNorm): their output matches no op and moves unlike every
+    op's — none of them with a defect — so they are refused in one line, exit 2; --op still
+    holds one to an op, whose forward then fails."""
+    line = _refused(capsys, attr, kernels=NOT_NORMS)
+    assert line.startswith(f"{attr}(hidden_states): its output at a small random point "
+                           f"matches no op here (nearest: {nearest} (max relative error "), line
+    assert f"and it is none of them with a defect: {how}" in line, line
+    assert line.endswith(TAIL), line
+    code = cli.main(["run", "--kernel", f"{NOT_NORMS}:{attr}", *SMALL, "--op", "rms_norm",
+                     "--check", "forward"])
+    capsys.readouterr()
+    assert code == 1
+
+
+def test_a_defect_that_keeps_a_norms_shape_is_checked_not_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An RMSNorm dividing x²'s sum by D − 1 matches no op either, but moves as a norm does
+    (unchanged as x scales, affine in the weight): checked as the op its name says, its
+    forward fails saying what it matches."""
+    code = cli.main(["run", "--kernel", f"{NOT_NORMS}:BesselRMSNorm", *SMALL, "--check",
+                     "forward", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "recognised rms_norm from its name (BesselRMSNorm)" in err, err
+    assert '"status": "fail"' in out, out
+    assert "matches no known op (closest: rms_norm, max relative error" in out, out

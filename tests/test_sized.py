@@ -155,15 +155,20 @@ def test_a_constructor_handing_everything_to_its_base_takes_the_bases_parameters
     assert "fail" in _norm_status(f"{SIZED}:DelegatingLayerNormDropsEps", "forward", tmp_path)
 
 
-def test_a_module_whose_parameters_are_fp32_only_gets_them_in_fp32(tmp_path: Path) -> None:
-    """Given fp64 parameters, its forward raises ("mixed dtype"): they are cast to fp32 in
-    each call (dw flows back through the cast), the note says why, and it is judged at the
-    fp32 it computes in."""
-    ref = f"{SIZED}:Fp32LayerNorm"
+@pytest.mark.parametrize(("attr", "raised"), [
+    ("Fp32LayerNorm", "RuntimeError: mixed dtype"),
+    ("Fp32OnlyLayerNorm", "TypeError: weights must be single precision"),
+])
+def test_a_module_whose_parameters_are_fp32_only_gets_them_in_fp32(
+        tmp_path: Path, attr: str, raised: str) -> None:
+    """Given fp64 parameters, its forward raises, whatever its words, and runs given fp32
+    ones: they are cast to fp32 in each call (dw flows back through the cast), the note says
+    why, and it is judged at the fp32 it computes in."""
+    ref = f"{SIZED}:{attr}"
     spec = resolve(ref)
     assert spec.op == "layer_norm"
     assert any(line.startswith("its parameters given in float32 at every point: its forward "
-                               "raises with them in float64 (RuntimeError: mixed dtype")
+                               f"raises with them in float64 ({raised}")
                for line in spec.fixed_how), spec.fixed_how
     for check in ("forward", "dx", "dw", "dbias"):
         assert _norm_status(ref, check, tmp_path) == {"pass"}, check

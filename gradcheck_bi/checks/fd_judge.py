@@ -69,7 +69,7 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     assert est.sigma is not None and est.truncation is not None
     floor = combined_floor(est.sigma, est.truncation, rounding)
     tol = fd_tolerance(floor, reference, cfg)
-    m = measured_per_element(err, tol, notes, {**_fd_details(est), **(extra or {})})
+    m = measured_per_element(err, tol, notes, {})
     at = tuple(m.worst or [])
     # the details' numbers, read by the host together: one sync where one each took four
     steps = est.step.reshape(-1)
@@ -78,19 +78,20 @@ def fd_verdict(err: torch.Tensor, est: Estimate, reference: torch.Tensor,
     if tol.numel():
         read.append(detectable_median(tol, reference))
     step_min, step_max, floor_max, noise, rounded, *median = to_host(*read)
-    m.details.update(step_min=step_min, step_max=step_max, noise_floor_max=floor_max)
-    m.details["noise_floor"], m.details["rounding_floor"] = noise, K_SIGMA * rounded
-    m.details["detectable_rel"] = median[0] if median else math.inf
+    m.details = {**_fd_details(est, step_min, step_max, floor_max), **(extra or {}),
+                 **m.details, "noise_floor": noise, "rounding_floor": K_SIGMA * rounded,
+                 "detectable_rel": median[0] if median else math.inf}
     return m
 
 
-def _fd_details(est: Estimate) -> dict[str, Any]:
-    """The estimate's details; its step range and largest floor are read by
-    :func:`fd_verdict` (``None`` here, in the order the report lists them)."""
+def _fd_details(est: Estimate, step_min: float, step_max: float, floor_max: float
+                ) -> dict[str, Any]:
+    """The estimate's details, in the order the report lists them (its step range and
+    largest floor as :func:`fd_verdict` read them)."""
     return {
         "stencil": est.stencil.name,
-        "step_min": None, "step_max": None,
-        "noise_floor_max": None,
+        "step_min": step_min, "step_max": step_max,
+        "noise_floor_max": floor_max,
         "k_sigma": K_SIGMA,
         "k_trunc": K_TRUNC,
         "noise_scale": est.noise_scale,  # λ: the forward's measured rounding / dtype model

@@ -20,6 +20,7 @@ stand-in                what it computes
 ``DelegatingLayerNorm`` DINOv3-ConvNeXt's, every constructor argument through ``*args``
                         to ``nn.LayerNorm``; ``…DropsEps``: MUTANT, eps ignored
 ``Fp32LayerNorm``       EsmFold2's layer norm: fp32 inside, its parameters fp32 only
+``Fp32OnlyLayerNorm``   the same, its forward refusing other parameters in its own words
 ======================  =================================================================
 """
 
@@ -137,3 +138,12 @@ class Fp32LayerNorm(torch.nn.LayerNorm):
         return torch.nn.functional.layer_norm(hidden_states.float(), self.normalized_shape,
                                               self.weight, self.bias, self.eps
                                               ).to(hidden_states.dtype)
+
+
+class Fp32OnlyLayerNorm(Fp32LayerNorm):
+    """``Fp32LayerNorm`` checking its parameters itself, in words naming no dtype."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.weight.dtype != torch.float32:
+            raise TypeError("weights must be single precision")
+        return super().forward(hidden_states)

@@ -340,7 +340,8 @@ def _adapt(obj: Any, name: str, source: str, kernel_args: dict[str, Any] | None,
     if rec.flip is not None and forced is None:  # an op only under another value of a flag
         raise KernelLoadError(_flip_refusal(obj, name, kind, rec.flip))
     if rec.unmatched and forced is None:
-        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found))
+        raise KernelLoadError(_matches_nothing(obj, name, kind, rec.unmatched, found,
+                                               rec.unlike))
     weightless = rec.takes == frozenset() and "eps" in rec.roles.values()
     if rec.op != "rms_norm" or (rec.takes is not None and "bias" in rec.takes) or (
             builder is not None and builder.weightless) or (weightless and kind != "module"):
@@ -382,11 +383,13 @@ def _nearest(nearest: str, found: Found | None) -> list[str]:
     return near
 
 
-def _matches_nothing(obj: Any, name: str, kind: str, nearest: str, found: Found | None
-                     ) -> str:
-    """One line: the kernel's output is no op's here, the nearest of each kind, what to do."""
+def _matches_nothing(obj: Any, name: str, kind: str, nearest: str, found: Found | None,
+                     unlike: str = "") -> str:
+    """One line: the kernel's output is no op's here, the nearest of each kind, how it moves
+    unlike every op (``unlike``, where its name or parameters said one), what to do."""
+    other = f", and it is none of them with a defect: {unlike}" if unlike else ""
     return (f"kernel {_signature(obj, name, kind)}: its output at a small random point "
-            f"matches no op here (nearest: {'; '.join(_nearest(nearest, found))}); "
+            f"matches no op here (nearest: {'; '.join(_nearest(nearest, found))}){other}; "
             f"{_what_to_do()}")
 
 

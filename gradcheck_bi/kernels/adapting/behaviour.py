@@ -45,6 +45,13 @@ from gradcheck_bi.vocab import first_line
 MATCH = 2e-2
 PROBE_ROWS, PROBE_D = 3, 8
 _EPS = 1e-5
+# Moves of the probe's point every op here answers alike: its normalised inputs (x, and a
+# residual added to it) scaled by SCALE leave the output as it is (up to eps), and the weight
+# moved by ±STEP along a random direction moves it affinely (y = n(x)·γ + β). An output that
+# matches no op and moves otherwise is another function (MobileBERT's NoNorm x·w + b; a
+# weight inside the norm, rms_norm(x·(1 + w))), not one of the ops with a defect.
+SCALE, STEP = 4.0, 0.5
+_SCALED = ("x", "residual")
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,24 @@ def drawn_values(dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
             **own}
 
 
+def moved(move: str, dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
+    """The probe's point (:func:`drawn_values`) moved: ``"scaled"`` (x and the residual ×
+    :data:`SCALE`), ``"w+"`` / ``"w-"`` (the weight ± :data:`STEP`·u, u drawn once), ``""``
+    not at all; its ``"fp64"`` entry, which the references read, moved alike."""
+    values = drawn_values(dtype, device)
+    fp64 = values["fp64"]
+    if not move:
+        return values
+    if move == "scaled":
+        change = {n: SCALE * fp64[n] for n in _SCALED}
+    else:
+        u = torch.randn(PROBE_D, generator=torch.Generator().manual_seed(4321),
+                        dtype=torch.float64)
+        change = {"weight": fp64["weight"] + (STEP if move == "w+" else -STEP) * u}
+    return {**values, **{n: t.to(device=device, dtype=dtype) for n, t in change.items()},
+            "fp64": {**fp64, **change}}
+
+
 @dataclass(frozen=True)
 class Seen:
     """What the forward matched: ``errors`` per candidate variant, closest first; ``why``
@@ -153,6 +178,9 @@ class Seen:
     # Where its output matches no op at its own defaults: a boolean parameter no role fills,
     # the value that makes it match, and what it then matches (fla's ``is_rms_norm=True``).
     flip: tuple[str, bool, str] | None = None
+    # Where its output matches no op: how it moves unlike every op here (:func:`unlike`),
+    # which makes it none of them with a defect; "" where it moves as they do.
+    unlike: str = ""
 
     def match(self, op: str | None = None) -> Variant | None:
         """The closest variant (of ``op``) the output matches, if any."""
@@ -171,12 +199,12 @@ class Seen:
 _GRAD_ROLES = ("x", "residual", "z", "weight", "bias", "a", "b")
 
 
-def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str
-            ) -> tuple[torch.Tensor, bool | None]:
-    """The kernel's first output at the probe's point, as an fp64 CPU tensor, and whether it
-    required grad with every tensor it takes requiring grad (``None``: the kernel refused
-    inputs that require grad, and ran without)."""
-    values = drawn_values(dtype, device)
+def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str,
+            move: str = "") -> tuple[torch.Tensor, bool | None]:
+    """The kernel's first output at the probe's point (moved by ``move``, :func:`moved`), as
+    an fp64 CPU tensor, and whether it required grad with every tensor it takes requiring
+    grad (``None``: the kernel refused inputs that require grad, and ran without)."""
+    values = moved(move, dtype, device)
     try:
         with torch.enable_grad():
             # non-leaf views, so that a kernel writing in place may
@@ -185,7 +213,7 @@ def _output(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: st
         grad: bool | None = bool(_first(raw).requires_grad)
     except Exception:  # torch refused an in-place write, say: once more, without grad
         with torch.no_grad():
-            raw = run(drawn_values(dtype, device))
+            raw = run(moved(move, dtype, device))
         grad = None
     return _first(raw).detach().to(device="cpu", dtype=torch.float64), grad
 
@@ -194,19 +222,27 @@ def _first(raw: Any) -> torch.Tensor:
     return raw[0] if isinstance(raw, (tuple, list)) else raw  # type: ignore[no-any-return]
 
 
+def _targets() -> list[tuple[torch.dtype, str]]:
+    """Where the probe runs, in turn until one does: fp64 on CPU, fp32, fp32 on CUDA."""
+    targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
+    return targets + ([(torch.float32, "cuda")] if gpu.present() else [])
+
+
+def _at(dtype: torch.dtype, device: str) -> str:
+    return (f"its forward at a {(PROBE_ROWS, PROBE_D)} {str(dtype).removeprefix('torch.')} "
+            f"point on {device}")
+
+
 def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
           ops: tuple[str, ...] | None = None) -> Seen:
     """Call ``run(values)`` once (fp64 on CPU; else fp32, else fp32 on CUDA) and compare its
     first output with every :func:`candidates` variant's reference."""
     why, raised = "", ""
-    targets = [(torch.float64, "cpu"), (torch.float32, "cpu")]
-    targets += [(torch.float32, "cuda")] if gpu.present() else []
     drawn = drawn_values(torch.float64)["fp64"]
-    for dtype, device in targets:
+    for dtype, device in _targets():
         try:  # in a child process at load (kernels/adapting/sandbox.py): a crash costs the kernel
             y, grad = sandbox.call(functools.partial(_output, run, dtype, device),
-                             f"its forward at a {(PROBE_ROWS, PROBE_D)} "
-                             f"{str(dtype).removeprefix('torch.')} point on {device}", device)
+                                   _at(dtype, device), device)
         except Exception as exc:  # refused here (a CUDA-only kernel): the next, else say why
             why = first_line(exc)
             raised = raised or ("" if refusal(exc) is not None else why)
@@ -221,3 +257,55 @@ def probe(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
             errors.append((err if err == err else float("inf"), v))
         return Seen(tuple(sorted(errors, key=lambda ev: ev[0])), grad=grad)
     return Seen(why=why, raised=raised)
+
+
+def _rel(num: torch.Tensor, den: torch.Tensor) -> float:
+    """max |num| / max |den| (0 where both are 0)."""
+    top, bottom = float(num.abs().max()), float(den.abs().max())
+    return top / bottom if bottom else (0.0 if top == 0 else float("inf"))
+
+
+def _responses(y: dict[str, torch.Tensor]) -> dict[str, float]:
+    """How an output moves (``y`` at each :func:`moved` point): relative to itself under the
+    scale; its weight's second difference relative to the first."""
+    out = {"scaled": _rel(y["scaled"] - y[""], y[""])}
+    if "w+" in y:
+        out["weight"] = _rel(y["w+"] - 2 * y[""] + y["w-"], y["w+"] - y["w-"])
+    return out
+
+
+def _outputs(run: Callable[[dict[str, Any]], Any], dtype: torch.dtype, device: str,
+             moves: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    return {m: _output(run, dtype, device, m)[0] for m in moves}
+
+
+def unlike(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
+           ops: tuple[str, ...] | None = None) -> str:
+    """Why an output that matched no variant is none of them with a defect: a move of the
+    probe's point (:func:`moved`) after which every :func:`candidates` variant's reference
+    stays within :data:`MATCH` (unchanged, or affine in the weight) moves the kernel's output
+    by more; "" where no move does, or the kernel runs nowhere here. One more call of its
+    forward per move (x scaled; the weight moved either way where it takes one)."""
+    moves = ("", "scaled", *(("w+", "w-") if "weight" in roles else ()))
+    for dtype, device in _targets():
+        try:
+            y = sandbox.call(functools.partial(_outputs, run, dtype, device, moves),
+                             _at(dtype, device) + ", moved", device)
+        except Exception:  # refused here: the next target
+            continue
+        seen = _responses(y)
+        refs = []
+        for v in candidates(roles, ops):
+            at = {m: v.reference(moved(m, torch.float64)["fp64"], PROBE_D) for m in moves}
+            if at[""].shape == y[""].shape:
+                refs.append(_responses(at))
+        for name, r in seen.items():
+            most = max((c[name] for c in refs), default=float("inf"))
+            if r > MATCH >= most:
+                return (f"x × {SCALE:g} moves its output by {r:.2g} (relative), every op's "
+                        f"here by {most:.2g} at most" if name == "scaled" else
+                        f"its output is not affine in the weight (moved ±{STEP:g} along a "
+                        f"random direction: second difference {r:.2g} of the first, every "
+                        f"op's here {most:.2g} at most)")
+        return ""
+    return ""

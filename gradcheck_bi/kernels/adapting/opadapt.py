@@ -23,7 +23,6 @@ norm_before_gate under its own names) and its ``(D,)`` parameters are bound by n
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import torch
 
 from gradcheck_bi.kernels.adapting import sandbox
-from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, drawn_values, probe
+from gradcheck_bi.kernels.adapting.behaviour import MATCH, Seen, drawn_values, probe, unlike
 from gradcheck_bi.kernels.adapting.build import PROBE_D, Builder, probe_values
 from gradcheck_bi.kernels.adapting.recognise import (
     _KEPT,
@@ -167,14 +166,14 @@ class _ModuleCall:
 
 
 _PINNED = torch.float32
-_DTYPE_CLASH = re.compile(r"mixed dtype|scalar type|same dtype|dtype mismatch", re.IGNORECASE)
 
 
 def pinned_dtype(call: _ModuleCall) -> tuple[torch.dtype | None, str]:
-    """fp32, and the error, for a module whose forward raises a dtype clash when its
-    parameters are fp64 and runs with them in fp32 (EsmFold2LayerNorm casts x to fp32 and
-    hands its weight to ``F.layer_norm``: its weights are kept in fp32 in the model); else
-    ``(None, "")``. One call each way at the load-time probe's point (:mod:`.sandbox`)."""
+    """fp32, and the error, for a module whose forward raises when its parameters are fp64
+    and runs with them in fp32 — the one thing changed, so the clash is their dtype's,
+    whatever the error's words (EsmFold2LayerNorm casts x to fp32 and hands its weight to
+    ``F.layer_norm``: its weights are kept in fp32 in the model); else ``(None, "")``. One
+    call each way at the load-time probe's point (:mod:`.sandbox`)."""
     if call.builder.probe is None:
         return None, ""
 
@@ -190,7 +189,7 @@ def pinned_dtype(call: _ModuleCall) -> tuple[torch.dtype | None, str]:
         return ""
 
     raised = sandbox.call(lambda: attempt(None), "its forward at fp64")
-    if not raised or not _DTYPE_CLASH.search(raised):
+    if not raised:
         return None, ""
     if sandbox.call(lambda: attempt(_PINNED), "its forward at fp64, parameters in fp32"):
         return None, ""
@@ -251,8 +250,9 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
     A call with required parameters no role of any op fills (``f(x, y, power)``) is probed
     in Megatron's order where it has three or four positional ones (RMSNorm's convention,
     matched against RMSNorm alone), else not at all: :attr:`.behaviour.Seen.unfilled` names
-    them. Where the output matches no op, each boolean parameter no role fills is flipped
-    once (:attr:`.behaviour.Seen.flip`)."""
+    them. Where the output matches no op, the point is moved to see whether it moves as
+    every op's does (:attr:`.behaviour.Seen.unlike`), and each boolean parameter no role
+    fills is flipped once (:attr:`.behaviour.Seen.flip`)."""
     call: Callable[[dict[str, Any]], Any]
     unfilled: list[str] = []
     try:
@@ -278,7 +278,10 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
     taken |= {r for p in forward if (r := roles[p.name]) is not None
               and (r not in _KEPT or p.default is inspect.Parameter.empty)}
     seen = probe(call, frozenset(taken))
-    if kind == "module" or not seen.errors or seen.match() is not None:
+    if not seen.errors or seen.match() is not None:
+        return seen
+    seen = replace(seen, unlike=unlike(call, frozenset(taken)))
+    if kind == "module":
         return seen
     return replace(seen, flip=_flipped(obj, kind, name, kernel_args, forward, roles,
                                        frozenset(taken)))

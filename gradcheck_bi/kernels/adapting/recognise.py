@@ -18,7 +18,10 @@ A wrong op is never explained away: where the names decide one op and the output
 another (an ``RMSNorm`` whose forward subtracts the mean), the kernel is checked as the named
 op, and :attr:`Recognition.mismatch` says what its output matches and how to check it as that
 (``--op layer_norm``), for its failed forward to say. An output matching no known op is one
-line of the note. ``--op NAME`` (``forced``) decides instead, read from the names alone.
+line of the note — a defect of the named op — where it moves as every op's does; where it
+moves otherwise (:func:`.behaviour.unlike`: x·w + b, rms_norm(x·(1 + w))) it is another
+function, :attr:`Recognition.unmatched` as an unnamed one is, and refused. ``--op NAME``
+(``forced``) decides instead, read from the names alone.
 
 >>> def fused(X, R, W, eps=1e-6): ...
 >>> r = recognise(fused, "fused")
@@ -77,6 +80,9 @@ class Recognition:
     # variant, and the closest at its default, where it matches none there
     # (:attr:`.behaviour.Seen.flip`).
     flip: tuple[str, bool, str, str] | None = None
+    # Where ``unmatched`` though its name or parameters say an op: how its output moves
+    # unlike every op's here (:attr:`.behaviour.Seen.unlike`) — none of them with a defect.
+    unlike: str = ""
 
 
 def _params(fn: Callable[..., Any], skip_first: bool) -> list[inspect.Parameter]:
@@ -220,9 +226,11 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
         bool(chosen) and len(allowed(chosen, taken)) == 1)
     unmatched = ""
     # (an output that is not finite anywhere near a variant is a broken kernel, which its
-    # forward check reports, not another op)
-    if by_name is None and not chosen and seen.errors and seen.match() is None \
-            and seen.errors[0][0] < float("inf"):
+    # forward check reports, not another op). Names or parameters saying an op hold an
+    # output matching none to that op — its forward fails — unless it moves unlike every
+    # op here (``seen.unlike``): then it is another function, refused as the unnamed are.
+    if ((by_name is None and not chosen) or seen.unlike) and seen.errors \
+            and seen.match() is None and seen.errors[0][0] < float("inf"):
         e, nearest = seen.errors[0]
         unmatched = f"{nearest.words} (max relative error {e:.2g})"
     return Recognition(op_name, roles_of(params, op_name), note, variant, mismatch,
@@ -230,7 +238,8 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
                                                      | ({"bias"} & taken & used)),
                        unmatched, seen.grad, "" if said else seen.raised,
                        () if said or seen.match() is not None else seen.unfilled,
-                       None if seen.flip is None else (*seen.flip, seen.closest))
+                       None if seen.flip is None else (*seen.flip, seen.closest),
+                       seen.unlike if unmatched and (by_name or chosen) else "")
 
 
 def _native(params: list[inspect.Parameter], roles: dict[str, str | None]) -> bool:
