@@ -250,9 +250,12 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
     A call with required parameters no role of any op fills (``f(x, y, power)``) is probed
     in Megatron's order where it has three or four positional ones (RMSNorm's convention,
     matched against RMSNorm alone), else not at all: :attr:`.behaviour.Seen.unfilled` names
-    them. Where the output matches no op, the point is moved to see whether it moves as
-    every op's does (:attr:`.behaviour.Seen.unlike`), and each boolean parameter no role
-    fills is flipped once (:attr:`.behaviour.Seen.flip`)."""
+    them. Where the output matches no op, a module's point is moved to see whether it moves
+    as every op's does (:attr:`.behaviour.Seen.unlike`: a class named like a norm that is
+    another function); a function's or Function's parameters that name an op's roles hold it
+    to that op, whose forward check then fails (a defect may move unlike the op: an RMSNorm
+    whose statistic drops the row's tail at a small D is ``x·γ/√eps``). Each boolean
+    parameter no role fills is flipped once (:attr:`.behaviour.Seen.flip`)."""
     call: Callable[[dict[str, Any]], Any]
     unfilled: list[str] = []
     try:
@@ -280,9 +283,8 @@ def _seen(obj: Any, kind: str, name: str, kernel_args: dict[str, Any],
     seen = probe(call, frozenset(taken))
     if not seen.errors or seen.match() is not None:
         return seen
-    seen = replace(seen, unlike=unlike(call, frozenset(taken)))
-    if kind == "module":
-        return seen
+    if kind == "module":  # a class found by its name may be another function (NoNorm)
+        return replace(seen, unlike=unlike(call, frozenset(taken)))
     return replace(seen, flip=_flipped(obj, kind, name, kernel_args, forward, roles,
                                        frozenset(taken)))
 
