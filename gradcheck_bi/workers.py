@@ -44,6 +44,7 @@ from typing import Any
 
 from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
+from gradcheck_bi.fd.budget import release_freed_memory
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels.adapting.loader import Crashed
 from gradcheck_bi.kernels.adapting.sandbox import main_module_hidden
@@ -113,6 +114,7 @@ def measure(points: list[Point], on_result: OnResult | None = None,
     hangs = Hangs()
     tasks = [(ref, cfg, sweep) for ref, (_, cfg, sweep) in zip(refs, points, strict=True)]
     running: list[_Worker] = []
+    released = False
     try:
         while count < len(points):
             for kind, lane in lanes.items():  # every worker (or free slot) is topped up
@@ -124,6 +126,9 @@ def measure(points: list[Point], on_result: OnResult | None = None,
                         running.append(worker)
                     while queue[kind] and len(worker.assigned) < DEPTH:
                         worker.give(queue[kind].popleft(), points)
+            if not released and lanes["cpu"].workers and lanes["cpu"].start == "fork":
+                released = True  # once the worker is fed: the next fork is cheap (fd.budget)
+                release_freed_memory()
             if queue["here"]:  # what no worker can load is measured here, between polls
                 i = queue["here"].popleft()
                 record(i, here(*points[i]))
