@@ -24,7 +24,11 @@ points and collects the results, and worker processes measure them:
   kernel's other points at that shape, dtype and device that would run the phase it hung
   in are ``error`` at once, not each a timeout again); a CUDA worker whose
   context a point left unusable (an illegal address, a device assert) reports that point
-  and stops. A fresh worker takes the next point either way, so every other point runs.
+  and stops. A fresh worker takes the next point either way, so every other point runs;
+* a CPU worker told to stop ends itself: the caller returns without waiting for its exit
+  (:func:`reap_ended` reaps it at the next run), and gives its own freed heap back to the
+  OS once while the worker measures, so the next fork copies no page tables of free memory
+  (:func:`gradcheck_bi.fd.budget.release_freed_memory`).
 
 Each point's inputs come from its own seed, so its result does not depend on which process
 measured it or what ran there before: the report is the one a single process writes.

@@ -88,8 +88,9 @@ def release_freed_memory(least: int = RELEASE_AT_LEAST) -> bool:
     the page tables of every page mapped, free or not. After ``torch.autograd.gradcheck``
     of (8, 1024) fp64 the caller's heap held ~1.1 GiB freed but mapped (RSS 1.7 GiB), and
     each fork took ~110 ms against ~15 ms before it, half an (8, 1024) check. Trimming costs
-    more than one such fork (~0.3 ms per MiB against ~0.07), so the worker calls it while
-    the first forked worker measures, not before it; every later fork is cheap."""
+    more than one such fork (~0.3 ms per MiB against ~0.07), so
+    :func:`gradcheck_bi.workers.measure` calls it while the worker it forked measures, not
+    before the fork; every later fork is cheap."""
     libc = _libc()
     if libc is None or not hasattr(libc, "mallinfo2"):
         return False
