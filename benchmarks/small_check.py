@@ -68,7 +68,11 @@ def one_round(warm: int) -> dict[str, Any]:
 
 
 def _cpu() -> float:
-    """CPU seconds of this process and its reaped children (the check's worker)."""
+    """CPU seconds of this process and its reaped children: the check's worker, which the
+    check returns without waiting for, is waited for here (after the wall clock stopped)."""
+    from gradcheck_bi.workers import reap_ended
+
+    reap_ended(wait=True)
     return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 

@@ -33,7 +33,11 @@ points and collects the results, and worker processes measure them:
   kernel's other points at that shape, dtype and device that would run the phase it hung
   in are ``error`` at once, not each a timeout again); a CUDA worker whose
   context a point left unusable (an illegal address, a device assert) reports that point
-  and stops. A fresh worker takes the next point either way, so every other point runs.
+  and stops. A fresh worker takes the next point either way, so every other point runs;
+* a CPU worker told to stop ends itself: the caller returns without waiting for its exit
+  (:func:`reap_ended` reaps it at the next run), and gives its own freed heap back to the
+  OS once while the worker measures, so the next fork copies no page tables of free memory
+  (:func:`gradcheck_bi.fd.budget.release_freed_memory`).
 
 Each point's inputs come from its own seed, so its result does not depend on which process
 measured it or what ran there before: the report is the one a single process writes.
@@ -42,6 +46,7 @@ measured it or what ran there before: the report is the one a single process wri
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import sys
 import time
@@ -52,6 +57,7 @@ from typing import Any
 
 from gradcheck_bi import gpu
 from gradcheck_bi.fd import threads as fd_threads
+from gradcheck_bi.fd.budget import release_freed_memory
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.kernels.adapting.loader import Crashed
@@ -92,6 +98,7 @@ def measure(points: list[Point], on_result: OnResult | None = None,
     ``gpus``: the devices of the CUDA workers (default: one, on the current GPU);
     ``cpu_start``: ``"fork"`` or ``"spawn"`` (where fork is missing) for the CPU worker, and
     for the CUDA workers while this process has not started CUDA (else ``"spawn"``)."""
+    reap_ended()
     refs = references(points)
     lanes = {"cpu": _Lane("cpu", cpu_start, [None]),
              "cuda": _Lane("cuda", cpu_start if gpu.forkable() else "spawn",
@@ -122,6 +129,7 @@ def measure(points: list[Point], on_result: OnResult | None = None,
     hangs = Hangs()
     tasks = [(ref, cfg, sweep) for ref, (_, cfg, sweep) in zip(refs, points, strict=True)]
     running: list[_Worker] = []
+    released = False
     try:
         while count < len(points):
             for kind, lane in lanes.items():  # every worker (or free slot) is topped up
@@ -133,6 +141,9 @@ def measure(points: list[Point], on_result: OnResult | None = None,
                         running.append(worker)
                     while queue[kind] and len(worker.assigned) < DEPTH:
                         worker.give(queue[kind].popleft(), points)
+            if not released and lanes["cpu"].workers and lanes["cpu"].start == "fork":
+                released = True  # once the worker is fed: the next fork is cheap (fd.budget)
+                release_freed_memory()
             if queue["here"]:  # what no worker can load is measured here, between polls
                 i = queue["here"].popleft()
                 record(i, here(*points[i]))
@@ -323,6 +334,11 @@ class _Worker:
                 self.conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
+            if self.lane.kind == "cpu":  # it ends itself: reaped later, not waited for
+                _ending.append((self.process, time.monotonic() + _STOP_WAIT_S))
+                self.alive = False
+                self.conn.close()
+                return
             self.process.join(_STOP_WAIT_S)
         self.kill()
 
@@ -332,6 +348,30 @@ class _Worker:
         self.process.join()
         self.alive = False
         self.conn.close()
+
+
+# CPU workers told to stop, with the time by which they must have exited. A worker ends
+# with ``os._exit`` as soon as it reads the stop; tearing down a process forked from one
+# that holds torch took 20–35 ms of an (8, 1024) check's ~0.25 s when the parent waited
+# for it. So the parent returns at once and reaps them at its next run (a zombie until
+# then); one still alive past its time is killed there.
+_ending: list[tuple[Any, float]] = []
+os.register_at_fork(after_in_child=_ending.clear)  # a child cannot reap its siblings
+
+
+def reap_ended(wait: bool = False) -> None:
+    """Reap the stopped CPU workers that have exited (``wait``: wait for each to exit, as
+    a benchmark that reads its children's CPU time does); kill those past their time."""
+    now = time.monotonic()
+    for process, deadline in list(_ending):
+        if wait:
+            process.join(max(0.0, deadline - now))
+        elif process.is_alive() and now < deadline:
+            continue
+        if process.is_alive():
+            process.kill()
+        process.join()
+        _ending.remove((process, deadline))
 
 
 def _next_messages(busy: list[_Worker], block: bool) -> list[tuple[_Worker, Any]]:

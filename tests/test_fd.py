@@ -383,3 +383,26 @@ def test_weight_shape_answers_the_same_from_the_estimates_own_points() -> None:
         known = (est.points[-1], est.points[fd.LEVELS.index(max(fd.LEVELS))])
         u = 2.0**-53
         assert weight_shape(forward, w, step, u, known) == weight_shape(forward, w, step, u)
+
+
+def test_the_heap_freed_by_the_caller_goes_back_before_the_next_fork() -> None:
+    """A fork copies the page tables of every mapped page, free or not: a heap holding
+    freed memory is given back (glibc), one below the threshold left as it is."""
+    import ctypes
+    import os
+
+    from gradcheck_bi.fd import budget
+
+    if budget._libc() is None or not hasattr(budget._libc(), "mallinfo2"):
+        pytest.skip("not glibc >= 2.33")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    assert not budget.release_freed_memory(least=1 << 62)
+    blocks = [ctypes.create_string_buffer(1 << 16) for _ in range(4096)]  # 256 MiB, heap
+    held = rss()
+    del blocks[:-1]  # the last keeps the heap top: only a trim gives the rest back
+    assert budget.release_freed_memory(least=64 << 20)
+    assert rss() < held - (128 << 20), f"RSS {held >> 20} → {rss() >> 20} MiB"

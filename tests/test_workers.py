@@ -197,3 +197,39 @@ def test_a_worker_leaves_the_heap_it_inherits_out_of_its_collections(
                                 shapes=(2, 16), raise_on_failure=False)
     assert report.ok, str(report)
     assert gc.get_freeze_count() == frozen
+
+
+def test_a_finished_cpu_worker_ends_itself_and_is_reaped_by_the_next_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent returns without waiting for its CPU worker's exit (20–35 ms of an
+    (8, 1024) check): the worker, told to stop, ends with exit code 0 on its own and the
+    next run reaps it."""
+    from gradcheck_bi import workers
+
+    monkeypatch.delenv("GRADCHECK_BI_ISOLATE", raising=False)
+    sweep = Sweep(kernels=["after"], targets=[("cpu", "fp64")], shapes=[(2, 16)],
+                  weights=["randn"], zcg=[False], layouts=["contiguous"], checks=["forward"])
+    before = list(workers._ending)
+    assert [r.status for r in run(sweep)] == ["pass"]
+    ended = [p for p, _ in workers._ending if (p, _) not in before]
+    assert len(ended) == 1, f"{len(ended)} workers left to reap, expected the run's one"
+    ended[0].join(30)
+    assert ended[0].exitcode == 0, f"the worker ended with {ended[0].exitcode}"
+    run(sweep)
+    assert all(p is not ended[0] for p, _ in workers._ending), "not reaped by the next run"
+
+
+def test_a_stopped_worker_still_alive_past_its_time_is_killed() -> None:
+    import multiprocessing
+    import signal
+    import time
+
+    from gradcheck_bi import workers
+
+    late = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,),
+                                                       daemon=True)
+    late.start()
+    workers._ending.append((late, time.monotonic() - 1))
+    workers.reap_ended()
+    assert late.exitcode == -signal.SIGKILL, f"exit code {late.exitcode}"
+    assert all(p is not late for p, _ in workers._ending)
