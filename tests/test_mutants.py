@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "mutants"))
 import catalog
 
+from gradcheck_bi.kernels import resolve
 from gradcheck_bi.kernels.bundled.rmsnorm import After
 
 STEMS = [m.stem for m in catalog.MUTANTS]
@@ -60,6 +61,16 @@ def test_mutant_caught_by_its_check(stem: str) -> None:
                                  precision=m.precision)
     assert all(r.status == "fail" for r in results), (
         f"{stem} escaped its {m.primary} check: {_describe(results)}")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_mutant_is_read_as_rms_norm_by_a_run(stem: str) -> None:
+    """As ``run --kernel REF`` loads it (no --op): every mutant keeps Megatron's call
+    ``(x, weight, eps, zero_centered_gamma)``, so a forward defect is held to RMSNorm and
+    fails its forward (exit 1) — never refused as computing no op (exit 2), which the CI
+    sweep below (slow) once showed for m08 and m19."""
+    spec = resolve(str(catalog.REPO / catalog.BY_STEM[stem].ref))
+    assert spec.op == "rms_norm", (stem, spec.op, spec.recognised)
 
 
 @pytest.mark.parametrize("stem", [m.stem for m in catalog.MUTANTS if m.blind])
