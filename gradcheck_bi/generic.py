@@ -45,7 +45,7 @@ import torch
 from gradcheck_bi.errors import derived
 from gradcheck_bi.kernels.adapting.adapters import BUILDERS
 from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel
-from gradcheck_bi.ops import OPS, SHAPED
+from gradcheck_bi.ops import SHAPED
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
 from gradcheck_bi.vocab import DTYPES, KernelLoadError, KernelSpec, first_line
 
@@ -313,14 +313,14 @@ class Generic:
 
 
 def prepare(fn: Any, inputs: Sequence[Any], name: str = "") -> Generic:
-    """Build ``fn``'s op from ``inputs``, register it (:data:`gradcheck_bi.ops.OPS` and
-    :data:`~gradcheck_bi.ops.SHAPED`, where the engine looks ops up; never offered to
-    recognition) and say what was measured."""
+    """Build ``fn``'s op from ``inputs``, register it (:data:`gradcheck_bi.ops.SHAPED`, where
+    the engine looks ops up; not one of :data:`~gradcheck_bi.ops.OPS`, the ops' modules;
+    never offered to recognition) and say what was measured."""
     fn = _unwrap(fn)
     name = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     op, words = build(fn, inputs, name)
     _derivable(op)
-    SHAPED[op.name] = OPS[op.name] = op
+    SHAPED[op.name] = op
     floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()]
     dtype = next(k for k, v in DTYPES.items() if v == floats[0].dtype)
     device = floats[0].device.type

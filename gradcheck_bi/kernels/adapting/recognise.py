@@ -229,7 +229,9 @@ def recognise(fn: Callable[..., Any], what: str, forced: str | None = None,
     # forward check reports, not another op). Names or parameters saying an op hold an
     # output matching none to that op — its forward fails — unless it moves unlike every
     # op here (``seen.unlike``): then it is another function, refused as the unnamed are.
-    if ((by_name is None and not chosen) or seen.unlike) and seen.errors \
+    # Megatron's own call (x, weight, eps, zero_centered_gamma) says RMSNorm.
+    if ((by_name is None and not chosen and not _native(params, roles)) or seen.unlike) \
+            and seen.errors \
             and seen.match() is None and seen.errors[0][0] < float("inf"):
         e, nearest = seen.errors[0]
         unmatched = f"{nearest.words} (max relative error {e:.2g})"
