@@ -80,17 +80,12 @@ def stencil_sum(odd: torch.Tensor, stencil: Stencil, scale: int = 1) -> torch.Te
     return total
 
 
-def richardson_truncation(odd: torch.Tensor, stencil: Stencil,
-                          h: torch.Tensor | float) -> torch.Tensor:
-    """The truncation error of ``E(h) = Σ w S_o / h``, from the same stencil at ``2h``
-    (:func:`gradcheck_bi.tolerance.noise.truncation`)."""
-    return stencil_estimate(odd, stencil, h)[1]
-
-
 def stencil_estimate(odd: torch.Tensor, stencil: Stencil, h: torch.Tensor | float
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(E(h), T)``: the estimate ``Σ w S_o / h`` (the bits of ``stencil_sum(odd) / h``)
-    and its :func:`richardson_truncation`, the stencil at ``h`` taken once for both."""
+    and its truncation error, from the same stencil at ``2h``
+    (:func:`gradcheck_bi.tolerance.noise.truncation`), the stencil at ``h`` taken once for
+    both."""
     both = _at_both_steps(odd, stencil)
     if both is None:
         both = torch.stack([stencil_sum(odd, stencil), stencil_sum(odd, stencil, 2)])
