@@ -40,6 +40,7 @@ from gradcheck_bi.ops.shaped import (
     Variant,
     cotangent,
     cotangent_axis,
+    rows_view,
 )
 
 LAYOUTS = ("TN", "NN", "NT")
@@ -73,10 +74,6 @@ def canonical(t: dict[str, torch.Tensor | None], options: dict[str, Any]
     a = A.t() if layout[0] == "N" else A
     b = B.t() if layout[1] == "T" else B.view(-1, B.shape[-1])
     return {"A": a, "B": b, "bias": t.get("bias")}
-
-
-def output_view(name: str, y: torch.Tensor) -> torch.Tensor:
-    return y.reshape(-1, y.shape[-1])
 
 
 def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -127,6 +124,6 @@ OP = ShapedOp(
     reference=reference, canonical=canonical, draw=draw, sizes=sizes,
     default_shape=(2, 8, 64, 48), shape_words="(…leading, K, O)",
     batch_axis=lambda options: "n", column="layout",
-    fills={"out_dtype": None}, marks=("gemm", "matmul", "linear"), output_view=output_view,
+    fills={"out_dtype": None}, marks=("gemm", "matmul", "linear"), output_view=rows_view,
     restore=restore, size_names={"k": ("in_features",), "o": ("out_features",)},
 )

@@ -39,6 +39,7 @@ from gradcheck_bi.ops.shaped import (
     last_axis_rows,
     rows_back,
     rows_sizes,
+    rows_view,
 )
 
 
@@ -72,6 +73,6 @@ OP = ShapedOp(
     default_shape=(2, 8, 256), shape_words="(…rows, D)", coupled=("d",),
     batch_axis=lambda options: "n", column="cotangent", fills={"dim": -1},
     marks=("log_softmax",), scaled=("x",), bend=lambda role, options: 1.0,
-    output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    output_view=rows_view,
     restore=rows_back,
 )

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from gradcheck_bi.ops.names import ROLE_NAMES
 from gradcheck_bi.ops.record import Op
 from gradcheck_bi.ops.shaped import (
     Axis,
@@ -30,7 +31,9 @@ from gradcheck_bi.ops.shaped import (
     cotangent_axis,
     rows_back,
     rows_sizes,
+    rows_view,
 )
+from gradcheck_bi.vocab import Config
 
 
 def rms(v: torch.Tensor, eps: float) -> torch.Tensor:
@@ -103,9 +106,7 @@ GATES = {"silu": Gate(torch.nn.functional.silu, silu_grad, silu_grad_size),
 # model; the description below is what the shaped engine reads, and what tests hold the plan
 # to (tests/test_norms_any_shape.py, tests/test_norm_models.py).
 
-EPS = 1e-6  # the norms' default (gradcheck_bi.vocab.Config.eps)
-_ROLE_NAMES = {"x": ("x", "input", "hidden_states"), "weight": ("weight", "w", "gamma"),
-               "bias": ("bias", "b", "beta"), "residual": ("residual",), "z": ("z", "gate")}
+EPS = Config.eps  # a point's default eps
 GROUPS = ("D", "D/4")  # the group sizes a gated norm's description sweeps: the row, a quarter
 
 
@@ -157,8 +158,8 @@ def _group(word: Any, d: int) -> int | None:
 def norm_op(plan: Op, words: str = "(…rows, D)") -> ShapedOp:
     """The record of a norm: its rows, parameters, outputs and sweep as an op of any shape,
     its fp64 reference the plan's, and the plan itself for the row engine."""
-    roles = [Role(i, ("n", "d"), names=_ROLE_NAMES.get(i, (i,))) for i in plan.inputs]
-    roles += [Role(p.name, ("d",), optional=p.optional, names=_ROLE_NAMES.get(p.name, (p.name,)),
+    roles = [Role(i, ("n", "d"), names=ROLE_NAMES.get(i, (i,))) for i in plan.inputs]
+    roles += [Role(p.name, ("d",), optional=p.optional, names=ROLE_NAMES.get(p.name, (p.name,)),
                    check_name=p.check) for p in plan.params]
 
     def reference(t: dict[str, torch.Tensor | None], options: dict[str, Any]
@@ -207,5 +208,4 @@ def norm_op(plan: Op, words: str = "(…rows, D)") -> ShapedOp:
         shape_words=words, coupled=("d",), batch_axis=lambda options: "n",
         column="gamma" if plan.offset_param is not None else "", fills={"eps": EPS},
         crossed=(("gamma", "zero_centered_gamma"),) if plan.offset_param is not None else (),
-        scaled=("x",), output_view=lambda _, y: y.reshape(-1, y.shape[-1]),
-        restore=rows_back, rows=plan)
+        scaled=("x",), output_view=rows_view, restore=rows_back, rows=plan)

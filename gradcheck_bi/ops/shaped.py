@@ -289,6 +289,12 @@ def last_axis_rows(t: dict[str, torch.Tensor | None], options: dict[str, Any]
     return {k: (v.reshape(-1, v.shape[-1]) if v is not None else None) for k, v in t.items()}
 
 
+def rows_view(name: str, y: torch.Tensor) -> torch.Tensor:
+    """``output_view`` for an output of ``(…rows, D)``: ``(rows, D)``, the leading dims
+    flattened."""
+    return y.reshape(-1, y.shape[-1])
+
+
 def rows_back(name: str, part: torch.Tensor, like: torch.Tensor, options: dict[str, Any]
               ) -> torch.Tensor:
     """``restore`` for :func:`last_axis_rows`: a few ``(k, D)`` rows with the kernel's

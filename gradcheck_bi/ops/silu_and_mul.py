@@ -39,6 +39,7 @@ from gradcheck_bi.ops.shaped import (
     halves_back,
     halves_rows,
     halves_sizes,
+    rows_view,
 )
 
 
@@ -70,6 +71,6 @@ OP = ShapedOp(
     default_shape=(2, 8, 256), shape_words="(…rows, 2D)",
     batch_axis=lambda options: "n", column="cotangent",
     marks=("silu_and_mul",), scaled=("x",), bend=lambda role, options: 1.0,
-    output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    output_view=rows_view,
     restore=halves_back,
 )

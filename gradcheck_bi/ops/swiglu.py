@@ -43,6 +43,7 @@ from gradcheck_bi.ops.shaped import (
     last_axis_rows,
     rows_back,
     rows_sizes,
+    rows_view,
 )
 
 # Liger's multipliers; the other value is no power of two, nor one the reciprocal of the
@@ -100,6 +101,6 @@ OP = ShapedOp(
     default_shape=(2, 8, 256), shape_words="(…rows, D)",
     batch_axis=lambda options: "n", column="gate_multiplier",
     marks=("swiglu",), scaled=("a", "b"), bend=bend,
-    output_view=lambda name, y: y.reshape(-1, y.shape[-1]),
+    output_view=rows_view,
     restore=rows_back,
 )
