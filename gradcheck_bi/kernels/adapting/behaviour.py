@@ -287,6 +287,7 @@ def unlike(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
     by more; "" where no move does, or the kernel runs nowhere here. One more call of its
     forward per move (x scaled; the weight moved either way where it takes one)."""
     moves = ("", "scaled", *(("w+", "w-") if "weight" in roles else ()))
+    points = {m: moved(m, torch.float64)["fp64"] for m in moves}  # what the references read
     for dtype, device in _targets():
         try:
             y = sandbox.call(functools.partial(_outputs, run, dtype, device, moves),
@@ -296,7 +297,7 @@ def unlike(run: Callable[[dict[str, Any]], Any], roles: frozenset[str],
         seen = _responses(y)
         refs = []
         for v in candidates(roles, ops):
-            at = {m: v.reference(moved(m, torch.float64)["fp64"], PROBE_D) for m in moves}
+            at = {m: v.reference(points[m], PROBE_D) for m in moves}
             if at[""].shape == y[""].shape:
                 refs.append(_responses(at))
         for name, r in seen.items():
