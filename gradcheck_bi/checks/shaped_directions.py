@@ -67,9 +67,8 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
             va = (o * h * d[0]).reshape(-1)  # v·a first, as addcmul forms it
             _triton_directions.level(orig, va, d[1], t)
             y_plus = forward(kernel, point)
-            projected = _triton_directions.level(orig, va, d[1], t, analytic)
-            assert projected is not None
-            along = projected
+            along = _triton_directions.level(orig, va, d[1], t, analytic)
+            assert along is not None
             ys = [y_plus, forward(kernel, point)]
         else:
             assert taken is not None
