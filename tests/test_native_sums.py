@@ -1,17 +1,47 @@
-"""The compiled one-pass CPU level sums (numba): the torch path's bits, and when they run."""
+"""The compiled one-pass CPU level sums (C built here, and numba): the torch path's bits, and
+when they run."""
 
 from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 import torch
 from conftest import rand, where_differs
 
 from gradcheck_bi import fd
+from gradcheck_bi.fd import _c_fd
 from gradcheck_bi.fd.reduce import Sums, _level_sums_torch
 
-pytest.importorskip("numba")
 
-from gradcheck_bi.fd import _numba_fd
+@pytest.fixture(params=["c", "numba"])
+def compiled(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+             ) -> Iterator[ModuleType]:
+    """Each compiled path in turn, as ``level_sums(native=True)`` reaches it: the C build
+    (the default where it builds), then numba with the C path turned off."""
+    if request.param == "c":
+        if _c_fd.library() is None:
+            pytest.skip("no C compiler builds the level sums here")
+        monkeypatch.delenv("GRADCHECK_BI_CC", raising=False)
+        yield _c_fd
+        return
+    pytest.importorskip("numba")
+    from gradcheck_bi.fd import _numba_fd
+
+    monkeypatch.setenv("GRADCHECK_BI_CC", "0")
+    yield _numba_fd
+
+
+@pytest.fixture
+def numba_only(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """numba's path with the C path off: its start-repaying rules."""
+    pytest.importorskip("numba")
+    from gradcheck_bi.fd import _numba_fd
+
+    monkeypatch.setenv("GRADCHECK_BI_CC", "0")
+    return _numba_fd
 
 
 def _chunk(levels: int, cols: int, rows: int, d: int, dtype: torch.dtype, seed: int):  # type: ignore[no-untyped-def]
@@ -28,7 +58,8 @@ def _chunk(levels: int, cols: int, rows: int, d: int, dtype: torch.dtype, seed: 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("d", [1, 2, 3, 5, 16, 255, 256, 300, 1023, 1024, 1025, 2048, 2500,
                                4097])
-def test_native_sums_are_the_torch_paths_bits(dtype: torch.dtype, d: int) -> None:
+def test_native_sums_are_the_torch_paths_bits(compiled: ModuleType, dtype: torch.dtype,
+                                              d: int) -> None:
     for levels in (1, 3):
         ys, y0, g = _chunk(levels, 2, 3, d, dtype, seed=d + levels)
         for sums in (Sums(levels), Sums(levels, odd=False), Sums(levels, even=False)):
@@ -38,7 +69,7 @@ def test_native_sums_are_the_torch_paths_bits(dtype: torch.dtype, d: int) -> Non
                 f"D={d} {sums}: " + where_differs(got, want)
 
 
-def test_native_sums_write_into_a_strided_view() -> None:
+def test_native_sums_write_into_a_strided_view(compiled: ModuleType) -> None:
     ys, y0, g = _chunk(3, 2, 4, 300, torch.float64, seed=3)
     whole = torch.full((6, 5, 9), float("nan"), dtype=torch.float64)
     view = whole[:, 1:3, 2:6]  # (6, 2, 4), not contiguous
@@ -47,21 +78,22 @@ def test_native_sums_write_into_a_strided_view() -> None:
     assert torch.equal(view, _level_sums_torch(ys, y0, g, Sums(3)))
     assert whole[:, 0].isnan().all() and whole[:, :, :2].isnan().all(), "wrote outside out"
     with pytest.raises(ValueError, match="out must be fp64"):
-        _numba_fd.level_sums(ys, y0, g, True, True, out=torch.empty(6, 2, 4))
+        compiled.level_sums(ys, y0, g, True, True, out=torch.empty(6, 2, 4))
 
 
-def test_native_sums_refuse_what_they_cannot_compute() -> None:
+def test_native_sums_refuse_what_they_cannot_compute(compiled: ModuleType) -> None:
     ys, y0, g = _chunk(1, 1, 2, 8, torch.float64, seed=1)
     with pytest.raises(ValueError, match="fp32/fp64 CPU"):
-        _numba_fd.level_sums(ys.half(), y0, g, True, True)
+        compiled.level_sums(ys.half(), y0, g, True, True)
     with pytest.raises(ValueError, match="2 points per level"):
-        _numba_fd.level_sums(ys[:1], y0, g, True, True)
+        compiled.level_sums(ys[:1], y0, g, True, True)
     # bf16 outputs are not compiled for: the torch path takes them, native asked or not
     got = fd.reduce.level_sums(ys.bfloat16(), y0, g, native=True)
     assert torch.equal(got, _level_sums_torch(ys.bfloat16(), y0, g, Sums(1)))
 
 
-def test_native_path_only_for_large_cpu_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_numba_only_for_large_cpu_checks(numba_only: ModuleType,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = torch.device("cpu")
     big = fd.reduce.NATIVE_MIN_ELEMENTS
     assert fd.reduce.native_worth(big, cpu)
@@ -76,10 +108,12 @@ def test_native_path_only_for_large_cpu_checks(monkeypatch: pytest.MonkeyPatch) 
         fd.reduce.numba_available.cache_clear()
 
 
-def test_loaded_sums_serve_small_checks_of_their_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Once this process has run the compiled sums on fp64 outputs, a small fp64 CPU check
-    uses them too (no start to repay, the same bits); fp32, other devices and
+def test_loaded_sums_serve_small_checks_of_their_dtype(numba_only: ModuleType,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once this process has run numba's sums on fp64 outputs, a small fp64 CPU check uses
+    them too (no start to repay, the same bits); fp32, other devices and
     GRADCHECK_BI_NUMBA=0 do not."""
+    _numba_fd = numba_only
     cpu, small = torch.device("cpu"), 1000
     monkeypatch.setattr(_numba_fd, "READY", set())
     assert not fd.reduce.native_worth(small, cpu, torch.float64)
@@ -100,9 +134,10 @@ def test_loaded_sums_serve_small_checks_of_their_dtype(monkeypatch: pytest.Monke
 
 
 def test_a_run_whose_checks_repay_the_start_together_loads_the_sums(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Checks each too small for the compiled sums, but enough of them in one run: the run
-    loads them up front (fd.reduce.preload), per dtype, and not for a run below that."""
+        numba_only: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checks each too small for numba's sums, but enough of them in one run: the run loads
+    them up front (fd.reduce.preload), per dtype, and not for a run below that."""
+    _numba_fd = numba_only
     from gradcheck_bi.sweep import Sweep
     from gradcheck_bi.upfront import preload_cpu_sums
     from gradcheck_bi.vocab import Config
@@ -122,3 +157,48 @@ def test_a_run_whose_checks_repay_the_start_together_loads_the_sums(
                              Config(check="dx", shape=(4, 64), seed=1)))
     assert _numba_fd.READY == {torch.float64}
     assert fd.reduce.native_worth(one, torch.device("cpu"), torch.float64)
+
+
+def test_the_c_pass_serves_every_cpu_check_where_it_builds(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """With a C compiler on this machine the C pass builds, proves its bits and takes every
+    CPU check, a one-row one too; not on another device, under a forced backend or with
+    GRADCHECK_BI_CC=0; and preload has no start to pay for it."""
+    if shutil.which("cc") is None:
+        pytest.skip("no cc here")
+    monkeypatch.delenv("GRADCHECK_BI_CC", raising=False)
+    assert _c_fd.library() is not None, "cc is here but the C level sums did not build"
+    cpu = torch.device("cpu")
+    assert fd.reduce.native_worth(1, cpu) and fd.reduce.native_worth(1, cpu, torch.float32)
+    assert not fd.reduce.native_worth(1, torch.device("meta"))
+    assert fd.reduce.preload({torch.float64: fd.reduce.NATIVE_MIN_ELEMENTS}) == []
+    assert "C one-pass" in fd.reduce.described()["cpu"]
+    from gradcheck_bi.sums.reduction import use_backend
+
+    with use_backend("torch"):
+        assert not fd.reduce.c_ready()
+    monkeypatch.setenv("GRADCHECK_BI_CC", "0")
+    assert not fd.reduce.c_ready() and _c_fd.built() is None
+    assert "C one-pass" not in fd.reduce.described()["cpu"]
+
+
+def test_a_c_build_that_fails_or_differs_leaves_the_path_off(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory) -> None:
+    """No compiler, a compiler that fails, or a library whose sums differ in one bit from
+    the torch path: ``library()`` is None (the sums then run in numba or torch ops)."""
+    monkeypatch.delenv("GRADCHECK_BI_CC", raising=False)
+    monkeypatch.setenv("GRADCHECK_BI_CACHE", str(tmp_path))
+    try:
+        for compiler in ("no-such-compiler-here", "false"):
+            monkeypatch.setenv("CC", compiler)
+            _c_fd.library.cache_clear()
+            assert _c_fd.library() is None and _c_fd.built() is None
+        if shutil.which("cc") is None:
+            return
+        monkeypatch.setenv("CC", "cc")
+        monkeypatch.setattr(_c_fd, "_same_bits", lambda lib: False)
+        _c_fd.library.cache_clear()
+        assert _c_fd.library() is None
+        assert _c_fd.built() is not None  # built, then refused by its bits
+    finally:
+        _c_fd.library.cache_clear()

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from numba import njit
 
+from gradcheck_bi.fd._one_pass import chunk_rows, result_for
 from gradcheck_bi.sums.blocking import MAX_BLOCK_D
 
 # The dtypes of ``ys`` whose compiled sums this process has already run: for those a check
@@ -114,14 +115,7 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor, odd: bool, e
     """``(odd·L + even·L, *ys.shape[1:-1])`` fp64 sums of a CPU ``ys`` ``(2L, ..., R, D)``
     in fp32 or fp64, with ``y0`` and ``g`` of ``(R, D)``; see the module docstring. With
     ``out`` (fp64 CPU, that shape, any strides) the sums are written there, no copy."""
-    n_lev = ys.shape[0] // 2
-    shape = ((odd + even) * n_lev, *ys.shape[1:-1])
-    if out is None:
-        out = torch.empty(shape, dtype=torch.float64)
-    elif out.dtype != torch.float64 or tuple(out.shape) != shape or out.device.type != "cpu":
-        raise ValueError(f"out must be fp64 CPU of shape {shape}, got {out.dtype} "
-                         f"{tuple(out.shape)} on {out.device}")
-    return sums_into(y0, g, odd, even)(ys, out)
+    return sums_into(y0, g, odd, even)(ys, result_for(ys, odd, even, out))
 
 
 def sums_into(y0: torch.Tensor, g: torch.Tensor, odd: bool,
@@ -134,14 +128,8 @@ def sums_into(y0: torch.Tensor, g: torch.Tensor, odd: bool,
     n_r, n_cols = g.shape
 
     def run(ys: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if ys.dtype not in (torch.float32, torch.float64) or ys.device.type != "cpu":
-            raise ValueError(f"numba level sums take fp32/fp64 CPU outputs, got {ys.dtype} "
-                             f"on {ys.device}")
-        n_lev = ys.shape[0] // 2
-        if n_lev < 1 or 2 * n_lev != ys.shape[0]:
-            raise ValueError("level sums take 2 points per level and odd or even sums")
-        rows = ys.detach().contiguous().view(ys.shape[0], -1, n_r, n_cols)
-        _sums(rows.numpy(), y0_np, g_np, n_lev, odd, even, MAX_BLOCK_D,
+        rows = chunk_rows(ys, n_r, n_cols)
+        _sums(rows.numpy(), y0_np, g_np, ys.shape[0] // 2, odd, even, MAX_BLOCK_D,
               out.view(out.shape[0], rows.shape[1], n_r).numpy())
         READY.add(ys.dtype)
         return out

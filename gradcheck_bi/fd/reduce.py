@@ -19,9 +19,10 @@ Three paths, one set of bits per path and ``D``:
   (:data:`FUSED_MIN_ELEMENTS`), one fused kernel reads each perturbed output once and keeps
   every sum in registers
   (:mod:`gradcheck_bi.fd._triton_fd`);
-* on CPU, for a check large enough to repay numba's start, or any check once this process
-  has run the compiled pass on its dtype (``native=True``, see :func:`native_worth`), one
-  compiled pass (:mod:`gradcheck_bi.fd._numba_fd`), bitwise equal to the torch ops;
+* on CPU (``native=True``, see :func:`native_worth`) one compiled pass, bitwise equal to
+  the torch ops: C built by the system's compiler (:mod:`gradcheck_bi.fd._c_fd`) for every
+  check where it builds; else numba (:mod:`gradcheck_bi.fd._numba_fd`) for a check large
+  enough to repay numba's start, or any check once this process has run it on its dtype;
 * elsewhere a few whole-chunk torch ops (no fp64 copy of an fp64 chunk) and one fixed-order
   :func:`~gradcheck_bi.sums.reduction.row_sum`.
 
@@ -85,10 +86,22 @@ def _fused(ys: torch.Tensor, sums: Sums) -> bool:
     return sums.levels <= _triton_fd.MAX_LEVELS
 
 
-# The CPU one-pass sums pay numba's import and cached-code load (~0.4 s; ~1.2 s to compile
-# per dtype the first time) and then save ~0.9 ns per perturbed element over the torch ops
+# numba's one-pass sums pay its import and cached-code load (~0.5 s; ~1.2 s to compile per
+# dtype the first time) and then save ~0.9 ns per perturbed element over the torch ops
 # (docs/benchmarks.md, "One-pass CPU sums"): below 2^29 elements the start costs more.
+# The C build (fd._c_fd) has no such start: where it builds, every CPU check uses it.
 NATIVE_MIN_ELEMENTS = 1 << 29
+
+
+def c_ready() -> bool:
+    """Whether the CPU sums run in the compiled C pass here: not turned off
+    (``GRADCHECK_BI_CC=0``), no reduction backend forced, and the library built (now, once
+    per machine, if need be) and giving the torch path's bits."""
+    if chosen_backend() is not None:
+        return False
+    from gradcheck_bi.fd import _c_fd
+
+    return _c_fd.allowed() and _c_fd.library() is not None
 
 
 def _numba_allowed() -> bool:
@@ -116,11 +129,16 @@ def described() -> dict[str, str]:
         return {"cpu": forced, "cuda": forced}
     import importlib.util
 
+    from gradcheck_bi.fd import _c_fd
+
     numba = _numba_allowed() and importlib.util.find_spec("numba") is not None
     big = NATIVE_MIN_ELEMENTS.bit_length() - 1
     loaded = ("; below, once loaded for a dtype (by such a check, or up front for a run whose "
               "checks of that dtype reach it together)")
-    return {"cpu": f"torch{f'; numba one-pass from 2^{big} elements{loaded}' if numba else ''}",
+    cpu = f"torch{f'; numba one-pass from 2^{big} elements{loaded}' if numba else ''}"
+    if _c_fd.built() is not None:
+        cpu = "C one-pass (built here by the system's compiler), every chunk"
+    return {"cpu": cpu,
             "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
                     "elements per chunk; torch below"}
 
@@ -128,10 +146,13 @@ def described() -> dict[str, str]:
 def native_worth(perturbed_elements: int, device: torch.device,
                  dtype: torch.dtype | None = None) -> bool:
     """Whether a CPU check that reduces ``perturbed_elements`` in all should use the
-    compiled one-pass sums: numba importable, and enough work to repay its start — or, for
-    outputs of ``dtype``, that start already paid in this process (same bits either way)."""
+    compiled one-pass sums: the C pass wherever it is ready (:func:`c_ready`); else numba
+    importable, and enough work to repay its start — or, for outputs of ``dtype``, that
+    start already paid in this process (same bits either way)."""
     if device.type != "cpu":
         return False
+    if c_ready():
+        return True
     if perturbed_elements >= NATIVE_MIN_ELEMENTS:
         return numba_available()
     return dtype is not None and native_loaded(dtype)
@@ -142,11 +163,11 @@ def preload(work: dict[torch.dtype, int]) -> list[torch.dtype]:
     ``NATIVE_MIN_ELEMENTS`` perturbed elements in all (``work``: dtype → elements), by
     running the compiled sums once on a one-element chunk: every check of those dtypes then
     uses them (:func:`native_loaded`). The per-check rule of :func:`native_worth`, applied
-    to a whole run of checks each too small to repay the start alone. Returns the dtypes
-    loaded."""
+    to a whole run of checks each too small to repay the start alone (nothing where the C
+    pass serves every check, :func:`c_ready`). Returns the dtypes loaded."""
     due = [dt for dt, n in work.items()
            if n >= NATIVE_MIN_ELEMENTS and dt in (torch.float32, torch.float64)]
-    if not due or chosen_backend() is not None or not numba_available():
+    if not due or chosen_backend() is not None or c_ready() or not numba_available():
         return []
     from gradcheck_bi.fd import _numba_fd
 
@@ -182,6 +203,10 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor,
 
         return _triton_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
     if native and ys.device.type == "cpu" and ys.dtype in (torch.float32, torch.float64):
+        if c_ready():
+            from gradcheck_bi.fd import _c_fd
+
+            return _c_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
         from gradcheck_bi.fd import _numba_fd
 
         return _numba_fd.level_sums(ys, y0, g, sums.odd, sums.even, out)
