@@ -87,6 +87,10 @@ def test_native_sums_refuse_what_they_cannot_compute(compiled: ModuleType) -> No
         compiled.level_sums(ys.half(), y0, g, True, True)
     with pytest.raises(ValueError, match="2 points per level"):
         compiled.level_sums(ys[:1], y0, g, True, True)
+    with pytest.raises(ValueError, match="D ≥ 1"):  # nothing to read: never past the end
+        compiled.level_sums(ys[..., :0], y0[:, :0], g[:, :0], True, True)
+    with pytest.raises(ValueError, match="rows, D"):
+        compiled.level_sums(ys, y0, g[:1], True, True)
     # bf16 outputs are not compiled for: the torch path takes them, native asked or not
     got = fd.reduce.level_sums(ys.bfloat16(), y0, g, native=True)
     assert torch.equal(got, _level_sums_torch(ys.bfloat16(), y0, g, Sums(1)))

@@ -168,6 +168,8 @@ def level_sums(ys: torch.Tensor, y0: torch.Tensor, g: torch.Tensor, odd: bool, e
     in fp32 or fp64, with ``y0`` and ``g`` of ``(R, D)``; see the module docstring. With
     ``out`` (fp64 CPU, that shape, any strides) the sums are written there, no copy."""
     out = result_for(ys, odd, even, out)
+    if y0.shape != g.shape:
+        raise ValueError(f"y0 {tuple(y0.shape)} and g {tuple(g.shape)} must be the same (rows, D)")
     lib = library()
     if lib is None:
         raise RuntimeError("the compiled C level sums are not available here")

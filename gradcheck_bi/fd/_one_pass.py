@@ -30,6 +30,7 @@ def chunk_rows(ys: torch.Tensor, n_rows: int, n_cols: int) -> torch.Tensor:
     n_lev = ys.shape[0] // 2
     if n_lev < 1 or 2 * n_lev != ys.shape[0]:
         raise ValueError("level sums take 2 points per level and odd or even sums")
-    if tuple(ys.shape[-2:]) != (n_rows, n_cols):
-        raise ValueError(f"ys {tuple(ys.shape)} must end in the (rows, D) ({n_rows}, {n_cols})")
+    if tuple(ys.shape[-2:]) != (n_rows, n_cols) or n_cols < 1:
+        raise ValueError(f"ys {tuple(ys.shape)} must end in the (rows, D) ({n_rows}, {n_cols}), "
+                         "D ≥ 1")
     return ys.detach().contiguous().view(ys.shape[0], -1, n_rows, n_cols)
