@@ -204,5 +204,6 @@ def test_a_c_build_that_fails_or_differs_leaves_the_path_off(
         _c_fd.library.cache_clear()
         assert _c_fd.library() is None
         assert _c_fd.built() is not None  # built, then refused by its bits
+        assert "C one-pass" not in fd.reduce.described()["cpu"]  # and not reported as used
     finally:
         _c_fd.library.cache_clear()

@@ -123,7 +123,8 @@ def numba_available() -> bool:
 
 def described() -> dict[str, str]:
     """Which sums run on each device, as the JSON's environment says it (numba: installed,
-    without importing it)."""
+    without importing it; the C pass: built on this machine and giving the torch path's
+    bits, without building it)."""
     forced = chosen_backend()
     if forced is not None:
         return {"cpu": forced, "cuda": forced}
@@ -136,7 +137,7 @@ def described() -> dict[str, str]:
     loaded = ("; below, once loaded for a dtype (by such a check, or up front for a run whose "
               "checks of that dtype reach it together)")
     cpu = f"torch{f'; numba one-pass from 2^{big} elements{loaded}' if numba else ''}"
-    if _c_fd.built() is not None:
+    if _c_fd.built() is not None and _c_fd.library() is not None:  # built: no compile here
         cpu = "C one-pass (built here by the system's compiler), every chunk"
     return {"cpu": cpu,
             "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
