@@ -188,22 +188,30 @@ def test_the_c_pass_serves_every_cpu_check_where_it_builds(monkeypatch: pytest.M
 
 def test_a_c_build_that_fails_or_differs_leaves_the_path_off(
         monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory) -> None:
-    """No compiler, a compiler that fails, or a library whose sums differ in one bit from
-    the torch path: ``library()`` is None (the sums then run in numba or torch ops)."""
+    """No compiler or a compiler that fails: ``library()`` is None; a library whose sums
+    differ from the torch path's: not used (``c_ready``). The sums then run in numba or
+    torch ops."""
     monkeypatch.delenv("GRADCHECK_BI_CC", raising=False)
     monkeypatch.setenv("GRADCHECK_BI_CACHE", str(tmp_path))
     try:
         for compiler in ("no-such-compiler-here", "false"):
             monkeypatch.setenv("CC", compiler)
             _c_fd.library.cache_clear()
+            fd.reduce.c_gives_torch_bits.cache_clear()
             assert _c_fd.library() is None and _c_fd.built() is None
+            assert not fd.reduce.c_ready()
         if shutil.which("cc") is None:
             return
         monkeypatch.setenv("CC", "cc")
-        monkeypatch.setattr(_c_fd, "_same_bits", lambda lib: False)
         _c_fd.library.cache_clear()
-        assert _c_fd.library() is None
-        assert _c_fd.built() is not None  # built, then refused by its bits
+        fd.reduce.c_gives_torch_bits.cache_clear()
+        assert fd.reduce.c_ready() and _c_fd.built() is not None
+        good = _c_fd.level_sums
+        monkeypatch.setattr(_c_fd, "level_sums", lambda *a, **k: good(*a, **k).mul_(1 + 2.0**-50))
+        fd.reduce.c_gives_torch_bits.cache_clear()
+        assert not fd.reduce.c_ready()  # built, then refused by its bits
         assert "C one-pass" not in fd.reduce.described()["cpu"]  # and not reported as used
+        assert not fd.reduce.native_worth(1, torch.device("cpu"))
     finally:
         _c_fd.library.cache_clear()
+        fd.reduce.c_gives_torch_bits.cache_clear()

@@ -96,12 +96,34 @@ NATIVE_MIN_ELEMENTS = 1 << 29
 def c_ready() -> bool:
     """Whether the CPU sums run in the compiled C pass here: not turned off
     (``GRADCHECK_BI_CC=0``), no reduction backend forced, and the library built (now, once
-    per machine, if need be) and giving the torch path's bits."""
+    per machine, if need be) and giving the torch path's bits (:func:`c_gives_torch_bits`)."""
     if chosen_backend() is not None:
         return False
     from gradcheck_bi.fd import _c_fd
 
-    return _c_fd.allowed() and _c_fd.library() is not None
+    return _c_fd.allowed() and c_gives_torch_bits()
+
+
+@functools.cache
+def c_gives_torch_bits() -> bool:
+    """Whether the C library loads and its sums of a small random chunk (a padded block, two
+    levels) are the torch path's, bit for bit, in fp32 and fp64: checked once a process,
+    before any check uses it (a compiler that fused or reordered would fail here)."""
+    from gradcheck_bi.fd import _c_fd
+
+    if _c_fd.library() is None:
+        return False
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float64, torch.float32):
+        y0 = torch.randn(3, 300, generator=gen, dtype=torch.float64)
+        ys = (y0 + 1e-3 * torch.randn(4, 2, 3, 300, generator=gen, dtype=torch.float64)
+              ).to(dtype)
+        g = torch.randn(3, 300, generator=gen, dtype=torch.float64)
+        want = _level_sums_torch(ys, y0, g, Sums(2))
+        got = _c_fd.level_sums(ys, y0, g, True, True)
+        if not torch.equal(want.view(torch.int64), got.view(torch.int64)):
+            return False
+    return True
 
 
 def _numba_allowed() -> bool:
@@ -137,7 +159,7 @@ def described() -> dict[str, str]:
     loaded = ("; below, once loaded for a dtype (by such a check, or up front for a run whose "
               "checks of that dtype reach it together)")
     cpu = f"torch{f'; numba one-pass from 2^{big} elements{loaded}' if numba else ''}"
-    if _c_fd.built() is not None and _c_fd.library() is not None:  # built: no compile here
+    if _c_fd.built() is not None and c_gives_torch_bits():  # built: no compile here
         cpu = "C one-pass (built here by the system's compiler), every chunk"
     return {"cpu": cpu,
             "cuda": f"triton (compiled) from 2^{FUSED_MIN_ELEMENTS.bit_length() - 1} "
