@@ -3,8 +3,9 @@
 * :func:`check_memory` — a finite-difference check that cannot fit in its memory budget
   refuses the run (exit 2, with the estimate), before any point runs, so every shard of
   the grid refuses alike;
-* :func:`preload_cpu_sums` — the compiled CPU sums are loaded when the run's checks
-  together repay their start (:func:`gradcheck_bi.fd.reduce.preload`).
+* :func:`preload_cpu_sums` — the compiled CPU sums are loaded before the workers fork:
+  the C pass for any CPU finite differences, numba when the run's checks together repay
+  its start (:func:`gradcheck_bi.fd.reduce.preload`).
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def check_memory(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
 
 
 def preload_cpu_sums(points: list[tuple[KernelSpec, Config, Sweep]]) -> None:
-    """Load the compiled CPU sums up front when this run's full input-gradient checks on CPU
-    together reduce enough perturbed elements to repay their start (``fd.reduce.preload``):
-    every level of every column of every row, each reaching the row of every output."""
+    """Load the compiled CPU sums up front (``fd.reduce.preload``): the C pass for any
+    full input-gradient check on CPU, numba where this run's together reduce enough
+    perturbed elements to repay its start — every level of every column of every row, each
+    reaching the row of every output. The workers forked after this inherit them loaded."""
     work: dict[torch.dtype, int] = {}
     for _, cfg, _ in points:
         if cfg.op not in ROWS:

@@ -176,6 +176,16 @@ def test_the_c_pass_serves_every_cpu_check_where_it_builds(monkeypatch: pytest.M
     assert fd.reduce.native_worth(1, cpu) and fd.reduce.native_worth(1, cpu, torch.float32)
     assert not fd.reduce.native_worth(1, torch.device("meta"))
     assert fd.reduce.preload({torch.float64: fd.reduce.NATIVE_MIN_ELEMENTS}) == []
+    # a run of one small CPU dx check loads and verifies it before its workers fork
+    from gradcheck_bi.sweep import Sweep
+    from gradcheck_bi.upfront import preload_cpu_sums
+    from gradcheck_bi.vocab import Config
+
+    fd.reduce.c_gives_torch_bits.cache_clear()
+    preload_cpu_sums([(None, Config(check="dx", shape=(4, 64), device="cuda"), Sweep())])
+    assert fd.reduce.c_gives_torch_bits.cache_info().currsize == 0  # no CPU work: nothing
+    preload_cpu_sums([(None, Config(check="dx", shape=(4, 64)), Sweep())])
+    assert fd.reduce.c_gives_torch_bits.cache_info().currsize == 1
     assert "C one-pass" in fd.reduce.described()["cpu"]
     from gradcheck_bi.sums.reduction import use_backend
 

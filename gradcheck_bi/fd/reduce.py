@@ -186,11 +186,15 @@ def preload(work: dict[torch.dtype, int]) -> list[torch.dtype]:
     ``NATIVE_MIN_ELEMENTS`` perturbed elements in all (``work``: dtype → elements), by
     running the compiled sums once on a one-element chunk: every check of those dtypes then
     uses them (:func:`native_loaded`). The per-check rule of :func:`native_worth`, applied
-    to a whole run of checks each too small to repay the start alone (nothing where the C
-    pass serves every check, :func:`c_ready`). Returns the dtypes loaded."""
-    due = [dt for dt, n in work.items()
-           if n >= NATIVE_MIN_ELEMENTS and dt in (torch.float32, torch.float64)]
-    if not due or chosen_backend() is not None or c_ready() or not numba_available():
+    to a whole run of checks each too small to repay the start alone. Where the C pass
+    serves every check (:func:`c_ready`) there is nothing to repay: it is loaded and
+    verified here instead (~3 ms), for any such work, so that the workers forked from this
+    process inherit it ready. Returns the dtypes numba was loaded for."""
+    work = {dt: n for dt, n in work.items() if n > 0 and dt in (torch.float32, torch.float64)}
+    if not work or chosen_backend() is not None or c_ready():
+        return []
+    due = [dt for dt, n in work.items() if n >= NATIVE_MIN_ELEMENTS]
+    if not due or not numba_available():
         return []
     from gradcheck_bi.fd import _numba_fd
 
