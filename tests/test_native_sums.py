@@ -210,6 +210,15 @@ def test_a_c_build_that_fails_or_differs_leaves_the_path_off(
             fd.reduce.c_gives_torch_bits.cache_clear()
             assert _c_fd.library() is None and _c_fd.built() is None
             assert not fd.reduce.c_ready()
+        # the failed build is remembered: not tried again with those flags and compiler
+        assert list(tmp_path.glob("*.failed")), "no .failed marker for the failed build"
+        calls = []
+        monkeypatch.setattr(_c_fd.subprocess, "run", lambda *a, **k: calls.append(a))
+        _c_fd.library.cache_clear()
+        assert _c_fd.library() is None and calls == []
+        monkeypatch.undo()  # subprocess.run and the environment back
+        monkeypatch.delenv("GRADCHECK_BI_CC", raising=False)
+        monkeypatch.setenv("GRADCHECK_BI_CACHE", str(tmp_path))
         if shutil.which("cc") is None:
             return
         monkeypatch.setenv("CC", "cc")

@@ -10,8 +10,10 @@ take ~0.5 s, so every CPU check uses it, an (8, 1024) one included.
 
 Built once per machine on first use (~0.25 s with gcc) into a cache directory
 (``GRADCHECK_BI_CACHE``, else ``$XDG_CACHE_HOME/gradcheck-bi``, else
-``~/.cache/gradcheck-bi``) under a name that hashes the source and the flags, written to a
-temporary file and renamed (processes that build at once each write their own). On x86-64
+``~/.cache/gradcheck-bi``) under a name that hashes the source, the flags and the compiler,
+written to a temporary file and renamed (processes that build at once each write their
+own); a build that fails leaves the compiler's messages beside it (``.failed``) and is not
+tried again with those flags. On x86-64
 with AVX2 (all of x86-64-v3 in ``/proc/cpuinfo``) it is built for that level: 1.4× faster
 than the baseline vectors here, the same bits. The compiler is ``$CC`` or ``cc``;
 ``GRADCHECK_BI_CC=0`` turns this path off. Before its first use a process checks the loaded
@@ -77,8 +79,14 @@ def cache_dir() -> Path:
     return Path(base) / "gradcheck-bi"
 
 
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC") or "cc")
+
+
 def _target(flags: tuple[str, ...]) -> Path:
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    """The library's path for ``flags``: the source, the flags and the compiler hashed."""
+    said = " ".join([*flags, str(_compiler())]).encode()
+    key = hashlib.sha256(SOURCE.read_bytes() + said).hexdigest()[:16]
     return cache_dir() / f"level_sums-{platform.machine()}-{key}.so"
 
 
@@ -94,8 +102,11 @@ def built() -> Path | None:
 
 
 def _build(flags: tuple[str, ...], path: Path) -> bool:
-    compiler = shutil.which(os.environ.get("CC") or "cc")
-    if compiler is None:
+    """Compile to ``path``; a compiler that refuses these flags leaves its messages in
+    ``path`` + ``.failed``, and no process of this machine tries them with it again."""
+    compiler = _compiler()
+    failed = path.with_suffix(".failed")
+    if compiler is None or failed.exists():
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
@@ -104,6 +115,7 @@ def _build(flags: tuple[str, ...], path: Path) -> bool:
         done = subprocess.run([compiler, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
                               timeout=120, check=False)
         if done.returncode != 0:
+            failed.write_bytes(done.stdout + done.stderr)
             return False
         os.replace(tmp, path)
         return True
