@@ -134,3 +134,56 @@ def test_a_shard_keeps_a_layout_point_with_its_twin() -> None:
     assert twin_groups(cfgs * 2, ["a"] * 3 + ["b"] * 3) == [0, 0, 0, 3, 3, 3]
     owner = assign(cfgs * 2, 2, ["a"] * 3 + ["b"] * 3)
     assert owner[:3] == [owner[0]] * 3 and owner[3:] == [owner[3]] * 3 != owner[:3]
+
+
+def test_the_points_of_one_layout_share_their_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dx's and dw's points at one layout make the kernel's two calls once: dw's reads dx's
+    outputs and gradients (the draw never depends on the check), and every result is the
+    one it gets from its own calls."""
+    from gradcheck_bi.checks import twins
+
+    sweep = Sweep(kernels=["after"], targets=[("cpu", "fp64")], shapes=[(2, 3, 40)],
+                  weights=["randn", "ones"], layouts=["contiguous", "x-strided", "grad-strided"],
+                  checks=["dx", "dw"])
+    spec = resolve("after")
+    real, made = twins._both_layouts, []
+
+    def counted(fn, cfg):  # type: ignore[no-untyped-def]
+        made.append((cfg.check, cfg.layout, cfg.control, cfg.zero_centered_gamma))
+        return real(fn, cfg)
+
+    monkeypatch.setattr(twins, "_both_layouts", counted)
+    points = list(grid(sweep, [spec]))
+    measure = PointMeasurer()
+    shared = [measure(spec, cfg, sweep).to_dict() for _, cfg in points]
+    n_shared, made[:] = len(made), []
+    monkeypatch.setattr(twins, "KEEP_CALLS", 0)  # nothing kept: each point its own calls
+    measure = PointMeasurer()
+    alone = [measure(spec, cfg, sweep).to_dict() for _, cfg in points]
+    assert shared == alone
+    laid_points = sum(cfg.layout != "contiguous" for _, cfg in points)
+    assert len(made) == laid_points and n_shared == laid_points // 2, (n_shared, len(made))
+
+
+def test_a_shared_call_keeps_the_notes_of_declared_writes(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A kernel that writes into its cotangent, declared: dw's layout points, which read
+    dx's calls, carry the same note as when they make their own."""
+    from gradcheck_bi.checks import twins
+
+    sweep = Sweep(kernels=[f"{KERNELS}/side_effects.py:InPlaceDeclared"],
+                  targets=[("cpu", "fp64")], shapes=[(2, 4, 64)], weights=["randn"],
+                  layouts=["contiguous", "x-strided", "grad-strided"], checks=["dx", "dw"],
+                  allow_mutation=["grad_output"])
+    spec = resolve(sweep.kernels[0])
+    points = list(grid(sweep, [spec]))
+
+    def run() -> list[dict]:  # type: ignore[type-arg]
+        measure = PointMeasurer()
+        return [measure(spec, cfg, sweep).to_dict() for _, cfg in points]
+
+    shared = run()
+    monkeypatch.setattr(twins, "KEEP_CALLS", 0)
+    assert shared == run()
+    laid = [r for r in shared if r["layout"] != "contiguous"]
+    assert laid and all("declared mutation" in (r["message"] or "") for r in laid), laid[:1]

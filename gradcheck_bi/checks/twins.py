@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,7 +54,11 @@ from gradcheck_bi.checks.rows.point import make_point
 from gradcheck_bi.checks.shaped_batch import same_as_contiguous
 from gradcheck_bi.kernels.adapting.asop import as_op_kernel
 from gradcheck_bi.kernels.calling.opcall import laid_out, op_grads
-from gradcheck_bi.kernels.calling.writes import allowed_mutations, declared_mutations
+from gradcheck_bi.kernels.calling.writes import (
+    allowed_mutations,
+    declared_mutations,
+    noted_mutations,
+)
 from gradcheck_bi.ops import ROWS, SHAPED
 from gradcheck_bi.tolerance.rules import per_element_ratio
 from gradcheck_bi.vocab import Config, Measurement
@@ -64,6 +69,9 @@ TWIN_DTYPES = ("fp64", "fp32")
 # "layouts" block shares its contiguous points with earlier blocks). The judged (err, tol)
 # pairs are what costs memory: the oldest go first past this many bytes.
 KEEP_BYTES = 64 * 2**20
+# Layouts whose calls are kept for the next point that differs only in its check: a sweep's
+# layouts of one point (x-strided, grad-strided, …), dx's then dw's; within KEEP_BYTES.
+KEEP_CALLS = 4
 # fd_verdict's details at the twin's worst element, which a margin verdict does not share.
 _AT_WORST = ("noise_floor", "rounding_floor")
 Tensors = dict[str, torch.Tensor]
@@ -97,6 +105,10 @@ class Twins:
     def __init__(self, keep_bytes: int = KEEP_BYTES) -> None:
         self.keep_bytes = keep_bytes
         self._kept: OrderedDict[Config, Twin] = OrderedDict()
+        # The last few layouts' calls (_both_layouts) by point less its check: dx's and dw's
+        # points at one layout make the very same forward and backward calls.
+        self._calls: OrderedDict[Config, tuple[Any, Tensors, Tensors, list[str]]] = \
+            OrderedDict()
 
     def check(self, fn: Any, cfg: Config) -> Measurement:
         if not judged_by_twin(cfg):
@@ -108,7 +120,28 @@ class Twins:
             return run_check(fn, cfg)
         if cfg.op in SHAPED:  # an op of any shape: bitwise, or its own check
             return shaped_against_twin(fn, cfg, twin)
-        return against_twin(fn, cfg, twin)
+        return against_twin(fn, cfg, twin, self._both_layouts)
+
+    def _both_layouts(self, fn: Any, cfg: Config) -> tuple[Tensors, Tensors]:
+        """:func:`_both_layouts`, shared by the points that differ only in their check:
+        their tensors and calls are the same (the draw never depends on the check), so the
+        second point reads the first's outputs and gradients, and its declared writes'
+        notes are the first call's again."""
+        key = replace(cfg, check="")
+        hit = self._calls.get(key)
+        if hit is not None and hit[0] is fn:
+            self._calls.move_to_end(key)
+            noted_mutations().extend(hit[3])
+            return hit[1], hit[2]
+        notes = noted_mutations()
+        before = len(notes)
+        laid, flat = _both_layouts(fn, cfg)
+        self._calls[key] = (fn, laid, flat, notes[before:])
+        while self._calls and (len(self._calls) > KEEP_CALLS
+                               or sum(_nbytes(c[1]) + _nbytes(c[2])
+                                      for c in self._calls.values()) > self.keep_bytes):
+            self._calls.popitem(last=False)
+        return laid, flat
 
     def _measure_twin(self, fn: Any, cfg: Config) -> Measurement:
         with kept_judgements() as kept:
@@ -120,10 +153,17 @@ class Twins:
         return m
 
 
-def against_twin(fn: Any, cfg: Config, twin: Twin) -> Measurement:
+def _nbytes(ts: Tensors) -> int:
+    return sum(t.nbytes for t in ts.values())
+
+
+def against_twin(fn: Any, cfg: Config, twin: Twin,
+                 both: Callable[[Any, Config], tuple[Tensors, Tensors]] | None = None
+                 ) -> Measurement:
     """The layout point ``cfg`` by the rules of this module's docstring: its outputs and the
-    gradient it judges (``cfg.check``) against the contiguous call's."""
-    laid, flat = _both_layouts(fn, cfg)
+    gradient it judges (``cfg.check``) against the contiguous call's (made by ``both``,
+    default :func:`_both_layouts`)."""
+    laid, flat = (both or _both_layouts)(fn, cfg)
     names = [*ROWS[cfg.op].outputs, cfg.check]
     said = {"compared_with": "contiguous", "tensors": [n for n in names if n in flat]}
     if (set(laid) != set(flat) or cfg.check not in flat

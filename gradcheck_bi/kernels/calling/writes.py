@@ -53,6 +53,12 @@ def allowed_mutations() -> frozenset[str]:
     return _DECLARED.get()[0]
 
 
+def noted_mutations() -> list[str]:
+    """The current check's list of notes on declared writes (see
+    :func:`declared_mutations`): what a call made under it has added so far."""
+    return _DECLARED.get()[1]
+
+
 def _fraction_changed(now: torch.Tensor, before: torch.Tensor) -> float:
     """The fraction of elements whose bits differ (NaN-safe: compared as integers)."""
     if now.shape != before.shape:
