@@ -126,11 +126,10 @@ def _build(flags: tuple[str, ...], path: Path) -> bool:
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The loaded library, built first if needed; ``None`` where this path is off or
-    cannot be built or loaded. (Whether its bits are the torch path's is
-    :func:`gradcheck_bi.fd.reduce.c_ready`'s to check, before any check uses it.)"""
-    if not allowed():
-        return None
+    """The loaded library, built first if needed; ``None`` where it cannot be built or
+    loaded. (Whether a check uses it — ``GRADCHECK_BI_CC``, a forced backend, its bits
+    against the torch path's — is :func:`gradcheck_bi.fd.reduce.c_ready`'s to say: this
+    answer is kept for the process, so it reads no setting that may change.)"""
     for flags in _flag_sets():
         path = _target(flags)
         try:
