@@ -120,9 +120,9 @@ class Twins:
             return run_check(fn, cfg)
         if cfg.op in SHAPED:  # an op of any shape: bitwise, or its own check
             return shaped_against_twin(fn, cfg, twin)
-        return against_twin(fn, cfg, twin, self._both_layouts)
+        return against_twin(fn, cfg, twin, self._shared_layouts)
 
-    def _both_layouts(self, fn: Any, cfg: Config) -> tuple[Tensors, Tensors]:
+    def _shared_layouts(self, fn: Any, cfg: Config) -> tuple[Tensors, Tensors]:
         """:func:`_both_layouts`, shared by the points that differ only in their check:
         their tensors and calls are the same (the draw never depends on the check), so the
         second point reads the first's outputs and gradients, and its declared writes'
