@@ -61,7 +61,7 @@ from gradcheck_bi.fd.budget import release_freed_memory
 from gradcheck_bi.gate import expected, judge
 from gradcheck_bi.kernels.adapting import sandbox
 from gradcheck_bi.kernels.adapting.loader import Crashed
-from gradcheck_bi.kernels.adapting.sandbox import main_module_hidden
+from gradcheck_bi.kernels.adapting.sandbox import ctrl_c_after_start, main_module_hidden
 from gradcheck_bi.kernels.calling import phase, watch
 from gradcheck_bi.measure import PointMeasurer
 from gradcheck_bi.point import public, weight_words
@@ -293,8 +293,8 @@ class _Worker:
             self.process = ctx.Process(target=serve, args=args, daemon=True)
             sys.stdout.flush()  # a forked child must not write this process's buffers again
             sys.stderr.flush()
-            with warnings.catch_warnings():  # Python >= 3.12 warns of fork with threads alive
-                warnings.simplefilter("ignore", DeprecationWarning)
+            with warnings.catch_warnings(), ctrl_c_after_start():
+                warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
                 if forked:
                     self.process.start()
                 else:

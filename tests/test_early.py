@@ -103,21 +103,41 @@ def test_ctrl_c_before_the_commands_are_loaded_is_one_line(
     assert "interrupted" in one_line(capsys.readouterr().err)
 
 
-@pytest.mark.slow  # timing-dependent: under load 0.5 s can land in Python's own start-up
-def test_ctrl_c_in_the_first_half_second_prints_no_traceback() -> None:
+@pytest.mark.slow  # timing-dependent: where each Ctrl-C lands moves with the machine's load
+@pytest.mark.parametrize("after_s", [0.5, 1.0, 1.5])
+def test_ctrl_c_in_the_first_seconds_stops_the_run_without_a_traceback(after_s: float) -> None:
+    # 0.5 s: imports; 1.0–1.5 s: the kernels' recording children and the workers being
+    # forked (where a KeyboardInterrupt inside fork's own handlers was once dropped: exit 0)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "gradcheck_bi", "run"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        time.sleep(after_s)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "Traceback" not in err, err
-    if proc.returncode == -signal.SIGINT:  # still inside Python's own start-up: no output at all
-        assert err == "", err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    if proc.returncode == -signal.SIGINT:
+        # Python itself ended the process by SIGINT (inside its own start-up or shutdown, or
+        # after the line below); a shell reports that as 130 too
+        assert err == "" or "interrupted" in one_line(err), err
     else:
         assert proc.returncode == 130, f"exit {proc.returncode}; stderr: {err}"
         assert "interrupted" in one_line(err)
+
+
+def test_ctrl_c_while_a_child_starts_is_raised_after_it_started() -> None:
+    from gradcheck_bi.kernels.adapting.sandbox import ctrl_c_after_start
+
+    reached = []
+    found = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_after_start():
+            signal.raise_signal(signal.SIGINT)  # as if pressed inside fork's handlers
+            reached.append("the rest of the start")
+    assert reached == ["the rest of the start"]
+    assert signal.getsignal(signal.SIGINT) is found
+    with ctrl_c_after_start():  # not pressed: nothing raised
+        pass

@@ -40,13 +40,14 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gradcheck_bi import gpu
-from gradcheck_bi.kernels.calling import phase
+from gradcheck_bi.kernels.calling import phase, trace
 from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.vocab import KernelCrashed, Unsupported, first_line
 
@@ -168,8 +169,8 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
                         daemon=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    with warnings.catch_warnings(), main_module_hidden():  # 3.12 warns of fork with threads alive
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with warnings.catch_warnings(), main_module_hidden(), ctrl_c_after_start():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads alive
         child.start()
     theirs.close()
     outcomes: list[tuple[str, Any]] = []
@@ -223,7 +224,7 @@ def _child(conn: Any, build: Callable[[], Any] | None,
     if it is kept, wait to serve as a worker (``keep``: the kernel's key, the phase buffer,
     the parent's pid, the device kinds a child is kept for)."""
     global _mode, _conn, _forked, _built
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the user's Ctrl-C stops the parent
+    trace.ignore_ctrl_c()  # the user's Ctrl-C stops the parent
     faulthandler.disable()
     _mode, _conn, _forked = "record", conn, forked
     if forked:  # a parent's OpenMP pool does not survive fork: one thread (as fd.threads)
@@ -316,6 +317,28 @@ def take_kept() -> Kept | None:
     global _kept
     kept, _kept = _kept, None
     return kept
+
+
+@contextlib.contextmanager
+def ctrl_c_after_start() -> Iterator[None]:
+    """A Ctrl-C while a child process starts takes effect once it has started. Forking runs
+    Python's at-fork handlers (logging's among them), and a ``KeyboardInterrupt`` raised in
+    one is printed as "Exception ignored" and dropped: the run went on to exit 0. Meanwhile
+    SIGINT only marks itself pressed; the handler found is restored and, if it was pressed,
+    the signal raised again against it. Outside the main thread (where no handler can be
+    set) or under a handler installed outside Python nothing changes."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is None):
+        yield
+        return
+    pressed: list[int] = []
+    found = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, found)
+        if pressed:
+            signal.raise_signal(signal.SIGINT)
 
 
 @contextlib.contextmanager
