@@ -293,7 +293,7 @@ class _Worker:
             self.process = ctx.Process(target=serve, args=args, daemon=True)
             sys.stdout.flush()  # a forked child must not write this process's buffers again
             sys.stderr.flush()
-            with warnings.catch_warnings(), ctrl_c_after_start():
+            with warnings.catch_warnings(), ctrl_c_after_start(self.process):
                 warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
                 if forked:
                     self.process.start()

@@ -129,15 +129,23 @@ def test_ctrl_c_in_the_first_seconds_stops_the_run_without_a_traceback(after_s: 
 
 
 def test_ctrl_c_while_a_child_starts_is_raised_after_it_started() -> None:
+    import multiprocessing as mp
+
     from gradcheck_bi.kernels.adapting.sandbox import ctrl_c_after_start
 
+    child = mp.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
     reached = []
     found = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
-        with ctrl_c_after_start():
+        with ctrl_c_after_start(child):
+            child.start()
             signal.raise_signal(signal.SIGINT)  # as if pressed inside fork's handlers
             reached.append("the rest of the start")
     assert reached == ["the rest of the start"]
     assert signal.getsignal(signal.SIGINT) is found
-    with ctrl_c_after_start():  # not pressed: nothing raised
-        pass
+    assert child.exitcode == -signal.SIGKILL  # killed and reaped before the raise: no orphan
+    calm = mp.get_context("fork").Process(target=time.sleep, args=(0,), daemon=True)
+    with ctrl_c_after_start(calm):  # not pressed: nothing raised, the child left running
+        calm.start()
+    calm.join()
+    assert calm.exitcode == 0

@@ -169,7 +169,7 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
                         daemon=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    with warnings.catch_warnings(), main_module_hidden(), ctrl_c_after_start():
+    with warnings.catch_warnings(), main_module_hidden(), ctrl_c_after_start(child):
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads alive
         child.start()
     theirs.close()
@@ -320,13 +320,15 @@ def take_kept() -> Kept | None:
 
 
 @contextlib.contextmanager
-def ctrl_c_after_start() -> Iterator[None]:
-    """A Ctrl-C while a child process starts takes effect once it has started. Forking runs
-    Python's at-fork handlers (logging's among them), and a ``KeyboardInterrupt`` raised in
-    one is printed as "Exception ignored" and dropped: the run went on to exit 0. Meanwhile
-    SIGINT only marks itself pressed; the handler found is restored and, if it was pressed,
-    the signal raised again against it. Outside the main thread (where no handler can be
-    set) or under a handler installed outside Python nothing changes."""
+def ctrl_c_after_start(child: Any) -> Iterator[None]:
+    """A Ctrl-C while ``child`` (a process) starts takes effect once it has started. Forking
+    runs Python's at-fork handlers (logging's among them), and a ``KeyboardInterrupt`` raised
+    in one is printed as "Exception ignored" and dropped: the run went on to exit 0.
+    Meanwhile SIGINT only marks itself pressed; the handler found is restored and, if it was
+    pressed, the signal raised again against it — Python's own handler (a
+    ``KeyboardInterrupt``) after the child is killed and reaped: no caller holds it yet.
+    Outside the main thread (where no handler can be set) or under a handler installed
+    outside Python nothing changes."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is None):
         yield
@@ -338,6 +340,9 @@ def ctrl_c_after_start() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, found)
         if pressed:
+            if found is signal.default_int_handler and child.pid is not None:
+                child.kill()
+                child.join()
             signal.raise_signal(signal.SIGINT)
 
 
