@@ -54,11 +54,20 @@ def cuda_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
+# The tests that read the CUDA points' "unsupported" (or a fork's failed start) as torch's
+# refusal: they hold only where torch is built without CUDA (on a GPU machine those points
+# run and pass).
+TORCH_WITHOUT_CUDA = pytest.mark.skipif(
+    torch.version.cuda is not None,
+    reason="simulates a GPU beside a torch built without CUDA; this torch has CUDA")
+
+
 def _cuda_too() -> Sweep:
     return Sweep(kernels=["after"], targets=[("cpu", "fp64"), ("cuda", "fp32")],
                  weights=["randn"], zcg=[False], layouts=["contiguous"], checks=["forward"])
 
 
+@TORCH_WITHOUT_CUDA
 def test_a_run_forks_one_worker_per_device_kind_and_never_starts_cuda_here(
         cuda_calls: list[str], started: list[tuple[str, str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,6 +83,7 @@ def test_a_run_forks_one_worker_per_device_kind_and_never_starts_cuda_here(
     assert not torch.cuda.is_initialized()
 
 
+@TORCH_WITHOUT_CUDA
 def test_the_command_line_never_starts_cuda_before_its_report(
         cuda_calls: list[str], started: list[tuple[str, str]],
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,6 +99,7 @@ def test_the_command_line_never_starts_cuda_before_its_report(
     assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
 
 
+@TORCH_WITHOUT_CUDA
 def test_a_forked_worker_that_cannot_start_cuda_hands_its_points_to_a_spawned_one(
         cuda_calls: list[str], started: list[tuple[str, str]]) -> None:
     # torch here has no CUDA: the forked worker's start fails as a poisoned fork's would
@@ -101,6 +112,7 @@ def test_a_forked_worker_that_cannot_start_cuda_hands_its_points_to_a_spawned_on
     assert cuda_calls == [], f"CUDA started in the process that writes the report: {cuda_calls}"
 
 
+@TORCH_WITHOUT_CUDA
 def test_a_recording_child_that_started_cuda_becomes_the_cuda_worker(
         cuda_calls: list[str], started: list[tuple[str, str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
