@@ -410,6 +410,37 @@ def test_a_direction_projected_from_its_factors_is_the_whole_tensors(shape):
         assert math.isclose(float(sums[i]), want, rel_tol=1e-13), (i, float(sums[i]), want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape", [(1100, 1000), (3, 5, 7), (11,)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_direction_level_written_by_blocks_is_torchs_mixed_dtype_ops(shape, dtype,
+                                                                        transposed):
+    """A direction's level on CPU, ``x ± v a bᵀ`` rounded once to the dtype and the step
+    ``x₊ − x₋`` in fp64, computed a block of rows at a time in fp64 (more than one block at
+    (1100, 1000)): the bits of torch's mixed-dtype ``addcmul`` and ``sub_``, at any
+    strides."""
+    from gradcheck_bi.checks.shaped_directions import _widening_buffer, _write_level, rank_one
+
+    gen = torch.Generator().manual_seed(9)
+    x0 = (1e3 * torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+    x0 = x0.transpose(0, -1) if transposed else x0
+    a, b = rank_one(x0.shape, gen, torch.device("cpu"))
+    spare = _widening_buffer(x0)
+    assert (spare is None) == (dtype == torch.float64)
+    x, want_x = torch.empty_like(x0), torch.empty_like(x0)
+    taken = torch.full(x0.shape, float("nan"), dtype=torch.float64)
+    want = taken.clone()
+    for value in (0.37e-3, -0.37e-3):
+        _write_level(x0, (a, b), value, x, taken, spare)
+        torch.addcmul(x0, a, b, value=value, out=want_x)
+        assert torch.equal(x, want_x), where_differs(x, want_x)
+        if value > 0:
+            want.copy_(want_x)
+        else:
+            want.sub_(want_x)
+        assert torch.equal(taken, want), where_differs(taken, want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape", [(3, 5, 300), (37, 7)])
 def test_a_direction_level_fused_writes_and_projects_as_the_torch_ops(shape, dtype):

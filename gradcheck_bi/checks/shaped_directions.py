@@ -56,6 +56,7 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     orig = t.clone()
     fused = _fused(t, analytic)
     taken = None if fused else torch.empty(t.shape, dtype=torch.float64, device=t.device)
+    spare = _widening_buffer(t) if taken is not None else None
     out = []
 
     def level(d: tuple[torch.Tensor, torch.Tensor], o: int) -> list[torch.Tensor]:
@@ -74,11 +75,7 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
             assert taken is not None
             ys = []
             for sign in (1, -1):
-                torch.addcmul(orig, *d, value=sign * o * h, out=t)
-                if sign > 0:
-                    taken.copy_(t)
-                else:
-                    taken.sub_(t)
+                _write_level(orig, d, sign * o * h, t, taken, spare)
                 ys.append(forward(kernel, point))
             along = torch.dot(flat_grad, taken.reshape(-1))
         sums = [(g[k] * (ys[0][k] - ys[1][k])).sum() for k in g]
@@ -119,6 +116,49 @@ def directions(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: flo
     finally:
         t.copy_(orig)
     return out
+
+
+WIDEN_BLOCK = 1 << 20  # fp64 elements a block of :func:`_write_level` computes at a time (8 MiB)
+
+
+def _widening_buffer(t: torch.Tensor) -> torch.Tensor | None:
+    """The fp64 block :func:`_write_level` computes a level of ``t`` in: on CPU, for a
+    ``t`` in another dtype than fp64; ``None`` where torch's ops run as they are."""
+    if t.device.type != "cpu" or t.dtype == torch.float64 or t.dim() == 0 or not t.numel():
+        return None
+    rows = max(1, min(t.shape[0], WIDEN_BLOCK // max(1, t[0].numel())))
+    return torch.empty((rows, *t.shape[1:]), dtype=torch.float64)
+
+
+def _write_level(orig: torch.Tensor, d: tuple[torch.Tensor, torch.Tensor], value: float,
+                 t: torch.Tensor, taken: torch.Tensor, spare: torch.Tensor | None) -> None:
+    """``t = orig + value a bᵀ`` computed in fp64 and rounded once to ``t``'s dtype, and
+    the step: ``taken = t`` where ``value > 0``, else ``taken -= t`` (fp64, exact).
+
+    The bits of ``torch.addcmul(orig, a, b, value=value, out=t)`` and ``taken.copy_(t)`` /
+    ``taken.sub_(t)``; on CPU (``spare``, :func:`_widening_buffer`) a block of rows at a
+    time through an fp64 buffer, as torch's mixed-dtype loops are slow there (an fp32
+    (512, 32000) level: 66 ms and 38 ms, against 14 ms for both in blocks)."""
+    a, b = d
+    if spare is None:
+        torch.addcmul(orig, a, b, value=value, out=t)
+        if value > 0:
+            taken.copy_(t)
+        else:
+            taken.sub_(t)
+        return
+    step = spare.shape[0]
+    for r0 in range(0, t.shape[0], step):
+        rows = slice(r0, min(r0 + step, t.shape[0]))
+        wide = spare[: rows.stop - r0]
+        wide.copy_(orig[rows])
+        wide.addcmul_(a[rows], b, value=value)
+        t[rows].copy_(wide)
+        if value > 0:
+            taken[rows].copy_(t[rows])
+        else:
+            wide.copy_(t[rows])
+            taken[rows].sub_(wide)
 
 
 def _fused(t: torch.Tensor, analytic: torch.Tensor) -> bool:
