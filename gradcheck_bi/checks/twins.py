@@ -137,10 +137,8 @@ class Twins:
         before = len(notes)
         laid, flat = _both_layouts(fn, cfg)
         self._calls[key] = (fn, laid, flat, notes[before:])
-        while self._calls and (len(self._calls) > KEEP_CALLS
-                               or sum(_nbytes(c[1]) + _nbytes(c[2])
-                                      for c in self._calls.values()) > self.keep_bytes):
-            self._calls.popitem(last=False)
+        _trim(self._calls, lambda c: _nbytes(c[1]) + _nbytes(c[2]), self.keep_bytes,
+              KEEP_CALLS)
         return laid, flat
 
     def _measure_twin(self, fn: Any, cfg: Config) -> Measurement:
@@ -148,9 +146,17 @@ class Twins:
             m = run_check(fn, cfg)
         self._kept[cfg] = Twin(fn, copy.deepcopy(m), kept[0] if len(kept) == 1 else None)
         self._kept.move_to_end(cfg)
-        while self._kept and sum(t.nbytes for t in self._kept.values()) > self.keep_bytes:
-            self._kept.popitem(last=False)
+        _trim(self._kept, lambda t: t.nbytes, self.keep_bytes)
         return m
+
+
+def _trim(kept: OrderedDict[Config, Any], size: Callable[[Any], int], keep_bytes: int,
+          most: int | None = None) -> None:
+    """Drop ``kept``'s oldest entries while they hold more than ``keep_bytes`` (``size``
+    of each) or number more than ``most``."""
+    while kept and ((most is not None and len(kept) > most)
+                    or sum(size(v) for v in kept.values()) > keep_bytes):
+        kept.popitem(last=False)
 
 
 def _nbytes(ts: Tensors) -> int:
