@@ -169,6 +169,27 @@ def test_thread_count_never_changes_a_bit() -> None:
     assert torch.equal(one.noise_floor, two.noise_floor), "noise floor differs by threads"
 
 
+def test_meanwhile_runs_once_every_call_is_issued_and_changes_nothing() -> None:
+    # A check's analytic backward runs while the finite differences' calls do (on a GPU):
+    # after the last call is issued, before any result is read, and the estimate is the same.
+    from gradcheck_bi.fd.coloured import input_grad_outputs
+
+    x, g, w = rand(5, 160, seed=31), rand(5, 160, seed=32), rand(160, seed=33)
+    h = fd.row_steps(x, 1e-6, fd.step.input_step_rel(torch.float64, None))
+    calls, seen = [], []
+
+    def forward(t: torch.Tensor) -> list[torch.Tensor]:
+        calls.append(t.shape[0])
+        return [_forward(w)(t)]
+
+    with_hook = input_grad_outputs(forward, x, [g], h, meanwhile=lambda: seen.append(len(calls)))
+    issued = len(calls)
+    without = input_grad_outputs(forward, x, [g], h)
+    assert seen == [issued] and issued > 2, (seen, issued)
+    assert torch.equal(with_hook.grad, without.grad), where_differs(with_hook.grad, without.grad)
+    assert torch.equal(with_hook.noise_floor, without.noise_floor)
+
+
 def test_threads_by_chunk_size_and_restored_after(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fd.threads, "usable_cores", lambda: 3)
     small, large = fd.threads.PARALLEL_MIN_ELEMENTS - 1, fd.threads.PARALLEL_MIN_ELEMENTS
@@ -293,8 +314,12 @@ def test_cuda_chunk_ignores_what_the_allocator_caches(monkeypatch: pytest.Monkey
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev: (state["free"], 80 << 30))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev: state["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev: state["allocated"])
+    clock = {"now": 0.0}
+    monkeypatch.setattr(fd.budget.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(fd.budget, "_driver_reads", {})
 
     def chunk() -> tuple[int, int]:
+        clock["now"] += 2 * fd.budget.DRIVER_READ_S  # the driver asked again every time
         return fd.chunk_shape(64, 8192, fd.CENTRAL4, torch.float32, 1 << 40, "cuda")
 
     fresh = chunk()
@@ -305,6 +330,34 @@ def test_cuda_chunk_ignores_what_the_allocator_caches(monkeypatch: pytest.Monkey
     cols, rows = fresh
     room = (60 << 30) // 4 // fd.BYTES_PER_ELEMENT[torch.float32]
     assert rows == 64 and room // 2 < cols * rows * 6 * 8192 <= room, (cols, rows)
+
+
+def test_cuda_free_memory_is_read_from_the_driver_at_most_every_few_seconds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The driver's figure costs ~1 ms; between readings the allocator's own growth is
+    # accounted for (it moves memory from the driver's free to torch's reserved).
+    reads = []
+    state = {"free": 60 << 30, "reserved": 0, "allocated": 0}
+    clock = {"now": 100.0}
+
+    def mem_get_info(dev: object) -> tuple[int, int]:
+        reads.append(clock["now"])
+        return state["free"], 80 << 30
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev: state["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev: state["allocated"])
+    monkeypatch.setattr(fd.budget.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(fd.budget, "_driver_reads", {})
+    dev = torch.device("cuda")
+    assert fd.budget.cuda_free(dev) == 60 << 30
+    # this process takes 8 GiB and uses 6 of them: the driver would say 52 free
+    state.update(free=52 << 30, reserved=8 << 30, allocated=6 << 30)
+    clock["now"] += fd.budget.DRIVER_READ_S / 2
+    assert fd.budget.cuda_free(dev) == 54 << 30 and len(reads) == 1
+    state.update(free=40 << 30)  # another process took 12 GiB: seen at the next reading
+    clock["now"] += fd.budget.DRIVER_READ_S
+    assert fd.budget.cuda_free(dev) == 42 << 30 and len(reads) == 2
 
 
 def test_usable_cores_count_our_own_recent_threads_as_ours(

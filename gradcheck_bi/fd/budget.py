@@ -15,6 +15,7 @@ import ctypes.util
 import functools
 import math
 import os
+import time
 from typing import Any
 
 import torch
@@ -270,12 +271,28 @@ def _even(n: int, most: int) -> int:
     return -(-n // parts)
 
 
+# The driver's free memory plus what torch's caching allocator holds, per device: the
+# allocator's growth moves memory from one to the other, so the sum stays until another
+# process takes or frees memory. Asking the driver costs ~1 ms, host time a GPU waits out
+# before a check's first call (once a check on an H100, docs/benchmarks.md); the sum is
+# kept this many seconds. Another process can take memory between a reading and the
+# allocation it sizes however fresh the reading is.
+DRIVER_READ_S = 2.0
+_driver_reads: dict[str, tuple[float, int]] = {}
+
+
 def cuda_free(dev: torch.device) -> int:
     """Bytes this process could take on ``dev``: what the driver reports free plus what
     torch's caching allocator holds that no tensor uses, so the answer does not depend on
-    what earlier checks in this process left cached."""
-    free = int(torch.cuda.mem_get_info(dev)[0])
-    return free + int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
+    what earlier checks in this process left cached (the driver's figure read at most
+    :data:`DRIVER_READ_S` seconds ago)."""
+    now = time.monotonic()
+    kept = _driver_reads.get(str(dev))
+    if kept is None or now - kept[0] > DRIVER_READ_S:
+        free = int(torch.cuda.mem_get_info(dev)[0])
+        kept = (now, free + int(torch.cuda.memory_reserved(dev)))
+        _driver_reads[str(dev)] = kept
+    return kept[1] - int(torch.cuda.memory_allocated(dev))
 
 
 def cuda_room(dev: torch.device, bytes_per_element: int) -> int:

@@ -38,7 +38,7 @@ from gradcheck_bi.checks.rows.step_choice import step_rel_of
 from gradcheck_bi.fd.coloured import input_grad_outputs
 from gradcheck_bi.fd.refine import refine_elements
 from gradcheck_bi.fd.step import WEIGHT_STEP_REL, input_step_rel, pow2
-from gradcheck_bi.kernels.calling.opcall import op_forward, op_grads
+from gradcheck_bi.kernels.calling.opcall import op_forward, op_grads_later
 from gradcheck_bi.tolerance.rows import kernel_sigma, shared_sigma
 from gradcheck_bi.tolerance.summation import dw_sigma
 from gradcheck_bi.vocab import Config, Measurement, Unsupported
@@ -62,12 +62,15 @@ def _param_forward(fn: Any, point: OpPoint, name: str
 
 
 def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Config,
-             step_rel: float | None = None) -> fd.FDEstimate:
+             step_rel: float | None = None, meanwhile: Callable[[], None] | None = None
+             ) -> fd.FDEstimate:
     """Central differences of the kernel's forward at ``point`` (in its dtype) in the input
     or parameter ``name``, every output in ``returned`` against its cotangent.
 
     ``step_rel``: the relative step (``gradcheck-bi plot`` sweeps it); by default run's,
-    ``cfg.step_rel`` or the dtype's for an input, ``WEIGHT_STEP_REL`` for a parameter."""
+    ``cfg.step_rel`` or the dtype's for an input, ``WEIGHT_STEP_REL`` for a parameter.
+    ``meanwhile``: the caller's host work, run while an input's calls do
+    (:func:`~gradcheck_bi.fd.coloured.input_grad_outputs`); after them for a parameter."""
     stencil = fd.STENCILS[cfg.stencil]
     x, first = point.lead, point.op.outputs[0]
     if name in point.op.inputs:
@@ -80,12 +83,15 @@ def estimate(fn: Any, point: OpPoint, name: str, returned: list[str], cfg: Confi
                 reach(point, name, returned), shared_sigma(point),
                 # β, added to the first output last: a part the statistic does not scale
                 [point.op.added_last(point.params) if o == first else None for o in returned],
-                cfg.max_memory)
+                cfg.max_memory, meanwhile)
         except fd.MemoryBudgetError as exc:  # the budget, not the kernel: not run
             raise Unsupported(str(exc)) from None
-    return fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
-                          point.cotangents[first], stencil,
-                          WEIGHT_STEP_REL if step_rel is None else step_rel)
+    est = fd.weight_grad(_param_forward(fn, point, name), point.params[name], x,
+                         point.cotangents[first], stencil,
+                         WEIGHT_STEP_REL if step_rel is None else step_rel)
+    if meanwhile is not None:
+        meanwhile()
+    return est
 
 
 def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
@@ -94,22 +100,31 @@ def check_op_gradient(fn: Any, cfg: Config) -> Measurement:
     :mod:`.directional`."""
     point = make_point(cfg)
     name = point.op.gradient_checks[cfg.check]
-    outs, grads = op_grads(fn, point.inputs, point.params, point.cotangents, point.options,
-                           point.zcg)
+    # the outputs' names now (what the finite differences difference), the backward and
+    # an input's rounding model while the finite differences' calls run (on a GPU, their
+    # host work is no longer the GPU's idle time)
+    outs, backward = op_grads_later(fn, point.inputs, point.params, point.cotangents,
+                                    point.options, point.zcg)
     returned = list(outs)
     x = point.lead
-    analytic = grads[name]
     if cfg.mode not in ("full", "directional"):
         raise ValueError(f"unknown mode {cfg.mode!r}; expected 'full' or 'directional'")
     if cfg.mode == "directional" and name in point.op.inputs:
-        return check_directional(fn, cfg, point, name, returned, analytic)
-    est = estimate(fn, point, name, returned, cfg)
+        return check_directional(fn, cfg, point, name, returned, backward()[name])
+    later: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        later["grads"] = backward()
+        if name in point.op.inputs:
+            later["sigma"] = kernel_sigma(point, name, ExactGrads(point))
+
+    est = estimate(fn, point, name, returned, cfg, meanwhile=meanwhile)
+    analytic = later["grads"][name]
     notes = nonfinite_notes((f"analytic {cfg.check}", analytic),
                             (f"finite-difference {cfg.check}", est.grad))
     extra: dict[str, Any] = {"outputs": returned, **returns_y_alone(point, returned)}
     if name in point.op.inputs:
-        judge = Judge(analytic, kernel_sigma(point, name, ExactGrads(point)), x, cfg, notes,
-                      extra)
+        judge = Judge(analytic, later["sigma"], x, cfg, notes, extra)
         return kink_verdict(judge, est, lambda mask: refine_elements(
             input_forward(fn, point, name, returned), point.inputs[name],
             [point.cotangents[o] for o in returned], est.step, mask, est.stencil))

@@ -17,7 +17,7 @@ every output; the finite differences call the forward on inputs laid out the sam
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -107,6 +107,17 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     bitwise after the forward and after the backward (see
     :func:`gradcheck_bi.kernels.calling.writes.unchanged`).
     """
+    outs, backward = op_grads_later(fn, inputs, params, cotangents, options, zcg)
+    return outs, backward()
+
+
+def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
+                   options: dict[str, Any], zcg: bool
+                   ) -> tuple[Tensors, Callable[[], Tensors]]:
+    """:func:`op_grads` in two steps: the forward now (its outputs returned), the backward
+    when the returned callable is called (the gradients). A check that needs the outputs'
+    names first can queue GPU work between the two, and the backward's host work then runs
+    while that work does (the finite differences' calls: ``fd.coloured``'s ``meanwhile``)."""
     layout = _LAYOUT.get()
     absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take
     leaves = {n: lay_out(t.detach().clone(), layout, "x" if n in inputs else "weight"
@@ -132,27 +143,32 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
         term = (y * g).sum()
         loss = term if loss is None else loss + term
     assert loss is not None
-    phase.now("backward")
-    try:
-        loss.backward()
-    except RuntimeError as exc:
-        if "returned an invalid gradient" not in str(exc) and "does not require grad" not in str(
-                exc):
-            raise
-        raise ContractViolation(f"backward: {first_line(exc)}") from None
-    unchanged("backward", owned)
-    grads: Tensors = {}
-    for name, leaf in leaves.items():
-        if name in absent:
-            continue
-        if leaf.grad is None:
-            raise ContractViolation(f"backward returned None for d{_short(name)} (its input "
-                                    "requires grad)")
-        if leaf.grad.shape != leaf.shape:
-            raise ContractViolation(f"backward returned d{_short(name)} of shape "
-                                    f"{tuple(leaf.grad.shape)}, expected {tuple(leaf.shape)}")
-        grads[name] = leaf.grad.detach()
-    return {n: y.detach() for n, y in outs.items()}, grads
+
+    def backward() -> Tensors:
+        phase.now("backward")
+        try:
+            loss.backward()
+        except RuntimeError as exc:
+            if ("returned an invalid gradient" not in str(exc)
+                    and "does not require grad" not in str(exc)):
+                raise
+            raise ContractViolation(f"backward: {first_line(exc)}") from None
+        unchanged("backward", owned)
+        grads: Tensors = {}
+        for name, leaf in leaves.items():
+            if name in absent:
+                continue
+            if leaf.grad is None:
+                raise ContractViolation(f"backward returned None for d{_short(name)} (its "
+                                        "input requires grad)")
+            if leaf.grad.shape != leaf.shape:
+                raise ContractViolation(f"backward returned d{_short(name)} of shape "
+                                        f"{tuple(leaf.grad.shape)}, expected "
+                                        f"{tuple(leaf.shape)}")
+            grads[name] = leaf.grad.detach()
+        return grads
+
+    return {n: y.detach() for n, y in outs.items()}, backward
 
 
 def _short(name: str) -> str:
