@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -111,13 +112,30 @@ def op_grads(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
     return outs, backward()
 
 
+@dataclass
+class Backward:
+    """The second step of :func:`op_grads_later`. Called: the kernel's backward, what it
+    held compared bitwise, the gradients returned (as :func:`op_grads`). Or in two parts:
+    ``run()`` the backward and its gradients, ``check_writes()`` the comparison later — a
+    host sync, which on a GPU waits for every call queued before it."""
+
+    call: Callable[[bool], Tensors]  # the backward; with True, its writes checked first
+    check_writes: Callable[[], None]
+
+    def __call__(self) -> Tensors:
+        return self.call(True)
+
+    def run(self) -> Tensors:
+        return self.call(False)
+
+
 def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
-                   options: dict[str, Any], zcg: bool
-                   ) -> tuple[Tensors, Callable[[], Tensors]]:
+                   options: dict[str, Any], zcg: bool) -> tuple[Tensors, Backward]:
     """:func:`op_grads` in two steps: the forward now (its outputs returned), the backward
-    when the returned callable is called (the gradients). A check that needs the outputs'
-    names first can queue GPU work between the two, and the backward's host work then runs
-    while that work does (the finite differences' calls: ``fd.coloured``'s ``meanwhile``)."""
+    when asked (:class:`Backward`). A check that needs the outputs' names first can queue
+    GPU work between the two, and the backward's host work then runs while that work does
+    (the finite differences' calls: ``fd.coloured``'s ``meanwhile``), its write check
+    after them."""
     layout = _LAYOUT.get()
     absent: frozenset[str] = getattr(fn, "absent", frozenset())  # params it does not take
     leaves = {n: lay_out(t.detach().clone(), layout, "x" if n in inputs else "weight"
@@ -144,7 +162,7 @@ def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensor
         loss = term if loss is None else loss + term
     assert loss is not None
 
-    def backward() -> Tensors:
+    def backward(check: bool) -> Tensors:
         phase.now("backward")
         try:
             loss.backward()
@@ -153,7 +171,8 @@ def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensor
                     and "does not require grad" not in str(exc)):
                 raise
             raise ContractViolation(f"backward: {first_line(exc)}") from None
-        unchanged("backward", owned)
+        if check:
+            unchanged("backward", owned)
         grads: Tensors = {}
         for name, leaf in leaves.items():
             if name in absent:
@@ -168,7 +187,8 @@ def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensor
             grads[name] = leaf.grad.detach()
         return grads
 
-    return {n: y.detach() for n, y in outs.items()}, backward
+    return ({n: y.detach() for n, y in outs.items()},
+            Backward(backward, lambda: unchanged("backward", owned)))
 
 
 def _short(name: str) -> str:
