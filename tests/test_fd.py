@@ -315,6 +315,7 @@ def test_cuda_chunk_ignores_what_the_allocator_caches(monkeypatch: pytest.Monkey
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev: state["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev: state["allocated"])
     clock = {"now": 0.0}
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(fd.budget.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(fd.budget, "_driver_reads", {})
 
@@ -347,6 +348,7 @@ def test_cuda_free_memory_is_read_from_the_driver_at_most_every_few_seconds(
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev: state["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(fd.budget.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(fd.budget, "_driver_reads", {})
     dev = torch.device("cuda")
@@ -358,6 +360,9 @@ def test_cuda_free_memory_is_read_from_the_driver_at_most_every_few_seconds(
     state.update(free=40 << 30)  # another process took 12 GiB: seen at the next reading
     clock["now"] += fd.budget.DRIVER_READ_S
     assert fd.budget.cuda_free(dev) == 42 << 30 and len(reads) == 2
+    # another device's figure is read for it ("cuda" is the current one, here 0)
+    assert fd.budget.cuda_free(torch.device("cuda", 1)) == 42 << 30 and len(reads) == 3
+    assert fd.budget.cuda_free(torch.device("cuda", 0)) == 42 << 30 and len(reads) == 3
 
 
 def test_usable_cores_count_our_own_recent_threads_as_ours(

@@ -278,7 +278,7 @@ def _even(n: int, most: int) -> int:
 # kept this many seconds. Another process can take memory between a reading and the
 # allocation it sizes however fresh the reading is.
 DRIVER_READ_S = 2.0
-_driver_reads: dict[str, tuple[float, int]] = {}
+_driver_reads: dict[int, tuple[float, int]] = {}
 
 
 def cuda_free(dev: torch.device) -> int:
@@ -286,13 +286,15 @@ def cuda_free(dev: torch.device) -> int:
     torch's caching allocator holds that no tensor uses, so the answer does not depend on
     what earlier checks in this process left cached (the driver's figure read at most
     :data:`DRIVER_READ_S` seconds ago)."""
+    # "cuda" is whichever device is current: kept under its index (CUDA runs here already)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
     now = time.monotonic()
-    kept = _driver_reads.get(str(dev))
+    kept = _driver_reads.get(index)
     if kept is None or now - kept[0] > DRIVER_READ_S:
-        free = int(torch.cuda.mem_get_info(dev)[0])
-        kept = (now, free + int(torch.cuda.memory_reserved(dev)))
-        _driver_reads[str(dev)] = kept
-    return kept[1] - int(torch.cuda.memory_allocated(dev))
+        free = int(torch.cuda.mem_get_info(index)[0])
+        kept = (now, free + int(torch.cuda.memory_reserved(index)))
+        _driver_reads[index] = kept
+    return kept[1] - int(torch.cuda.memory_allocated(index))
 
 
 def cuda_room(dev: torch.device, bytes_per_element: int) -> int:
