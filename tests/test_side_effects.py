@@ -88,3 +88,22 @@ def test_a_declared_write_into_x_keeps_the_finite_differences_right() -> None:
                                 zcg=False, **SMALL)  # type: ignore[arg-type]
     assert report.ok, [r.message for r in report.results]
     assert report.results and all(r.status == "pass" for r in report.results)
+
+
+def test_a_backward_run_apart_from_its_write_check_still_tells_the_write_first() -> None:
+    # An input check runs the backward while its finite differences' calls do and checks
+    # its writes after them; a backward that both writes and fails reads as when called.
+    from gradcheck_bi.kernels.calling.opcall import Backward
+    from gradcheck_bi.vocab import ContractViolation
+
+    def call(check: bool) -> dict:
+        if check:
+            writes()
+        raise ContractViolation("backward returned None for dw")
+
+    def writes() -> None:
+        raise ContractViolation("backward overwrote x")
+
+    for run in (Backward(call, writes), Backward(call, writes).run):
+        with pytest.raises(ContractViolation, match="overwrote x"):
+            run()

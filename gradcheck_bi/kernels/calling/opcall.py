@@ -126,7 +126,11 @@ class Backward:
         return self.call(True)
 
     def run(self) -> Tensors:
-        return self.call(False)
+        try:
+            return self.call(False)
+        except ContractViolation:  # a write, where there is one, is told first (as called)
+            self.check_writes()
+            raise
 
 
 def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensors,
@@ -162,6 +166,9 @@ def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensor
         loss = term if loss is None else loss + term
     assert loss is not None
 
+    def writes() -> None:
+        unchanged("backward", owned)
+
     def backward(check: bool) -> Tensors:
         phase.now("backward")
         try:
@@ -172,7 +179,7 @@ def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensor
                 raise
             raise ContractViolation(f"backward: {first_line(exc)}") from None
         if check:
-            unchanged("backward", owned)
+            writes()
         grads: Tensors = {}
         for name, leaf in leaves.items():
             if name in absent:
@@ -188,7 +195,7 @@ def op_grads_later(fn: Any, inputs: Tensors, params: Tensors, cotangents: Tensor
         return grads
 
     return ({n: y.detach() for n, y in outs.items()},
-            Backward(backward, lambda: unchanged("backward", owned)))
+            Backward(backward, writes))
 
 
 def _short(name: str) -> str:
