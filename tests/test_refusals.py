@@ -9,6 +9,9 @@ an H200 read as rms_norm or layer_norm from their parameter names.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +167,17 @@ def test_a_defect_that_keeps_a_norms_shape_is_checked_not_refused(
     assert "recognised rms_norm from its name (BesselRMSNorm)" in err, err
     assert '"status": "fail"' in out, out
     assert "matches no known op (closest: rms_norm, max relative error" in out, out
+
+
+@pytest.mark.parametrize("isolate", ["1", "0"])
+def test_what_a_refused_kernel_warns_while_probed_is_not_shown(isolate: str) -> None:
+    """``math.sqrt`` handed a tensor that requires grad: torch warns, then it raises. The
+    probes' inputs are the tool's: one line, in a worker or here (a fresh process, as the
+    recognition child writes to the process's own stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gradcheck_bi", "run", "--kernel", "math:sqrt", *SMALL],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "GRADCHECK_BI_ISOLATE": isolate})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("gradcheck-bi: error: kernel math:sqrt(x): its forward raised")

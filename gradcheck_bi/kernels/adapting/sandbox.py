@@ -90,13 +90,16 @@ def limit(seconds: float | None) -> Iterator[None]:
 
 def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
     """``fn()``, a call of the kernel at load (``what`` it does, for the line a death gives):
-    run, recorded, or replayed, as :func:`isolated` decides."""
+    run, recorded, or replayed, as :func:`isolated` decides. What the kernel warns about
+    while it is probed is not shown: the probes' inputs are the tool's, not the run's (a
+    refused kernel gets its one line; the points' own warnings are reported)."""
     if _mode == "replay" and _replay:
         kind, value = _replay.popleft()
         if kind == "raised":  # a refusal of a device or dtype is replayed as one
             base = Unsupported if value[2] else Exception
             raise type(value[0], (base,), {})(value[1])
         return value  # type: ignore[no-any-return]
+    fn = _quiet(fn)
     if _mode != "record":
         return fn()
     if _forked and device.startswith("cuda") and _cuda_refused_here():
@@ -111,6 +114,15 @@ def call(fn: Callable[[], T], what: str, device: str = "cpu") -> T:
         raise
     _send(_conn, "ok", value)
     return value
+
+
+def _quiet(fn: Callable[[], T]) -> Callable[[], T]:
+    def run() -> T:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+
+    return run
 
 
 def _cuda_refused_here() -> bool:
