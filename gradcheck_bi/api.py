@@ -40,7 +40,7 @@ import torch
 from gradcheck_bi.cases import check_values
 from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import EXIT_UNEXPECTED, EXIT_UNSUPPORTED, Summary, summarize, verdict_line
-from gradcheck_bi.generic import prepare
+from gradcheck_bi.generic import own_checks, prepare
 from gradcheck_bi.kernels import adapt, resolve
 from gradcheck_bi.kernels.adapting.loader import crashed
 from gradcheck_bi.point import BY_KEY
@@ -266,6 +266,9 @@ def check(
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise ValueError(f"threads={threads!r}: expected an integer >= 1, or None")
+    own: list[str] = []
+    if inputs is not None:  # a generic kernel's gradients are named by its parameters
+        checks, own = own_checks(_as_list("checks", checks))
     values = sweep_values(checks=checks, weights=weights, zcg=zcg, shapes=shapes,
                           device=device, dtype=dtype, eps=eps, seeds=seeds,
                           input_scales=input_scales, weight_scales=weight_scales,
@@ -276,6 +279,8 @@ def check(
             generic = prepare(fn, inputs)
             spec, notes = generic.spec, list(generic.notes)
             values["targets"] = [(generic.device, generic.dtype)]
+            if own:
+                values["checks"] = [*(values.get("checks") or []), *own]
         else:
             spec = _spec(fn, kernel_args)
         if spec.source == "bundled":

@@ -45,7 +45,7 @@ import torch
 from gradcheck_bi.errors import derived
 from gradcheck_bi.kernels.adapting.adapters import BUILDERS
 from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel
-from gradcheck_bi.ops import SHAPED
+from gradcheck_bi.ops import ALL_CHECKS, SHAPED
 from gradcheck_bi.ops.shaped import Axis, Drawn, Output, Role, ShapedOp, Sizes, Variant
 from gradcheck_bi.vocab import DTYPES, KernelLoadError, KernelSpec, first_line
 
@@ -338,6 +338,20 @@ def prepare(fn: Any, inputs: Sequence[Any], name: str = "") -> Generic:
     spec = KernelSpec(name, kernel, (), "", source="api", zcg=frozenset({False}),
                       op=op.name, recognised=notes[0], fixed=())
     return Generic(spec, dtype, device, notes)
+
+
+def own_checks(asked: Any) -> tuple[Any, list[str]]:
+    """``asked`` (a list of check names, or anything else, left as it is) split into the
+    names every op knows (``ALL_CHECKS``, validated as any run's) and the gradients a
+    generic kernel's own parameters name (``d`` + an identifier: ``dinput``, ``dinput0``),
+    known only once its op is built; one that names no input of it runs no point, and the
+    report says so."""
+    if not isinstance(asked, list):
+        return asked, []
+    own = [c for c in asked if isinstance(c, str) and c not in ALL_CHECKS
+           and c.startswith("d") and c[1:].isidentifier()]
+    rest = [c for c in asked if c not in own]
+    return (rest or None) if own else asked, own
 
 
 def load_spec(obj: Any, name: str, source: str, shapes: list[tuple[int, ...]]) -> KernelSpec:

@@ -125,3 +125,55 @@ def test_cli_generic_checks_a_plain_function(tmp_path, capsys) -> None:
     assert "x: rows over the last axis" in err and "forward not checked" in err
     assert cli.main(["run", "--kernel", f"{path}:l2norm", "--generic"]) == 2
     assert "needs one --shape per tensor argument" in capsys.readouterr().err
+
+
+class Relu(torch.autograd.Function):
+    """An exact op: its outputs and its gradient are selections, rounding nothing."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp_min(0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x > 0)
+
+
+class ReluOffByAPartInATrillion(Relu):
+    @staticmethod
+    def backward(ctx, g):  # MUTANT: the gradient 1e-12 too large, relative
+        (x,) = ctx.saved_tensors
+        return g * (x > 0) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("fn", [Relu, torch.abs, lambda x: x.flip(-1),
+                                lambda x: x.gather(-1, torch.tensor([[2, 0, 1]] * 4))])
+def test_exact_ops_pass_in_fp64(fn) -> None:
+    # their rounding model is 0: the finite difference's own fp64 arithmetic is the noise
+    report = gradcheck_bi.check(fn, inputs=(_x(4, 3),), layouts=["contiguous"],
+                                checks=["dinput0"] if fn is torch.abs else ["dx"],  # a builtin's
+                                raise_on_failure=False)
+    assert report.ok, str(report)
+
+
+def test_an_exact_op_a_part_in_a_trillion_off_fails() -> None:
+    report = gradcheck_bi.check(ReluOffByAPartInATrillion, inputs=(_x(4, 16),),
+                                checks=["dx"], layouts=["contiguous"], raise_on_failure=False)
+    assert report.exit_code == 1 and report.failed
+
+
+def test_cli_generic_gradient_named_by_an_unknown_parameter(capsys) -> None:
+    from gradcheck_bi import cli
+
+    # relu's tensor is `input`: its check `dinput` is named at run time, by no op here
+    code = cli.main(["run", "--kernel", "torch.nn.functional:relu", "--generic", "--shape",
+                     "4,16", "--layout", "contiguous", "--no-progress", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert '"check": "dinput"' in out
+    code = cli.main(["run", "--kernel", "torch.nn.functional:relu", "--generic", "--shape",
+                     "4,16", "--check", "dinput", "--layout", "contiguous", "--no-progress",
+                     "--format", "text"])  # asked for by that name
+    assert code == 0 and "every result passes" in capsys.readouterr().out

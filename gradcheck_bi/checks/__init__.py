@@ -53,6 +53,13 @@ for _shaped in SHAPED.values():
         TOLERANCE_SETTINGS.setdefault(_name, ())
 
 
+def tolerance_settings(check: str) -> tuple[str, ...]:
+    """The settings that act on ``check``'s tolerance (:data:`TOLERANCE_SETTINGS`); none
+    for a check named only at run time (a generic op's ``d<param>``, its tolerance derived
+    from the kernel's own forward)."""
+    return TOLERANCE_SETTINGS.get(check, ())
+
+
 def run_check(fn: Any, cfg: Config) -> Measurement:
     """Run the check named by ``cfg.check``. Raises :class:`Unsupported` where it cannot run."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -62,4 +69,4 @@ def run_check(fn: Any, cfg: Config) -> Measurement:
     return run_op_check(as_op_kernel(fn), cfg)
 
 
-__all__ = ["TOLERANCE_SETTINGS", "batch_sizes", "run_check"]
+__all__ = ["TOLERANCE_SETTINGS", "batch_sizes", "run_check", "tolerance_settings"]

@@ -357,6 +357,9 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     d1 = torch.cat([f[1][0].reshape(-1) for f in first])  # every one shaped as the shared axes
     d2 = torch.cat([f[1][1].reshape(-1) for f in first])
     sigma = u * torch.sqrt(noises * noise_weight([d1, d2]))
+    # and the estimate's own fp64 arithmetic (g·Δy, ÷ the step, Richardson's combination):
+    # all the noise an exact op has (relu, a gather: σ of its outputs is 0)
+    sigma = torch.hypot(sigma, FD_ARITH * est.abs())
     # the forward's α: each of y₊, y₋ off by up to α, so level o's estimate by 2 Σ|g|α / dₒ
     # and E4(h) = (4 E(h) − E(2h)) / 3 by (8/d₁ + 2/d₂)/3 · Σ|g|α
     lost = sum(_reduce(g[k].abs() * m.output_absolute[k], axes, shared) for k, axes in outs)
@@ -418,6 +421,9 @@ def lazy_truncation(err: torch.Tensor, tol: Any, per: int, truncation: Any) -> t
     return tr
 
 
+# σ of E4(h)'s fp64 arithmetic per |E|: each level's g·Δy and ÷ d rounded (u/√3 each),
+# combined as (4 E(h) − E(2h)) / 3 and rounded twice more: ≈ 1.4 u
+FD_ARITH = 1.5 * 2.0**-53
 SEND_BLOCK = 256  # colours whose indices go to the device in one copy
 STACK_MAX = 2**22  # output elements up to which a colour's calls are reduced together
 

@@ -41,6 +41,7 @@ from gradcheck_bi.fd import threads as fd_threads
 from gradcheck_bi.gate import baseline as baselines
 from gradcheck_bi.gate import exit_code
 from gradcheck_bi.generic import load_spec as _generic  # noqa: F401  (run --generic)
+from gradcheck_bi.generic import own_checks
 from gradcheck_bi.kernels.adapting.loader import complete_ref
 from gradcheck_bi.kernels.calling.writes import MUTABLE
 from gradcheck_bi.ops import OPS
@@ -221,7 +222,12 @@ def run_command(
         "table" if Console().is_terminal else "text")
     set_threads(threads)
     _validate(fmt_name, plot, update_baseline, baseline)
+    own: list[str] = []
+    if generic:  # a generic kernel's gradients are named by its parameters (--check dinput)
+        given["check"], own = own_checks(given["check"])
     point = point_options(given)
+    if own:
+        point["check"] = [*point.get("check", []), *own]
     expect = one_of("--expect", expect, EXPECTS)
     try:
         part = parse_shard(shard) if shard is not None else None

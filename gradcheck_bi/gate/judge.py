@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradcheck_bi.checks import TOLERANCE_SETTINGS
+from gradcheck_bi.checks import tolerance_settings
 from gradcheck_bi.kernels.calling.refusal import refusal
 from gradcheck_bi.kernels.calling.trace import full_traceback, kernel_frames, located
 from gradcheck_bi.ops import SHAPED
@@ -46,7 +46,7 @@ def judge(
     assert status is not None
     result = Result(
         kernel=kernel,
-        **public(cfg, TOLERANCE_SETTINGS[cfg.check]),
+        **public(cfg, tolerance_settings(cfg.check)),
         max_abs_err=measurement.max_abs_err if measurement else None,
         tolerance=measurement.tolerance if measurement else None,
         status=status,
