@@ -267,8 +267,8 @@ def check(
                                 or threads < 1):
         raise ValueError(f"threads={threads!r}: expected an integer >= 1, or None")
     own: list[str] = []
-    if inputs is not None:  # a generic kernel's gradients are named by its parameters
-        checks, own = own_checks(_as_list("checks", checks))
+    if inputs is not None and checks is not None:  # a generic kernel's gradients are
+        checks, own = own_checks(_as_list("checks", checks))  # named by its parameters
     values = sweep_values(checks=checks, weights=weights, zcg=zcg, shapes=shapes,
                           device=device, dtype=dtype, eps=eps, seeds=seeds,
                           input_scales=input_scales, weight_scales=weight_scales,

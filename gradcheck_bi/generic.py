@@ -162,16 +162,19 @@ def measure(call: Callable[[list[Any]], tuple[torch.Tensor, ...]], args: list[_A
         n = t.numel()
         picks = [0, n - 1, n // 2, *torch.randint(0, max(n, 1), (2,), generator=gen).tolist()]
         worst = "none"
+        # a small move, then past every other element either way: a row's maximum, a
+        # sort's order or a clamp reach an output only through the element that crosses
+        far = 1.0 + 4.0 * float(t.abs().max()) if n else 1.0
         for k in dict.fromkeys(picks[:_PROBES]):
-            moved_t = t.clone()
-            flat = moved_t.view(-1)
-            flat[k] = flat[k] + 1e-3 * (1.0 + abs(float(flat[k])))
-            with torch.no_grad():
-                ys = call([*values[:i], moved_t, *values[i + 1:]])
             at = _unravel(k, tuple(t.shape))
-            for y0, y1 in zip(base, ys, strict=True):
-                p = _pattern(tuple(t.shape), tuple(y0.shape), at, y1 != y0)
-                worst = max(worst, p, key=PATTERNS.index)
+            for move in (1e-3 * (1.0 + abs(float(t.view(-1)[k]))), far, -far):
+                moved_t = t.clone()
+                moved_t.view(-1)[k] += move
+                with torch.no_grad():
+                    ys = call([*values[:i], moved_t, *values[i + 1:]])
+                for y0, y1 in zip(base, ys, strict=True):
+                    p = _pattern(tuple(t.shape), tuple(y0.shape), at, y1 != y0)
+                    worst = max(worst, p, key=PATTERNS.index)
         found[a.role] = worst
     return found
 

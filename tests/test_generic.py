@@ -177,3 +177,79 @@ def test_cli_generic_gradient_named_by_an_unknown_parameter(capsys) -> None:
                      "4,16", "--check", "dinput", "--layout", "contiguous", "--no-progress",
                      "--format", "text"])  # asked for by that name
     assert code == 0 and "every result passes" in capsys.readouterr().out
+
+
+class Hardtanh(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(-1, 1)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * ((x > -1) & (x < 1))
+
+
+class HardtanhUnclamped(Hardtanh):
+    @staticmethod
+    def backward(ctx, g):  # MUTANT: the gradient of x itself, blind to the clamp
+        return g.clone()
+
+
+def _near_kinks() -> torch.Tensor:
+    x = _x(4, 64)
+    x[0, 3], x[2, 7] = 1 + 1e-4, -1 - 3e-4  # within the step (2^-10 here) of a kink
+    return x
+
+
+def test_an_op_with_kinks_passes_saying_which_elements_it_judged_finer() -> None:
+    report = gradcheck_bi.check(Hardtanh, inputs=(_near_kinks(),), checks=["dx"],
+                                layouts=["contiguous"])
+    assert report.ok
+    kinked = [r for r in report.results if r.details.get("not_differentiable")]
+    assert kinked and all("not differentiable within ±4h" in r.message for r in kinked)
+
+
+def test_a_wrong_gradient_of_an_op_with_kinks_still_fails() -> None:
+    report = gradcheck_bi.check(HardtanhUnclamped, inputs=(_near_kinks(),), checks=["dx"],
+                                layouts=["contiguous"], raise_on_failure=False)
+    assert report.exit_code == 1 and len(report.failed) == 2  # both cotangents
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:]), "x: rows over the last axis"),
+    (lambda x: torch.softmax(x, -1), "x: rows over the last axis"),
+    (lambda x: x.amax(-1), "x: the whole tensor"),  # a row's maximum: moved past the others
+    (lambda x: torch.sort(x, -1).values, "x: rows over the last axis"),
+])
+def test_torch_functions_of_several_results_or_no_rule_pass(fn, words) -> None:
+    # native_layer_norm returns (y, mean, rstd), sort (values, indices): each result gets
+    # its σ; softmax and its backward are followed op by op (their sums cancel at a
+    # cotangent of ones, which an estimate of the op as a whole missed)
+    report = gradcheck_bi.check(fn, inputs=(_x(4, 64),), checks=["dx"],
+                                layouts=["contiguous"], raise_on_failure=False)
+    assert report.ok, str(report)
+    assert words in str(report)
+
+
+def test_an_input_that_reaches_no_output_has_a_zero_gradient() -> None:
+    report = gradcheck_bi.check(lambda x, w: 2 * x, inputs=(_x(4, 8), _x(8)),
+                                checks=["dx", "dw"], layouts=["contiguous"])
+    assert report.ok and {r.check for r in report.results} == {"dx", "dw"}
+    assert "w: reaches no output" in str(report)
+
+
+def test_the_model_of_an_op_of_several_results_is_not_zero() -> None:
+    from gradcheck_bi.errors import derived
+
+    x = _x(4, 64)
+    m = derived(lambda t: {"y": torch.nn.functional.layer_norm(t["x"], (64,))}, {"x": x},
+                {"y": torch.ones(4, 64, dtype=torch.float64)}, ["x"])
+    assert float(m.output_sigma["y"].min()) > 0 and float(m.grad_sigma["x"].min()) > 0
+    assert "native_layer_norm" not in m.unknown
+
+
+def test_every_check_of_a_generic_kernel_by_default() -> None:
+    report = gradcheck_bi.check(torch.abs, inputs=(_x(3, 4),), layouts=["contiguous"])
+    assert report.ok and {r.check for r in report.results} == {"dinput0", "batch_invariance"}

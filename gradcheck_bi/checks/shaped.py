@@ -53,11 +53,12 @@ from gradcheck_bi.fd.plan import (
     shared_and_colour,
     step,
 )
+from gradcheck_bi.fd.refine import REFINE
 from gradcheck_bi.fd.threads import cpu_threads, run_steps
 from gradcheck_bi.kernels.calling.shaped_call import ShapedKernel, snapshot, unchanged
 from gradcheck_bi.kernels.calling.writes import allowed_mutations
 from gradcheck_bi.tolerance.noise import K_SIGMA, K_TRUNC
-from gradcheck_bi.vocab import HALF_DTYPES, Config, ContractViolation, Measurement
+from gradcheck_bi.vocab import HALF_DTYPES, Config, ContractViolation, Measurement, Unsupported
 
 LOWP_INSIDE = torch.float32  # what a bf16/fp16 kernel computes in, for its tolerance
 
@@ -216,17 +217,22 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
             return _directional(kernel, point, role, m, u, analytic, note)
         fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
+    sig_k, abs_k = u * sig_g[at], m.grad_absolute[role][at]
     err = (analytic[at] - fd.value).abs()
-    tol = tolerance(fd.sigma, u * sig_g[at], fd.trunc, u) + fd.absolute \
-        + m.grad_absolute[role][at]
+    tol = tolerance(fd.sigma, sig_k, fd.trunc, u) + fd.absolute + abs_k
     extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
              "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
+    with cpu_threads(analytic.device, analytic.numel()):
+        err, kinks = _kinks(fd, analytic[at], err, tol, lambda f: tolerance(
+            f.sigma, sig_k, f.trunc, u) + f.absolute + abs_k, extra)
 
     def locate(k: list[int]) -> list[int]:  # a checked element's place in the tensor
         return [int(i[k[0]]) for i in fd.index] if k else k
 
     measured = _measured({role: err.cpu()}, {role: tol.cpu()}, point, note, "gradient", extra,
                          locate)
+    if kinks:
+        measured.message = f"{measured.message}; {kinks}" if measured.message else kinks
     for i, (de, dt) in enumerate(fd.directions):
         if not de <= dt:
             measured.passed = False
@@ -235,6 +241,48 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
             if measured.max_abs_err <= measured.tolerance:
                 measured.max_abs_err, measured.tolerance, measured.worst = de, dt, None
     return measured
+
+
+def _kinks(fd: FD, analytic: torch.Tensor, err: torch.Tensor, tol: torch.Tensor,
+           tolerance_of: Any, extra: dict[str, Any]) -> tuple[torch.Tensor, str]:
+    """The failing elements whose steps h and 2h disagree estimated again at ``h / REFINE``
+    (as the row engine's :func:`~gradcheck_bi.checks.fd_judge.kink_verdict`): where the two
+    estimates agree within their noise and truncation the function is smooth there and the
+    failure stands; where
+    they disagree the element is not differentiable within ±4h (a kink: relu at 0, a sort's
+    swap) and is judged at the finer step, and left unjudged where it fails there too.
+    Returns the errors so judged (``err`` where nothing failed) and the words to add; the
+    counts go into ``extra``."""
+    failing = err > tol
+    # a smooth defect fails at no further cost: only an element whose estimates at h and
+    # 2h disagree beyond noise and by 1/64 of its error is suspect (15 T = their gap; a
+    # smooth function's is h⁴-small against any error that fails, a kink's is not — one
+    # ≪ h from the point moves the estimates by d/h)
+    bend = 15 * fd.trunc
+    suspect = failing & (64 * bend >= err) & (bend > K_SIGMA * fd.sigma)
+    if fd.refine is None or not bool(suspect.any()):
+        return err, ""
+    fine = fd.refine(suspect)
+    allowed = K_SIGMA * torch.hypot(fd.sigma, fine.sigma) + K_TRUNC * (fd.trunc + fine.trunc)
+    kink = suspect & ((fd.value - fine.value).abs() > allowed)
+    n_kink = int(kink.sum())
+    if not n_kink:
+        return err, ""
+    err = torch.where(kink, (analytic - fine.value).abs(), err)
+    tol.copy_(torch.where(kink, tolerance_of(fine), tol))
+    unjudged = kink & (err > tol)
+    n_left = int(unjudged.sum())
+    if n_left == err.numel():
+        raise Unsupported(f"every element not differentiable within ±4h/{REFINE} (h = "
+                          f"{fd.h:.3g}): the FD at h and h/{REFINE} disagree; nothing to judge")
+    extra.update({"not_differentiable": n_kink, "not_differentiable_unjudged": n_left,
+                  "finer_step_ratio": REFINE})
+    words = (f"{n_kink} of {err.numel()} elements not differentiable within ±4h (h = "
+             f"{fd.h:.3g}): the FD at h and at h/{REFINE} disagree beyond their noise and "
+             f"truncation; judged at h/{REFINE}"
+             + (f"; {n_left} of them not differentiable within ±4h/{REFINE} either, not "
+                "judged" if n_left else ""))
+    return torch.where(unjudged, torch.zeros_like(err), err), words
 
 
 def _directional(kernel: ShapedKernel, point: Point, role: str, m: Derived, u: float,
@@ -272,6 +320,7 @@ class FD:
     h: float
     colours: str
     absolute: torch.Tensor | float = 0.0  # the estimate's bound from the forward's α
+    refine: Any = None  # (mask of the flat elements) → this FD again at h / REFINE there
 
 
 def _reduce(t: torch.Tensor, axes: tuple[str, ...], shared: tuple[str, ...]) -> torch.Tensor:
@@ -323,15 +372,17 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
                 for axis in zip(*idxs[n:n + SEND_BLOCK], strict=True)]
         dev_idxs += [tuple(axis[j] for axis in sent) for j in range(len(sent[0]))]
 
-    def levels(c: int, which: slice) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def levels(c: int, which: slice, by: torch.Tensor = shifts
+               ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """Colour ``c``'s estimate at the levels ``which`` (a slice of the (level, sign)
-        rows) and the displacements taken. The values the kernel gets (rounded to its
-        dtype) and their steps are made once per colour: a call costs one write and the
-        kernel (≈ 180 µs of the H200's 430 µs GEMM call went to per-call temporaries)."""
+        rows of the displacements ``by``) and the displacements taken. The values the kernel
+        gets (rounded to its dtype) and their steps are made once per colour: a call costs
+        one write and the kernel (≈ 180 µs of the H200's 430 µs GEMM call went to per-call
+        temporaries)."""
         at = dev_idxs[c]
         orig = tp[at].clone()
         exact = orig.double()
-        moved = (exact + shifts[which].reshape(-1, *[1] * exact.dim())).to(dtype)
+        moved = (exact + by[which].reshape(-1, *[1] * exact.dim())).to(dtype)
         taken = moved.double() - exact
         disp = taken[0::2] - taken[1::2]  # per level, on the tensor's device
         try:
@@ -381,8 +432,21 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
 
     tr = lazy_truncation(err, lambda part, tr_: tolerance(sigma[part], sig_k[part], tr_, u)
                          + abs_k[part], per, truncation)
+
+    def refine(mask: torch.Tensor) -> FD:
+        """The estimate again at ``h / REFINE`` for every colour that holds a ``mask``ed
+        element (every level: its own truncation), the others' as they were."""
+        value, sig, trunc = est.clone(), sigma * REFINE, tr.clone()
+        for c in sorted(set((mask.nonzero().reshape(-1) // per).tolist())):
+            got, disp = levels(c, slice(0, 6), shifts / REFINE)
+            part = slice(c * per, (c + 1) * per)
+            value[part], trunc[part] = combine(got)
+            w = noise_weight([disp[0].reshape(-1), disp[1].reshape(-1)])
+            sig[part] = torch.hypot(u * torch.sqrt(noises[part] * w), FD_ARITH * value[part])
+        return FD(index, value, sig, trunc, [], h / REFINE, "", absolute * REFINE)
+
     fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}",
-            absolute)
+            absolute, refine)
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
     return fd

@@ -20,7 +20,8 @@ ROUNDINGS: dict[str, float] = {
     **dict.fromkeys(("neg", "abs", "where", "masked_fill", "clamp", "clamp_min", "clamp_max",
                      "relu", "threshold_backward", "sign", "fill", "zeros_like", "ones_like",
                      "full_like", "maximum", "minimum", "copy", "_to_copy", "scalar_tensor",
-                     "lift_fresh_copy", "lift_fresh", "empty_like", "logical_not"), 0.0),
+                     "lift_fresh_copy", "lift_fresh", "empty_like", "logical_not",
+                     "hardtanh", "hardtanh_backward"), 0.0),
     **dict.fromkeys(("exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "erf", "erfc",
                      "sigmoid", "pow", "rsqrt", "sin", "cos", "atan", "softplus",
                      "tanh_backward", "sigmoid_backward"), 4.0),
@@ -130,6 +131,8 @@ def _magnitude(v: Any) -> Any:
     that axis expanded: its magnitudes computed once, not once per element it is read at."""
     if not isinstance(v, torch.Tensor):
         return abs(v)
+    if v.dtype == torch.bool:  # a mask (amax's backward spreads by one): its own magnitude
+        return v
     wide = [d for d, (n, st) in enumerate(zip(v.shape, v.stride(), strict=True))
             if st == 0 and n > 1]
     if not wide:

@@ -69,6 +69,7 @@ from gradcheck_bi.errors.aten import (
     SUMS,
     TERMS,
     _any,
+    _decomposition,
     _is_float,
     _moved,
     _name,
@@ -113,6 +114,9 @@ class Propagate(TorchDispatchMode):
         if before is not None:  # judge the op as its functional form on the old values
             args = (before, *args[1:])
         result = out[0] if name in ("max", "min") and isinstance(out, tuple) else out
+        if isinstance(out, (tuple, list)) and result is out:  # several results
+            self._several(func, name, args, kwargs, out)
+            return out
         if name in ("split", "split_with_sizes", "unbind", "chunk"):
             sig = _moved(self.sigma, func, args, kwargs)
             for o, s in zip(out, sig or [], strict=False):
@@ -136,6 +140,38 @@ class Propagate(TorchDispatchMode):
         return self.reach.alpha if self.reach is not None else WeakTensorKeyDictionary()
 
     # -- the rules -------------------------------------------------------------------
+    def _several(self, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 out: tuple[Any, ...] | list[Any]) -> None:
+        """An op of several results: a sort's values move with their indices; another op
+        is followed through its decomposition into ops with rules (``native_layer_norm``
+        and its backward), each result taking its counterpart's ``σ`` (and ``α``); one
+        with neither rounds each result once, its inputs' ``σ`` unknown (:attr:`unknown`)."""
+        if not any(_is_float(o) for o in out):
+            return
+        if name in ("sort", "topk") and len(out) == 2:
+            s = self.of(args[0])
+            if s is not None:
+                dim = (kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int)
+                                  else -1) if name == "sort"
+                       else args[2] if len(args) > 2 else kwargs.get("dim", -1))
+                self.sigma[out[0]] = s.gather(dim, out[1])
+            return
+        decomposed = _decomposition(func)
+        if decomposed is None:
+            self.unknown.add(name)
+            for o in out:
+                if _is_float(o):
+                    self.sigma[o] = o.abs()
+            return
+        with self:
+            inner = decomposed(*args, **kwargs)
+        for o, i in zip(out, inner, strict=False):
+            if _is_float(o) and _is_float(i):
+                if self.of(i) is not None:
+                    self.sigma[o] = self.of(i)
+                if self.reach is not None and self.reach.of(i) is not None:
+                    self.reach.alpha[o] = self.reach.of(i)
+
     def _sig_or_zero(self, t: torch.Tensor) -> torch.Tensor:
         s = self.of(t)
         return s if s is not None else torch.zeros_like(t)
@@ -164,6 +200,14 @@ class Propagate(TorchDispatchMode):
             return var.add_(result**2).sqrt_()
         if torch.Tag.pointwise in func.tags:
             return self._pointwise(func, name, args, kwargs, result)
+        decomposed = _decomposition(func)
+        if decomposed is not None:  # softmax and its backward: their sums and their
+            with self:              # cancellations, op by op (an estimate sees neither)
+                inner = decomposed(*args, **kwargs)
+            if _is_float(inner) and self.of(inner) is not None:
+                if self.reach is not None and self.reach.of(inner) is not None:
+                    self.reach.alpha[result] = self.reach.of(inner)
+                return self.of(inner)
         self.unknown.add(name)
         return self._estimated(func, args, kwargs, result)
 
