@@ -77,7 +77,12 @@ def main() -> None:
     print("| --- | --- | --- | ---: | ---: | --- | ---: | ---: |")
     for name in args.names:
         for dtype in args.dtype or ["fp64", "fp32"]:
-            row = one(name, dtype)
+            try:
+                row = one(name, dtype)
+            except Exception as exc:  # the tool's own failure (an older tree's): the row says
+                print(f"| {name} | {dtype} | | | | {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:120]} | | |", flush=True)
+                continue
             print(f"| {row['name']} | {row['dtype']} | {row['pattern']} | {row['results']} | "
                   f"{len(row['bad'])} | {'; '.join(row['bad']) or '—'} | {row['kinks']} | "
                   f"{row['s']:.1f} |", flush=True)

@@ -253,3 +253,34 @@ def test_the_model_of_an_op_of_several_results_is_not_zero() -> None:
 def test_every_check_of_a_generic_kernel_by_default() -> None:
     report = gradcheck_bi.check(torch.abs, inputs=(_x(3, 4),), layouts=["contiguous"])
     assert report.ok and {r.check for r in report.results} == {"dinput0", "batch_invariance"}
+
+
+class SortValues(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        values, order = torch.sort(x, -1)
+        ctx.save_for_backward(order)
+        return values
+
+    @staticmethod
+    def backward(ctx, g):
+        (order,) = ctx.saved_tensors
+        return torch.zeros_like(g).scatter(-1, order, g)
+
+
+class SortValuesUnpermuted(SortValues):
+    @staticmethod
+    def backward(ctx, g):  # MUTANT: the cotangent handed back in sorted order
+        return g.clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_sort_passes_where_its_step_crosses_swaps_and_a_wrong_one_fails(dtype) -> None:
+    # fp32's step (2^-5 of the RMS) puts most of a row of 64 within ±4h of a neighbour:
+    # those elements are judged at h/16, or left unjudged and counted, never failed
+    x = _x(4, 64, dtype=dtype)
+    good = gradcheck_bi.check(SortValues, inputs=(x,), checks=["dx"], layouts=["contiguous"])
+    assert good.ok
+    bad = gradcheck_bi.check(SortValuesUnpermuted, inputs=(x,), checks=["dx"],
+                             layouts=["contiguous"], raise_on_failure=False)
+    assert bad.exit_code == 1 and bad.failed

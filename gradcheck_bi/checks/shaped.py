@@ -254,17 +254,27 @@ def _kinks(fd: FD, analytic: torch.Tensor, err: torch.Tensor, tol: torch.Tensor,
     Returns the errors so judged (``err`` where nothing failed) and the words to add; the
     counts go into ``extra``."""
     failing = err > tol
-    # a smooth defect fails at no further cost: only an element whose estimates at h and
-    # 2h disagree beyond noise and by 1/64 of its error is suspect (15 T = their gap; a
-    # smooth function's is h⁴-small against any error that fails, a kink's is not — one
-    # ≪ h from the point moves the estimates by d/h)
+    if fd.refine is None or not bool(failing.any()):
+        return err, ""
+    # Suspect: an element whose estimates at h and 2h disagree beyond noise and by 1/64 of
+    # its error (15 T = their gap: a smooth function's is h⁴-small against any error that
+    # fails; a kink's moves them by d/h) — or every failing one where they fill at most
+    # half the colours (a kink ≪ h from the point, a sort's swap, bends neither level). A
+    # smooth defect failing in most colours fails at no further cost.
     bend = 15 * fd.trunc
     suspect = failing & (64 * bend >= err) & (bend > K_SIGMA * fd.sigma)
-    if fd.refine is None or not bool(suspect.any()):
+    colours = failing.reshape(-1, fd.per).any(1)
+    if bool(suspect.any()) or 2 * int(colours.sum()) <= colours.numel():
+        suspect = failing
+    else:
         return err, ""
     fine = fd.refine(suspect)
     allowed = K_SIGMA * torch.hypot(fd.sigma, fine.sigma) + K_TRUNC * (fd.trunc + fine.trunc)
-    kink = suspect & ((fd.value - fine.value).abs() > allowed)
+    # not smooth: the two estimates disagree, or the truncation did not shrink with the
+    # step (a smooth function's falls as h⁴, 65536× at h/16; one ≪ h from a kink stays)
+    kink = suspect & (((fd.value - fine.value).abs() > allowed)
+                      | ((REFINE * fine.trunc > fd.trunc)
+                         & (fine.trunc > K_SIGMA * fine.sigma)))
     n_kink = int(kink.sum())
     if not n_kink:
         return err, ""
@@ -321,6 +331,7 @@ class FD:
     colours: str
     absolute: torch.Tensor | float = 0.0  # the estimate's bound from the forward's α
     refine: Any = None  # (mask of the flat elements) → this FD again at h / REFINE there
+    per: int = 1  # elements per colour (the flat elements are colour by colour)
 
 
 def _reduce(t: torch.Tensor, axes: tuple[str, ...], shared: tuple[str, ...]) -> torch.Tensor:
@@ -443,10 +454,10 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
             value[part], trunc[part] = combine(got)
             w = noise_weight([disp[0].reshape(-1), disp[1].reshape(-1)])
             sig[part] = torch.hypot(u * torch.sqrt(noises[part] * w), FD_ARITH * value[part])
-        return FD(index, value, sig, trunc, [], h / REFINE, "", absolute * REFINE)
+        return FD(index, value, sig, trunc, [], h / REFINE, "", absolute * REFINE, None, per)
 
     fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}",
-            absolute, refine)
+            absolute, refine, per)
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
     return fd
