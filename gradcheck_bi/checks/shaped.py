@@ -217,13 +217,15 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
             return _directional(kernel, point, role, m, u, analytic, note)
         fd = finite_differences(kernel, point, role, m, u, analytic)
     at = tuple(i.to(analytic.device) for i in fd.index)
-    sig_k, abs_k = u * sig_g[at], m.grad_absolute[role][at]
-    err = (analytic[at] - fd.value).abs()
+    # flat, colour by colour, as the estimate (a 0-d role's one element included)
+    held = analytic[at].reshape(-1)
+    sig_k, abs_k = (u * sig_g[at]).reshape(-1), m.grad_absolute[role][at].reshape(-1)
+    err = (held - fd.value).abs()
     tol = tolerance(fd.sigma, sig_k, fd.trunc, u) + fd.absolute + abs_k
     extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
              "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
     with cpu_threads(analytic.device, analytic.numel()):
-        err, kinks = _kinks(fd, analytic[at], err, tol, lambda f: tolerance(
+        err, kinks = _kinks(fd, held, err, tol, lambda f: tolerance(
             f.sigma, sig_k, f.trunc, u) + f.absolute + abs_k, extra)
 
     def locate(k: list[int]) -> list[int]:  # a checked element's place in the tensor
@@ -406,18 +408,22 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     # gives the truncation, a term the tolerance adds: a colour whose elements all sit
     # below it without one cannot fail with one, nor be the element reported as nearest
     # its tolerance while another colour holds a ratio that high (lazy_truncation).
-    first: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+    # E(h), E(2h) and their displacements, colour by colour, each a row of the shared axes,
+    # written into one buffer: a small tensor kept per colour lands in the hole its
+    # call's temporaries left, and glibc's heap then grew by every colour (1.5 GiB at a
+    # (64, 1024) softmax, 24 GiB at (64, 4096), given back by malloc_trim)
+    firsts = torch.empty(4, len(idxs), math.prod(s_sizes), dtype=torch.float64,
+                         device=tp.device)
 
     def first_levels(c: int) -> None:
-        first.append(levels(c, slice(0, 4)))
+        got, disp = levels(c, slice(0, 4))
+        firsts[0, c], firsts[1, c] = got[0], got[1]
+        firsts[2, c], firsts[3, c] = disp[0].reshape(-1), disp[1].reshape(-1)
 
     run_steps([functools.partial(first_levels, c) for c in range(len(idxs))], tp.device)
-    e1 = torch.cat([f[0][0] for f in first])
-    e2 = torch.cat([f[0][1] for f in first])
+    e1, e2, d1, d2 = (f.reshape(-1) for f in firsts)
     est = (4 * e1 - e2) / 3  # combine's E4(h), elementwise
     noises = torch.as_tensor(noise).reshape(-1).repeat(len(idxs))  # the same for every colour
-    d1 = torch.cat([f[1][0].reshape(-1) for f in first])  # every one shaped as the shared axes
-    d2 = torch.cat([f[1][1].reshape(-1) for f in first])
     sigma = u * torch.sqrt(noises * noise_weight([d1, d2]))
     # and the estimate's own fp64 arithmetic (g·Δy, ÷ the step, Richardson's combination):
     # all the noise an exact op has (relu, a gather: σ of its outputs is 0)
@@ -431,9 +437,9 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     index = tuple(torch.cat([idx[perm.index(j)].reshape(-1) for idx in idxs])
                   for j in range(len(perm)))
     at = tuple(i.to(analytic.device) for i in index)
-    err = (analytic[at] - est).abs()
-    sig_k = u * m.grad_sigma[role][at]
-    abs_k = absolute + m.grad_absolute[role][at]
+    err = (analytic[at].reshape(-1) - est).abs()
+    sig_k = (u * m.grad_sigma[role][at]).reshape(-1)
+    abs_k = absolute + m.grad_absolute[role][at].reshape(-1)
     per = err.numel() // max(1, len(idxs))  # elements per colour
 
     def truncation(c: int) -> torch.Tensor:
