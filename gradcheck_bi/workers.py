@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import collections
 import os
-import signal
 import sys
 import time
 import warnings
@@ -433,9 +432,7 @@ def _take(worker: _Worker, message: Any, points: list[Point],
         details = {"timeout_s": sweep.timeout, "phase": doing}
     else:
         code = worker.process.exitcode
-        how = (f"killed the process with {signal.Signals(-code).name}"
-               if code is not None and code < 0 and -code in signal.valid_signals()
-               else f"ended the process (exit code {code})")
+        how = sandbox.death(code)
         why = f"the kernel {how} in {doing} at shape {cfg.shape}"
         details = {"exit": how, "phase": doing}
     worker.assigned.popleft()

@@ -31,6 +31,9 @@ EXPECTED = {
                          "(2, 1025)",
     "AbortInForward": "the kernel killed the process with SIGABRT in forward at shape "
                       "(2, 1025)",
+    "KilledInForward": "the kernel ran when the process was killed with SIGKILL (the "
+                       "out-of-memory killer's signal: memory ran out) in forward at shape "
+                       "(2, 1025)",
     "InterruptInForward": "KeyboardInterrupt: raised by the kernel",
     "GeneratorExitInForward": "GeneratorExit",
     "HangInBackward": "did not finish in 3 s: backward at shape (2, 1025)",

@@ -10,6 +10,7 @@ class                      where      what it does at D = 1025
 ``OsExitInForward``        forward    ``os._exit(0)`` (no cleanup, no exception)
 ``SegfaultInForward``      forward    dies of SIGSEGV (a read of address 0)
 ``AbortInForward``         forward    ``os.abort()``: SIGABRT, as a failed device assert
+``KilledInForward``        forward    SIGKILL, as the out-of-memory killer sends it
 ``HangInBackward``         backward   never returns
 ``InterruptInForward``     forward    raises ``KeyboardInterrupt`` itself
 ``GeneratorExitInForward`` forward    raises ``GeneratorExit``
@@ -24,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -89,6 +91,8 @@ SysExitInBackward = _make("SysExitInBackward", lambda: sys.exit(0), "backward")
 OsExitInForward = _make("OsExitInForward", lambda: os._exit(0), "forward")
 SegfaultInForward = _make("SegfaultInForward", _segfault, "forward")
 AbortInForward = _make("AbortInForward", os.abort, "forward")
+KilledInForward = _make("KilledInForward", lambda: os.kill(os.getpid(), signal.SIGKILL),
+                        "forward")
 HangInBackward = _make("HangInBackward", _hang, "backward")
 InterruptInForward = _make("InterruptInForward", _interrupt, "forward")
 GeneratorExitInForward = _make("GeneratorExitInForward", _generator_exit, "forward")

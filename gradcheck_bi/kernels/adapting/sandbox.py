@@ -198,7 +198,7 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
                 kind, value = pickle.loads(mine.recv_bytes())
             except (EOFError, OSError):
                 child.join()
-                raise KernelCrashed(f"kernel {name}: the kernel {_death(child.exitcode)} while "
+                raise KernelCrashed(f"kernel {name}: the kernel {death(child.exitcode)} while "
                                     f"it was recognised at load ({doing or 'loading'})") from None
             if kind == "call":
                 doing = value
@@ -223,7 +223,13 @@ def _record(start: str, build: Callable[[], Any] | None, name: str,
             mine.close()
 
 
-def _death(code: int | None) -> str:
+def death(code: int | None) -> str:
+    """How a process that ran the kernel ended, from its exit code, as "the kernel …" goes
+    on. SIGKILL is no signal a kernel sends itself: the system's out-of-memory killer does
+    (the kernel's memory or the check's), or a person."""
+    if code == -signal.SIGKILL:
+        return ("ran when the process was killed with SIGKILL (the out-of-memory killer's "
+                "signal: memory ran out)")
     if code is not None and code < 0 and -code in signal.valid_signals():
         return f"killed the process with {signal.Signals(-code).name}"
     return f"ended the process (exit code {code})"
