@@ -83,6 +83,7 @@ def test_a_defect_where_none_is_expected_exits_1(tmp_path: Path) -> None:
         (["run", "--shape", "2,x"], "--shape"),
         (["run", "--dtype", "fp8"], "fp8"),
         (["run", "--kernel", "nope"], "unknown kernel"),
+        (["run", "--kernel", "torch.nn.LayerNorm"], "(did you mean 'torch.nn:LayerNorm'?)"),
         (["run", "--bogus"], "--bogus"),
     ],
 )

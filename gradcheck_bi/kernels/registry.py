@@ -14,6 +14,8 @@ rather than a measurement.
 
 from __future__ import annotations
 
+import importlib.util
+
 from dataclasses import replace
 from typing import Any
 
@@ -71,7 +73,21 @@ def resolve(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     raise KernelLoadError(
         f"unknown kernel {ref!r}: expected one of {', '.join([*BUNDLED, *NAMED])}, "
         "PATH.py:ATTR or package.module:ATTR (`gradcheck-bi kernels` lists them)"
+        + _colon_hint(ref)
     )
+
+
+def _colon_hint(ref: str) -> str:
+    """`` (did you mean 'torch.nn:LayerNorm'?)`` for a dotted name whose last part is an
+    attribute of an importable module (looked up, not imported: nothing of it runs)."""
+    if ":" in ref or "." not in ref or ref.endswith(".py"):
+        return ""
+    module, _, attr = ref.rpartition(".")
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return f" (did you mean '{module}:{attr}'?)" if found and attr.isidentifier() else ""
 
 
 sandbox.loader = resolve  # a spawned child records a CUDA-only kernel's calls after this
