@@ -15,7 +15,6 @@ rather than a measurement.
 from __future__ import annotations
 
 import importlib.util
-
 from dataclasses import replace
 from typing import Any
 
