@@ -264,15 +264,19 @@ class Checker:
         from gradcheck_bi.api import GradcheckFailure, GradcheckSkipped, check
         from gradcheck_bi.vocab import KernelLoadError
 
+        # failed or skipped outside the ``except``: inside, pytest shows the report twice
+        # ("During handling of the above exception, another exception occurred")
         try:
             return check(kernel, **options)
         except GradcheckFailure as exc:
-            pytest.fail(str(exc.report), pytrace=False)
+            failed, skipped = str(exc.report), None
         except GradcheckSkipped as exc:
-            pytest.skip(str(exc.report))
+            failed, skipped = None, str(exc.report)
         except (KernelLoadError, TypeError, ValueError) as exc:
-            pytest.fail(f"gradcheck-bi: {exc}", pytrace=False)
-        raise AssertionError("unreachable")  # pragma: no cover - pytest.fail/skip raise
+            failed, skipped = f"gradcheck-bi: {exc}", None
+        if skipped is not None:
+            pytest.skip(skipped)
+        pytest.fail(failed or "", pytrace=False)
 
 
 @pytest.fixture

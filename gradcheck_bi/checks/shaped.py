@@ -258,6 +258,13 @@ def _kinks(fd: FD, analytic: torch.Tensor, err: torch.Tensor, tol: torch.Tensor,
     failing = err > tol
     if fd.refine is None or not bool(failing.any()):
         return err, ""
+    # the lazy pass leaves out a colour that no verdict needs, a failing one too where a
+    # worse one decided: each failing element judged with its own truncation first
+    fd.truncate(failing)
+    tol.copy_(tolerance_of(fd))
+    failing = err > tol
+    if not bool(failing.any()):
+        return err, ""
     # Suspect: an element whose estimates at h and 2h disagree beyond noise and by 1/64 of
     # its error (15 T = their gap: a smooth function's is h⁴-small against any error that
     # fails; a kink's moves them by d/h) — or every failing one where they fill at most
@@ -273,9 +280,10 @@ def _kinks(fd: FD, analytic: torch.Tensor, err: torch.Tensor, tol: torch.Tensor,
     fine = fd.refine(suspect)
     allowed = K_SIGMA * torch.hypot(fd.sigma, fine.sigma) + K_TRUNC * (fd.trunc + fine.trunc)
     # not smooth: the two estimates disagree, or the truncation did not shrink with the
-    # step (a smooth function's falls as h⁴, 65536× at h/16; one ≪ h from a kink stays)
+    # step as h⁴ (65536× at h/16; by 256× at least here: a sort's swap 1e-4 h from the
+    # point fell 33×)
     kink = suspect & (((fd.value - fine.value).abs() > allowed)
-                      | ((REFINE * fine.trunc > fd.trunc)
+                      | ((REFINE**2 * fine.trunc > fd.trunc)
                          & (fine.trunc > K_SIGMA * fine.sigma)))
     n_kink = int(kink.sum())
     if not n_kink:
@@ -334,6 +342,7 @@ class FD:
     absolute: torch.Tensor | float = 0.0  # the estimate's bound from the forward's α
     refine: Any = None  # (mask of the flat elements) → this FD again at h / REFINE there
     per: int = 1  # elements per colour (the flat elements are colour by colour)
+    truncate: Any = None  # (mask) → the truncation of its colours computed where it is not
 
 
 def _reduce(t: torch.Tensor, axes: tuple[str, ...], shared: tuple[str, ...]) -> torch.Tensor:
@@ -442,13 +451,22 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     abs_k = absolute + m.grad_absolute[role][at].reshape(-1)
     per = err.numel() // max(1, len(idxs))  # elements per colour
 
+    truncated: set[int] = set()
+
     def truncation(c: int) -> torch.Tensor:
+        truncated.add(c)
         e4 = levels(c, slice(4, 6))[0][0]
         part = slice(c * per, (c + 1) * per)
         return combine([e1[part], e2[part], e4])[1]
 
     tr = lazy_truncation(err, lambda part, tr_: tolerance(sigma[part], sig_k[part], tr_, u)
                          + abs_k[part], per, truncation)
+
+    def truncate(mask: torch.Tensor) -> None:
+        """The truncation of every colour holding a ``mask``ed element, where the lazy
+        pass left it out (it bounded no verdict; a kink's test reads it)."""
+        for c in sorted(set((mask.nonzero().reshape(-1) // per).tolist()) - truncated):
+            tr[c * per:(c + 1) * per] = truncation(c)
 
     def refine(mask: torch.Tensor) -> FD:
         """The estimate again at ``h / REFINE`` for every colour that holds a ``mask``ed
@@ -463,7 +481,7 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
         return FD(index, value, sig, trunc, [], h / REFINE, "", absolute * REFINE, None, per)
 
     fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}",
-            absolute, refine, per)
+            absolute, refine, per, truncate)
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
     return fd
