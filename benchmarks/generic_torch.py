@@ -2,12 +2,14 @@
 for kernels that compute no op here (each is correct; any result not a pass is either a
 false alarm or a property of torch's kernel that the row says).
 
-    PYTHONPATH=. python benchmarks/generic_torch.py [--dtype fp64 --dtype fp32] [NAME …]
+    PYTHONPATH=. python benchmarks/generic_torch.py [--dtype fp64 --dtype fp32] [--seeds N]
+        [NAME …]
 
-Each function runs as ``gradcheck_bi.check(fn, inputs=…)`` at its example shapes (seeded
-normals), every check and layout of the generic op; a row per function and dtype: the
-results, those not passing and where (check · variant · layout), the dependency pattern
-measured, the elements judged at a finer step (kinks) and the seconds.
+Each function runs as ``gradcheck_bi.check(fn, inputs=…)`` at its example shapes (normals
+of seed 0, 1, …, ``--seeds`` draws), every check and layout of the generic op; a row per
+function and dtype: the results, those not passing and where (check · variant · layout ·
+seed), the dependency pattern measured, the elements judged at a finer step (kinks) and
+the seconds, all draws summed.
 """
 
 from __future__ import annotations
@@ -51,26 +53,31 @@ FUNCTIONS: dict[str, tuple[Callable[..., Any], tuple[tuple[int, ...], ...]]] = {
 }
 
 
-def one(name: str, dtype: str) -> dict[str, Any]:
+def one(name: str, dtype: str, seeds: int = 1) -> dict[str, Any]:
     fn, shapes = FUNCTIONS[name]
-    gen = torch.Generator().manual_seed(0)
-    inputs = tuple(torch.randn(s, generator=gen, dtype=DTYPES[dtype]) for s in shapes)
-    start = time.perf_counter()
-    report = gradcheck_bi.check(fn, inputs=inputs, raise_on_failure=False)
-    seconds = time.perf_counter() - start
-    bad = [f"{r.check} · {r.variant or '-'} · {r.layout}: {r.status}" for r in report.results
-           if r.status != "pass"]
-    kinks = sum(int(r.details.get("not_differentiable", 0)) for r in report.results)
-    pattern = next((n.split(": ", 1)[1].split(";")[0] for n in report.notes
-                    if n.startswith("dependency pattern")), "")
-    return {"name": name, "dtype": dtype, "results": len(report.results), "bad": bad,
-            "kinks": kinks, "pattern": pattern, "s": seconds}
+    row: dict[str, Any] = {"name": name, "dtype": dtype, "results": 0, "bad": [],
+                           "kinks": 0, "pattern": "", "s": 0.0}
+    for seed in range(seeds):
+        gen = torch.Generator().manual_seed(seed)
+        inputs = tuple(torch.randn(s, generator=gen, dtype=DTYPES[dtype]) for s in shapes)
+        start = time.perf_counter()
+        report = gradcheck_bi.check(fn, inputs=inputs, raise_on_failure=False)
+        row["s"] += time.perf_counter() - start
+        row["results"] += len(report.results)
+        row["bad"] += [f"{r.check} · {r.variant or '-'} · {r.layout} · seed {seed}: "
+                       f"{r.status}" for r in report.results if r.status != "pass"]
+        row["kinks"] += sum(int(r.details.get("not_differentiable", 0))
+                            for r in report.results)
+        row["pattern"] = next((n.split(": ", 1)[1].split(";")[0] for n in report.notes
+                               if n.startswith("dependency pattern")), "")
+    return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*", default=list(FUNCTIONS))
     ap.add_argument("--dtype", action="append", choices=("fp64", "fp32"))
+    ap.add_argument("--seeds", type=int, default=1, help="draws per function (seed 0, 1, …)")
     args = ap.parse_args()
     print("| function | dtype | pattern measured | results | not pass | where | judged finer "
           "(kinks) | s |")
@@ -78,7 +85,7 @@ def main() -> None:
     for name in args.names:
         for dtype in args.dtype or ["fp64", "fp32"]:
             try:
-                row = one(name, dtype)
+                row = one(name, dtype, args.seeds)
             except Exception as exc:  # the tool's own failure (an older tree's): the row says
                 print(f"| {name} | {dtype} | | | | {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:120]} | | |", flush=True)
