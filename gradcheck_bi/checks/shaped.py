@@ -12,7 +12,9 @@ ops.shaped`): forward, every gradient, batch invariance — with layouts and mut
   ``K √(σ_FD² + (u σ_grad)²) + K_T · truncation``: the FD noise from the forward's
   derived rounding, the kernel's own rounding of the gradient derived from the reference's
   autograd backward, Richardson's truncation (its two extra calls only for the colours and
-  directions whose judgement it can change). In bf16/fp16 a
+  directions whose judgement it can change). A failing element within ±4h of a kink (its
+  estimates at h and 2h disagree, or its truncation does not fall as h⁴) is estimated
+  again at h/16 and judged there, or left unjudged and counted (:func:`_kinks`). In bf16/fp16 a
   difference of the forward cannot resolve a gradient: there the gradient is held to the
   reference's (fp64, at the same inputs) within its fp32 rounding and one ulp.
 * ``batch_invariance``: bitwise, :mod:`gradcheck_bi.checks.shaped_batch`.
