@@ -107,7 +107,7 @@ def _args(fn: Any, kind: str, inputs: Sequence[Any]) -> list[_Arg]:
 
 
 def _outputs(raw: Any) -> tuple[torch.Tensor, ...]:
-    out = raw if isinstance(raw, tuple) else (raw,)
+    out = tuple(raw) if isinstance(raw, (tuple, list)) else (raw,)
     if not out or not all(isinstance(t, torch.Tensor) for t in out):
         raise GenericError("the kernel must return a tensor or a tuple of tensors; it returned "
                            + ", ".join(type(t).__name__ for t in out))
@@ -167,9 +167,9 @@ def measure(call: Callable[[list[Any]], tuple[torch.Tensor, ...]], args: list[_A
         far = 1.0 + 4.0 * float(t.abs().max()) if n else 1.0
         for k in dict.fromkeys(picks[:_PROBES]):
             at = _unravel(k, tuple(t.shape))
-            for move in (1e-3 * (1.0 + abs(float(t.view(-1)[k]))), far, -far):
-                moved_t = t.clone()
-                moved_t.view(-1)[k] += move
+            for move in (1e-3 * (1.0 + abs(float(t.reshape(-1)[k]))), far, -far):
+                moved_t = t.clone(memory_format=torch.contiguous_format)  # an example may
+                moved_t.view(-1)[k] += move                                # be strided
                 with torch.no_grad():
                     ys = call([*values[:i], moved_t, *values[i + 1:]])
                 for y0, y1 in zip(base, ys, strict=True):
@@ -199,6 +199,10 @@ def build(fn: Any, inputs: Sequence[Any], name: str = "") -> tuple[ShapedOp, lis
     if len(dtypes) > 1 or len(devices) > 1:
         raise GenericError("the floating inputs must share one dtype and one device; got "
                            f"{sorted(map(str, dtypes))} on {sorted(devices)}")
+    empty = [a.param for a in floats if not a.value.numel()]
+    if empty:
+        raise GenericError(f"the example for {empty[0]} has no elements: nothing to "
+                           "differentiate there (give each input at least one element)")
     dtype = dtypes.pop()
     if dtype not in (torch.float64, torch.float32):
         raise GenericError(f"the examples are {str(dtype).removeprefix('torch.')}: the generic "
@@ -216,6 +220,8 @@ def build(fn: Any, inputs: Sequence[Any], name: str = "") -> tuple[ShapedOp, lis
     try:
         outs = call([_wide(a.value) if isinstance(a.value, torch.Tensor) else a.value
                      for a in args])
+    except GenericError:  # it ran, and returned what no check takes
+        raise
     except Exception as exc:
         raise GenericError(f"its forward does not run in fp64 here ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''}): the error "

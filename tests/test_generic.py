@@ -313,3 +313,16 @@ def test_a_zero_dimensional_input_is_checked() -> None:
     report = gradcheck_bi.check(lambda x, t: x / t, inputs=(_x(4, 16), t),
                                 checks=["dx", "dt"], layouts=["contiguous"])
     assert report.ok and {r.check for r in report.results} == {"dx", "dt"}
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (torch.tanh, (_x(16, 4).t(),)),  # a strided example
+    (lambda x: [x.sin(), x.cos()], (_x(4, 8),)),  # a list of outputs
+])
+def test_examples_and_outputs_as_users_have_them(fn, inputs) -> None:
+    assert gradcheck_bi.check(fn, inputs=inputs, layouts=["contiguous"]).ok
+
+
+def test_an_empty_example_is_refused_naming_it() -> None:
+    with pytest.raises(GenericError, match="the example for x has no elements"):
+        gradcheck_bi.check(lambda x: 2 * x, inputs=(_x(0, 8),))

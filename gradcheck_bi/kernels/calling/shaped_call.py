@@ -75,7 +75,7 @@ class ShapedKernel:
             out = self.fn.apply(*args)
         else:
             out = self.fn(*args)
-        return out if isinstance(out, tuple) else (out,)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)  # a list: its items
 
     def _module(self, kw: dict[str, Any]) -> Any:
         """The module built with ``kw``, kept: its held parameters are bound at each call,
