@@ -84,6 +84,8 @@ def test_a_defect_where_none_is_expected_exits_1(tmp_path: Path) -> None:
         (["run", "--dtype", "fp8"], "fp8"),
         (["run", "--kernel", "nope"], "unknown kernel"),
         (["run", "--kernel", "torch.nn.LayerNorm"], "(did you mean 'torch.nn:LayerNorm'?)"),
+        (["run", "--kernel", "after", "--kernel-arg", "foo=1"], "takes no --kernel-arg foo"),
+        (["run", "--kernel", "after", "--generic", "--shape", "4,8"], "takes no --generic"),
         (["run", "--bogus"], "--bogus"),
     ],
 )

@@ -63,6 +63,11 @@ def resolve(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
     ``package.module:ATTR`` → :class:`KernelSpec`. ``kernel_args`` go to the user's kernel
     (a bundled kernel takes none)."""
     if ref in BUNDLED:
+        given = sorted(k for k in (kernel_args or {}) if k != "op")
+        if given:  # said, not ignored: --generic, --kernel-arg
+            what = "--generic" if "generic" in given else f"--kernel-arg {given[0]}"
+            raise KernelLoadError(f"kernel {ref!r} is bundled (an RMSNorm) and takes no "
+                                  f"{what}: it is for a kernel of your own")
         return BUNDLED[ref]
     spec = resolve_named(ref, kernel_args)
     if spec is None and (":" in ref or ref.endswith(".py")):
