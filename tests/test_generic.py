@@ -328,3 +328,16 @@ def test_examples_and_outputs_as_users_have_them(fn, inputs) -> None:
 def test_an_empty_example_is_refused_naming_it() -> None:
     with pytest.raises(GenericError, match="the example for x has no elements"):
         gradcheck_bi.check(lambda x: 2 * x, inputs=(_x(0, 8),))
+
+
+def test_the_estimates_kept_or_buffered_give_the_same_results(monkeypatch) -> None:
+    from gradcheck_bi.checks import shaped
+
+    def results() -> list[tuple[float | None, float | None]]:
+        report = gradcheck_bi.check(lambda x: torch.softmax(x, -1), inputs=(_x(4, 32),),
+                                    checks=["dx"], layouts=["contiguous"])
+        return [(r.max_abs_err, r.tolerance) for r in report.results]
+
+    buffered = results()
+    monkeypatch.setattr(shaped, "buffered", lambda device: False)  # as on CUDA
+    assert results() == buffered

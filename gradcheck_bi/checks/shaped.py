@@ -419,20 +419,28 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     # gives the truncation, a term the tolerance adds: a colour whose elements all sit
     # below it without one cannot fail with one, nor be the element reported as nearest
     # its tolerance while another colour holds a ratio that high (lazy_truncation).
-    # E(h), E(2h) and their displacements, colour by colour, each a row of the shared axes,
-    # written into one buffer: a small tensor kept per colour lands in the hole its
+    # E(h), E(2h) and their displacements, colour by colour, each a row of the shared axes.
+    # On CPU written into one buffer: a small tensor kept per colour lands in the hole its
     # call's temporaries left, and glibc's heap then grew by every colour (1.5 GiB at a
-    # (64, 1024) softmax, 24 GiB at (64, 4096), given back by malloc_trim)
-    firsts = torch.empty(4, len(idxs), math.prod(s_sizes), dtype=torch.float64,
-                         device=tp.device)
+    # (64, 1024) softmax, 24 GiB at (64, 4096), given back by malloc_trim). On CUDA kept
+    # and joined once: its allocator pools small blocks apart, and a copy per colour would
+    # be four more launches a colour.
+    firsts = (torch.empty(4, len(idxs), math.prod(s_sizes), dtype=torch.float64)
+              if buffered(tp.device) else None)
+    kept: list[list[torch.Tensor]] = []
 
     def first_levels(c: int) -> None:
         got, disp = levels(c, slice(0, 4))
-        firsts[0, c], firsts[1, c] = got[0], got[1]
-        firsts[2, c], firsts[3, c] = disp[0].reshape(-1), disp[1].reshape(-1)
+        row = [got[0], got[1], disp[0].reshape(-1), disp[1].reshape(-1)]
+        if firsts is None:
+            kept.append(row)
+        else:
+            for j, v in enumerate(row):
+                firsts[j, c] = v
 
     run_steps([functools.partial(first_levels, c) for c in range(len(idxs))], tp.device)
-    e1, e2, d1, d2 = (f.reshape(-1) for f in firsts)
+    e1, e2, d1, d2 = ((f.reshape(-1) for f in firsts) if firsts is not None
+                      else (torch.cat([r[j] for r in kept]) for j in range(4)))
     est = (4 * e1 - e2) / 3  # combine's E4(h), elementwise
     noises = torch.as_tensor(noise).reshape(-1).repeat(len(idxs))  # the same for every colour
     sigma = u * torch.sqrt(noises * noise_weight([d1, d2]))
@@ -487,6 +495,12 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     if not colours.full:
         fd.directions = directions(kernel, point, role, m, u, analytic, h)
     return fd
+
+
+def buffered(device: torch.device) -> bool:
+    """Whether a check's per-colour estimates go into one buffer as they come (CPU: glibc's
+    heap) or are kept and joined once (CUDA's allocator pools small blocks apart)."""
+    return device.type == "cpu"
 
 
 def tolerance(sigma: torch.Tensor, sigma_kernel: torch.Tensor, trunc: torch.Tensor, u: float
