@@ -519,8 +519,9 @@ def lazy_truncation(err: torch.Tensor, tol: Any, per: int, truncation: Any) -> t
     bounds the ratio with it. Colours are taken by that bound, highest first, each
     truncation computed until the highest ratio found exceeds the next colour's bound:
     every colour left then stays below the worst element, so the verdict, the worst element
-    and its tolerance are what every truncation computed would give (and a failing element
-    always has its own)."""
+    and its tolerance are what every truncation computed would give. A failing colour below
+    a worse one may be left without its own (:func:`_kinks` computes it before judging
+    that colour's elements again)."""
     n = err.numel() // max(1, per)
     tr = torch.zeros_like(err)
     if n == 0:
