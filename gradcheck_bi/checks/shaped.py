@@ -218,17 +218,18 @@ def check_gradient(kernel: ShapedKernel, point: Point, role: str) -> Measurement
         if point.cfg.mode == "directional":
             return _directional(kernel, point, role, m, u, analytic, note)
         fd = finite_differences(kernel, point, role, m, u, analytic)
-    at = tuple(i.to(analytic.device) for i in fd.index)
-    # flat, colour by colour, as the estimate (a 0-d role's one element included)
-    held = analytic[at].reshape(-1)
-    sig_k, abs_k = (u * sig_g[at]).reshape(-1), m.grad_absolute[role][at].reshape(-1)
-    err = (held - fd.value).abs()
-    tol = tolerance(fd.sigma, sig_k, fd.trunc, u) + fd.absolute + abs_k
-    extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
-             "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
-    with cpu_threads(analytic.device, analytic.numel()):
-        err, kinks = _kinks(fd, held, err, tol, lambda f: tolerance(
-            f.sigma, sig_k, f.trunc, u) + f.absolute + abs_k, extra)
+        at = tuple(i.to(analytic.device) for i in fd.index)
+        # flat, colour by colour, as the estimate (a 0-d role's one element included)
+        held = analytic[at].reshape(-1)
+        sig_k, abs_k = (u * sig_g[at]).reshape(-1), m.grad_absolute[role][at].reshape(-1)
+
+        def tolerance_of(f: FD) -> torch.Tensor:
+            return tolerance(f.sigma, sig_k, f.trunc, u) + f.absolute + abs_k
+
+        err, tol = (held - fd.value).abs(), tolerance_of(fd)
+        extra = {"elements": int(analytic.numel()), "checked_per_element": int(err.numel()),
+                 "directions": len(fd.directions), "step": fd.h, "colours": fd.colours}
+        err, kinks = _kinks(fd, held, err, tol, tolerance_of, extra)
 
     def locate(k: list[int]) -> list[int]:  # a checked element's place in the tensor
         return [int(i[k[0]]) for i in fd.index] if k else k
@@ -267,24 +268,23 @@ def _kinks(fd: FD, analytic: torch.Tensor, err: torch.Tensor, tol: torch.Tensor,
     failing = err > tol
     if not bool(failing.any()):
         return err, ""
-    # Suspect: an element whose estimates at h and 2h disagree beyond noise and by 1/64 of
-    # its error (15 T = their gap: a smooth function's is h⁴-small against any error that
-    # fails; a kink's moves them by d/h) — or every failing one where they fill at most
-    # half the colours (a kink ≪ h from the point, a sort's swap, bends neither level). A
-    # smooth defect failing in most colours fails at no further cost.
+    # Every failing element is estimated again where one's estimates at h and 2h disagree
+    # beyond noise and by 1/64 of its error (15 T = their gap: a smooth function's is
+    # h⁴-small against any error that fails; a kink's moves them by d/h), or where the
+    # failing ones fill at most half the colours (a kink ≪ h from the point, a sort's
+    # swap, bends neither level). A smooth defect failing in most colours fails at no
+    # further cost.
     bend = 15 * fd.trunc
-    suspect = failing & (64 * bend >= err) & (bend > K_SIGMA * fd.sigma)
+    bent = bool((failing & (64 * bend >= err) & (bend > K_SIGMA * fd.sigma)).any())
     colours = failing.reshape(-1, fd.per).any(1)
-    if bool(suspect.any()) or 2 * int(colours.sum()) <= colours.numel():
-        suspect = failing
-    else:
+    if not bent and 2 * int(colours.sum()) > colours.numel():
         return err, ""
-    fine = fd.refine(suspect)
+    fine = fd.refine(failing)
     allowed = K_SIGMA * torch.hypot(fd.sigma, fine.sigma) + K_TRUNC * (fd.trunc + fine.trunc)
     # not smooth: the two estimates disagree, or the truncation did not shrink with the
     # step as h⁴ (65536× at h/16; by 256× at least here: a sort's swap 1e-4 h from the
     # point fell 33×)
-    kink = suspect & (((fd.value - fine.value).abs() > allowed)
+    kink = failing & (((fd.value - fine.value).abs() > allowed)
                       | ((REFINE**2 * fine.trunc > fd.trunc)
                          & (fine.trunc > K_SIGMA * fine.sigma)))
     n_kink = int(kink.sum())
@@ -443,10 +443,17 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
                       else (torch.cat([r[j] for r in kept]) for j in range(4)))
     est = (4 * e1 - e2) / 3  # combine's E4(h), elementwise
     noises = torch.as_tensor(noise).reshape(-1).repeat(len(idxs))  # the same for every colour
-    sigma = u * torch.sqrt(noises * noise_weight([d1, d2]))
-    # and the estimate's own fp64 arithmetic (g·Δy, ÷ the step, Richardson's combination):
-    # all the noise an exact op has (relu, a gather: σ of its outputs is 0)
-    sigma = torch.hypot(sigma, FD_ARITH * est.abs())
+
+    def noise_of(value: torch.Tensor, d: list[torch.Tensor], part: slice = slice(None)
+                 ) -> torch.Tensor:
+        """σ of the estimate ``value`` made with the displacements ``d`` (E(h)'s, E(2h)'s)
+        at the flat elements ``part``: the forward's rounding through the differences, and
+        the estimate's own fp64 arithmetic (g·Δy, ÷ the step, Richardson's combination) —
+        all the noise an exact op has (relu, a gather: σ of its outputs is 0)."""
+        return torch.hypot(u * torch.sqrt(noises[part] * noise_weight(d)),
+                           FD_ARITH * value.abs())
+
+    sigma = noise_of(est, [d1, d2])
     # the forward's α: each of y₊, y₋ off by up to α, so level o's estimate by 2 Σ|g|α / dₒ
     # and E4(h) = (4 E(h) − E(2h)) / 3 by (8/d₁ + 2/d₂)/3 · Σ|g|α
     lost = sum(_reduce(g[k].abs() * m.output_absolute[k], axes, shared) for k, axes in outs)
@@ -463,6 +470,10 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
 
     truncated: set[int] = set()
 
+    def colours_of(mask: torch.Tensor) -> list[int]:
+        """The colours that hold a ``mask``ed element (flat, colour by colour)."""
+        return mask.reshape(-1, per).any(1).nonzero().reshape(-1).tolist()
+
     def truncation(c: int) -> torch.Tensor:
         truncated.add(c)
         e4 = levels(c, slice(4, 6))[0][0]
@@ -475,19 +486,18 @@ def finite_differences(kernel: ShapedKernel, point: Point, role: str, m: Derived
     def truncate(mask: torch.Tensor) -> None:
         """The truncation of every colour holding a ``mask``ed element, where the lazy
         pass left it out (it bounded no verdict; a kink's test reads it)."""
-        for c in sorted(set((mask.nonzero().reshape(-1) // per).tolist()) - truncated):
+        for c in [c for c in colours_of(mask) if c not in truncated]:
             tr[c * per:(c + 1) * per] = truncation(c)
 
     def refine(mask: torch.Tensor) -> FD:
         """The estimate again at ``h / REFINE`` for every colour that holds a ``mask``ed
         element (every level: its own truncation), the others' as they were."""
         value, sig, trunc = est.clone(), sigma * REFINE, tr.clone()
-        for c in sorted(set((mask.nonzero().reshape(-1) // per).tolist())):
+        for c in colours_of(mask):
             got, disp = levels(c, slice(0, 6), shifts / REFINE)
             part = slice(c * per, (c + 1) * per)
             value[part], trunc[part] = combine(got)
-            w = noise_weight([disp[0].reshape(-1), disp[1].reshape(-1)])
-            sig[part] = torch.hypot(u * torch.sqrt(noises[part] * w), FD_ARITH * value[part])
+            sig[part] = noise_of(value[part], [disp[0].reshape(-1), disp[1].reshape(-1)], part)
         return FD(index, value, sig, trunc, [], h / REFINE, "", absolute * REFINE, None, per)
 
     fd = FD(index, est, sigma, tr, [], h, f"{len(colours.picks)} of {colours.total}",

@@ -151,9 +151,9 @@ class Propagate(TorchDispatchMode):
         if name in ("sort", "topk") and len(out) == 2:
             s = self.of(args[0])
             if s is not None:
-                dim = (kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int)
-                                  else -1) if name == "sort"
-                       else args[2] if len(args) > 2 else kwargs.get("dim", -1))
+                at = 1 if name == "sort" else 2  # sort(x, dim), topk(x, k, dim)
+                dim = (args[at] if len(args) > at and isinstance(args[at], int)
+                       else kwargs.get("dim", -1))
                 self.sigma[out[0]] = s.gather(dim, out[1])
             return
         decomposed = _decomposition(func)
@@ -167,10 +167,15 @@ class Propagate(TorchDispatchMode):
             inner = decomposed(*args, **kwargs)
         for o, i in zip(out, inner, strict=False):
             if _is_float(o) and _is_float(i):
-                if self.of(i) is not None:
-                    self.sigma[o] = self.of(i)
-                if self.reach is not None and self.reach.of(i) is not None:
-                    self.reach.alpha[o] = self.reach.of(i)
+                self._take(o, i)
+
+    def _take(self, result: torch.Tensor, inner: torch.Tensor) -> None:
+        """``result`` takes the ``σ`` and ``α`` of ``inner``, its counterpart computed by
+        the op's decomposition."""
+        if self.of(inner) is not None:
+            self.sigma[result] = self.of(inner)
+        if self.reach is not None and self.reach.of(inner) is not None:
+            self.reach.alpha[result] = self.reach.of(inner)
 
     def _sig_or_zero(self, t: torch.Tensor) -> torch.Tensor:
         s = self.of(t)
@@ -205,8 +210,7 @@ class Propagate(TorchDispatchMode):
             with self:              # cancellations, op by op (an estimate sees neither)
                 inner = decomposed(*args, **kwargs)
             if _is_float(inner) and self.of(inner) is not None:
-                if self.reach is not None and self.reach.of(inner) is not None:
-                    self.reach.alpha[result] = self.reach.of(inner)
+                self._take(result, inner)
                 return self.of(inner)
         self.unknown.add(name)
         return self._estimated(func, args, kwargs, result)

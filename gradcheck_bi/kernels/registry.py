@@ -83,7 +83,8 @@ def resolve(ref: str, kernel_args: dict[str, Any] | None = None) -> KernelSpec:
 
 def _colon_hint(ref: str) -> str:
     """`` (did you mean 'torch.nn:LayerNorm'?)`` for a dotted name whose last part is an
-    attribute of an importable module (looked up, not imported: nothing of it runs)."""
+    attribute of an importable module (found, not imported; its parent packages are, as
+    any lookup of a submodule imports them)."""
     if ":" in ref or "." not in ref or ref.endswith(".py"):
         return ""
     module, _, attr = ref.rpartition(".")
